@@ -1,0 +1,30 @@
+"""The paper's matrix (Robroek et al., EuroMLSys '24): 1, 2, 3 and 7 processes per GPU, batch 32 and 128."""
+import pytest
+
+from pytest_gpucolloc import Workload
+
+PROCESSES = [1, 2, 3, 7]
+BATCH_SIZES = [32, 128]
+
+
+@pytest.mark.parametrize("batch", BATCH_SIZES)
+@pytest.mark.parametrize("n", PROCESSES)
+def test_resnet26_cifar10(collocate, n, batch):
+    collocate([Workload("resnet26-cifar10", batch_size=batch)] * n)
+
+
+@pytest.mark.parametrize("batch", BATCH_SIZES)
+@pytest.mark.parametrize("n", PROCESSES)
+def test_resnet50_imagenet64(collocate, n, batch):
+    collocate([Workload("resnet50-imagenet64", batch_size=batch)] * n)
+
+
+@pytest.mark.parametrize("batch", BATCH_SIZES)
+@pytest.mark.parametrize("n", PROCESSES)
+def test_resnet152_imagenet(collocate, n, batch):
+    collocate([Workload("resnet152-imagenet", batch_size=batch)] * n)
+
+
+@pytest.mark.parametrize("batch", BATCH_SIZES)
+def test_mixed_resnet26_resnet152(collocate, batch):
+    collocate([Workload("resnet26-cifar10", batch_size=batch), Workload("resnet152-imagenet", batch_size=batch)])

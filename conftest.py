@@ -1,0 +1,2 @@
+# pytester drives real pytest runs of the plugin in the integration tests.
+pytest_plugins = ["pytester"]

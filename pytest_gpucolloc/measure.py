@@ -1,0 +1,83 @@
+"""Turn workers' measurement rounds into throughput numbers (pure arithmetic, no I/O).
+
+A round is ``(seconds, samples)`` between two device synchronisations at boundaries shared by all
+workers of a phase, so round k of every worker covers the same wall-clock window.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+Round = tuple[float, int]
+
+
+def coefficient_of_variation(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / mean if mean > 0 else None
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    rounds: list[Round]
+    samples_per_step: int
+
+    def __post_init__(self) -> None:
+        if not self.rounds:
+            raise ValueError("a worker reported no measurement rounds")
+        if any(seconds <= 0 or samples < 0 for seconds, samples in self.rounds):
+            raise ValueError(f"invalid measurement rounds: {self.rounds}")
+
+    @property
+    def round_throughputs(self) -> list[float]:
+        return [samples / seconds for seconds, samples in self.rounds]
+
+    @property
+    def throughput(self) -> float:
+        """Samples per second over the whole measured window."""
+        return sum(s for _, s in self.rounds) / sum(t for t, _ in self.rounds)
+
+    @property
+    def step_times(self) -> list[float]:
+        """Mean step time of each round (seconds)."""
+        return [t / (s / self.samples_per_step) for t, s in self.rounds if s > 0]
+
+    def summary(self) -> dict:
+        steps = self.step_times
+        return {
+            "throughput": self.throughput,
+            "round_throughputs": self.round_throughputs,
+            "cv": coefficient_of_variation(self.round_throughputs),
+            "step_time_median_s": statistics.median(steps) if steps else None,
+            "step_time_cv": coefficient_of_variation(steps),
+            "measured_s": sum(t for t, _ in self.rounds),
+        }
+
+
+def concurrent_aggregate(workers: Sequence[WorkerStats]) -> list[float]:
+    """Aggregate throughput per round of workers that ran at the same time."""
+    n_rounds = min(len(w.rounds) for w in workers)
+    return [sum(w.round_throughputs[k] for w in workers) for k in range(n_rounds)]
+
+
+def sequential_aggregate(workers: Sequence[WorkerStats]) -> list[float]:
+    """Aggregate throughput per round when the jobs run one after another, each doing equal work:
+    N samples take sum(1/throughput_i) seconds."""
+    n_rounds = min(len(w.rounds) for w in workers)
+    return [len(workers) / sum(1.0 / w.round_throughputs[k] for w in workers) for k in range(n_rounds)]
+
+
+def weighted_speedup(collocated: Sequence[float], alone: Sequence[float | None]) -> float | None:
+    """Sum of each job's progress relative to running alone; for N identical jobs this is
+    aggregate / single-job throughput. None when any job's alone throughput is unknown."""
+    if not collocated or any(a is None or a <= 0 for a in alone):
+        return None
+    return sum(c / a for c, a in zip(collocated, alone))
+
+
+def seconds_per_sample(aggregate_rounds: Sequence[float]) -> list[float]:
+    """pytest-benchmark's timing statistic: time per unit of work, so that its own
+    --benchmark-compare-fail sees a throughput loss as a time increase."""
+    return [1.0 / value for value in aggregate_rounds if value > 0]

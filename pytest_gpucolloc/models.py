@@ -1,0 +1,88 @@
+"""Worker-side construction of training steps (imports torch; never imported by the pytest process).
+
+Every workload, built-in or user-supplied, follows one protocol (as TorchBench's model wrappers do):
+
+    factory(*, batch_size: int, device: torch.device, precision: str, **options) -> obj
+    obj.train_step() -> None       # one optimiser step on `device`
+    obj.samples_per_step: int      # optional; defaults to batch_size
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+from torch import nn
+
+from .workloads import NAMED_WORKLOADS, Workload
+
+
+def build_network(arch: str, num_classes: int) -> nn.Module:
+    from torchvision.models import resnet
+
+    if arch == "resnet26":
+        # Bottleneck ResNet with [2, 2, 2, 2] blocks: 1 + 3*8 + 1 = 26 layers.
+        return resnet.ResNet(resnet.Bottleneck, [2, 2, 2, 2], num_classes=num_classes)
+    if arch == "resnet50":
+        return resnet.resnet50(num_classes=num_classes)
+    if arch == "resnet152":
+        return resnet.resnet152(num_classes=num_classes)
+    raise ValueError(f"unknown architecture {arch!r}")
+
+
+class SupervisedStep:
+    """SGD training on one synthetic batch resident on the device (no data loader, no downloads)."""
+
+    def __init__(self, model: nn.Module, batch_size: int, image_size: int, num_classes: int,
+                 device: torch.device, precision: str):
+        self.device = device
+        self.samples_per_step = batch_size
+        self.autocast = precision == "bf16"
+        memory_format = torch.channels_last if device.type == "cuda" else torch.contiguous_format
+        self.model = model.to(device=device, memory_format=memory_format).train()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.loss = nn.CrossEntropyLoss()
+        generator = torch.Generator(device="cpu").manual_seed(0)
+        images = torch.randn(batch_size, 3, image_size, image_size, generator=generator)
+        self.images = images.to(device=device, memory_format=memory_format)
+        self.labels = torch.randint(0, num_classes, (batch_size,), generator=generator).to(device)
+
+    def train_step(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            loss = self.loss(self.model(self.images), self.labels)
+        loss.backward()
+        self.optimizer.step()
+
+
+def build_named(workload: Workload, device: torch.device, image_size: int | None = None) -> SupervisedStep:
+    shape = NAMED_WORKLOADS[workload.model]
+    return SupervisedStep(
+        build_network(shape.arch, shape.num_classes),
+        batch_size=workload.batch_size,
+        image_size=image_size or shape.image_size,
+        num_classes=shape.num_classes,
+        device=device,
+        precision=workload.precision,
+    )
+
+
+def load_factory(path: str):
+    module_name, _, attr = path.partition(":")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ImportError(f"module {module_name!r} has no attribute {attr!r}") from None
+
+
+def build(workload: Workload, device: torch.device, image_size: int | None = None) -> Any:
+    """The training-step object for ``workload``; ``image_size`` shrinks inputs (CPU smoke mode)."""
+    if workload.is_named:
+        return build_named(workload, device, image_size)
+    step = load_factory(workload.model)(
+        batch_size=workload.batch_size, device=device, precision=workload.precision, **workload.options
+    )
+    if not callable(getattr(step, "train_step", None)):
+        raise TypeError(f"{workload.model} returned {type(step).__name__}, which has no train_step()")
+    return step

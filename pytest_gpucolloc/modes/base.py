@@ -1,0 +1,99 @@
+"""The interface every sharing mode implements: provision -> per-worker slots -> teardown.
+
+A mode decides *how* processes share the GPU: which workers run together (phases), each worker's
+environment (CUDA_VISIBLE_DEVICES, MPS variables), what must be checked once they are up, and what it
+must undo afterwards. It never starts workers itself (``pool.py`` does) and never measures.
+"""
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Iterator
+
+from ..nvml import GpuInfo
+from ..pool import WorkerSlot
+from ..workloads import Workload
+
+
+class ModeConfigError(ValueError):
+    """The scenario cannot run in this mode as configured; raised before any GPU state is touched."""
+
+
+class ModeUnavailable(RuntimeError):
+    """The mode cannot run on this machine (the test is skipped with this reason)."""
+
+
+class WorkerCheckFailed(RuntimeError):
+    """A worker is not running the way the mode promised (e.g. not attached to the MPS daemon)."""
+
+
+@dataclass
+class Target:
+    """Where a scenario runs: a GPU (``device='cuda'``) or the CPU smoke mode (``gpu=None``)."""
+
+    device: str
+    gpu: GpuInfo | None
+    scratch: Path  # a private, short directory for this scenario's files
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Provision:
+    phases: list[list[WorkerSlot]]  # workers of a phase run together; phases run one after another
+    info: dict[str, Any] = field(default_factory=dict)  # recorded with the result
+    one_at_a_time: bool = False  # phases are the workloads run alone (the sequential baseline)
+
+    def check_workers(self, slots: list[WorkerSlot], ready: list[dict]) -> None:
+        """Called once the workers of a phase are warm, before measuring."""
+
+    def diagnostics(self) -> str:
+        """Text attached to the report when the test fails (e.g. a daemon's log tail)."""
+        return ""
+
+
+class SharingMode(ABC):
+    name: ClassVar[str]
+    summary: ClassVar[str]
+
+    def unavailable_reason(self, target: Target) -> str | None:
+        """Why this mode cannot run on ``target`` (the test is skipped), or None."""
+        return None
+
+    def validate(self, workloads: list[Workload], target: Target) -> None:
+        """Raise ModeConfigError for a configuration that cannot work; touches nothing."""
+
+    @abstractmethod
+    def provision(self, workloads: list[Workload], target: Target) -> contextlib.AbstractContextManager[Provision]:
+        """Set the mode up for these workloads; undo everything on exit, whatever happened."""
+
+
+def isolated_from_mps(target: Target) -> dict[str, str]:
+    """Environment of a worker that must not attach to any MPS daemon: CUDA looks for a daemon only in
+    CUDA_MPS_PIPE_DIRECTORY, so point it at an empty private directory (never the default /tmp/nvidia-mps)."""
+    empty = target.scratch / "no-mps"
+    empty.mkdir(mode=0o700, exist_ok=True)
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(empty), "CUDA_MPS_LOG_DIRECTORY": str(empty)}
+    env["CUDA_VISIBLE_DEVICES"] = target.gpu.uuid if target.gpu else ""
+    return env
+
+
+def check_not_mps_clients(target: Target, ready: list[dict]) -> None:
+    if target.gpu is None:
+        return
+    from .. import nvml
+
+    processes = nvml.gpu_processes(target.gpu.uuid)
+    attached = [r["pid"] for r in ready if processes.get(r["pid"], {}).get("mps")]
+    if attached:
+        raise WorkerCheckFailed(f"workers {attached} attached to an MPS server although the mode forbids it")
+
+
+@contextlib.contextmanager
+def no_setup(phases: list[list[WorkerSlot]], target: Target, one_at_a_time: bool = False) -> Iterator[Provision]:
+    class _Isolated(Provision):
+        def check_workers(self, slots, ready):
+            check_not_mps_clients(target, ready)
+
+    yield _Isolated(phases, one_at_a_time=one_at_a_time)

@@ -1,0 +1,142 @@
+"""``mps`` and ``mps-partitioned``: all workloads as clients of a private MPS daemon started per test.
+
+``mps-partitioned`` adds per-client limits (active-thread percentage, pinned device memory), by
+default equal shares, as the Kubernetes NVIDIA device plugin configures MPS for N replicas.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterator
+
+from .. import mps
+from ..pool import WorkerSlot
+from .base import ModeConfigError, Provision, SharingMode, Target, WorkerCheckFailed
+
+
+class _DaemonProvision(Provision):
+    def __init__(self, phases, info, daemon: mps.MpsDaemon, gpu_sm_count: int | None):
+        super().__init__(phases, info)
+        self.daemon = daemon
+        self.gpu_sm_count = gpu_sm_count
+
+    def check_workers(self, slots: list[WorkerSlot], ready: list[dict]) -> None:
+        # A client that cannot reach the daemon silently runs without MPS: prove each one is ours.
+        clients = set(self.daemon.clients())
+        strays = [r["pid"] for r in ready if r["pid"] not in clients]
+        if strays:
+            raise WorkerCheckFailed(
+                f"workers {strays} are not clients of this test's MPS daemon (its clients: {sorted(clients)}); "
+                "they would have run without MPS"
+            )
+        for slot, report in zip(slots, ready):
+            limit = slot.info.get("sm_percent")
+            seen = report.get("sm_count")
+            slot.info["sm_count_seen"] = seen
+            slot.info["device_memory_seen_bytes"] = report.get("total_memory")
+            if limit is None or not self.gpu_sm_count or seen is None:
+                continue
+            expected = self.gpu_sm_count * limit / 100
+            # The driver hands out SMs in pairs (TPCs), rounding the share down.
+            if not (expected - 2 <= seen <= math.ceil(expected) + 1) or (limit < 100 and seen >= self.gpu_sm_count):
+                raise WorkerCheckFailed(
+                    f"worker pid {report['pid']} sees {seen} SMs but its limit of {limit:g}% of "
+                    f"{self.gpu_sm_count} SMs should give about {expected:.0f}: the limit did not take effect"
+                )
+
+    def diagnostics(self) -> str:
+        return self.daemon.log_tail()
+
+
+def _foreign_daemon_reason(target: Target) -> str | None:
+    """An MPS server of someone else's on this GPU would mix its clients into our measurement."""
+    from .. import nvml
+
+    on_gpu = nvml.gpu_processes(target.gpu.uuid)
+    for pid, info in mps.mps_processes().items():
+        if pid in on_gpu and info["name"].startswith("nvidia-cuda-mps"):
+            where = info["pipe_dir"] or "a pipe directory this user cannot read"
+            return (f"another MPS daemon (server pid {pid}, {where}) already serves GPU {target.gpu.index} "
+                    f"({target.gpu.uuid}); stop it or select another GPU")
+    return None
+
+
+class MpsMode(SharingMode):
+    name = "mps"
+    summary = "all workloads as clients of a private MPS daemon"
+
+    def unavailable_reason(self, target: Target) -> str | None:
+        if target.gpu is None:
+            return "MPS needs an NVIDIA GPU (running in CPU smoke mode)"
+        if mps.control_binary() is None:
+            return f"{mps.CONTROL} is not on PATH"
+        return _foreign_daemon_reason(target)
+
+    def validate(self, workloads, target: Target) -> None:
+        if len(workloads) > mps.MAX_CLIENTS:
+            raise ModeConfigError(f"{len(workloads)} workers exceed MPS's limit of {mps.MAX_CLIENTS} clients per GPU")
+        mps.check_pipe_directory(target.scratch / "mps" / "pipe")
+
+    def limits(self, workloads, target: Target) -> list[dict]:
+        """Per-worker limits; none for plain MPS."""
+        return [{} for _ in workloads]
+
+    @contextlib.contextmanager
+    def provision(self, workloads, target: Target) -> Iterator[Provision]:
+        daemon = mps.MpsDaemon(target.scratch / "mps", target.gpu.uuid)
+        try:
+            daemon.start()
+            slots = []
+            for workload, limit in zip(workloads, self.limits(workloads, target)):
+                env = daemon.client_env()
+                if "sm_percent" in limit:
+                    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = f"{limit['sm_percent']:g}"
+                if "memory_limit_mb" in limit:
+                    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={limit['memory_limit_mb']}M"
+                slots.append(WorkerSlot(workload, env, info=dict(limit)))
+            yield _DaemonProvision([slots], {"mps_daemon": str(daemon.root)}, daemon,
+                                   target.options.get("gpu_sm_count"))
+        finally:
+            daemon.stop()
+
+
+class PartitionedMpsMode(MpsMode):
+    name = "mps-partitioned"
+    summary = "MPS with per-client SM and memory limits (default: equal shares, as Kubernetes does)"
+
+    def validate(self, workloads, target: Target) -> None:
+        super().validate(workloads, target)
+        self.limits(workloads, target)
+
+    def limits(self, workloads, target: Target) -> list[dict]:
+        total_mb = target.gpu.memory_total_bytes // 2**20 if target.gpu else None
+        oversubscribe = target.options.get("mps_oversubscribe", False)
+        given_sm = [w.sm_percent for w in workloads]
+        given_mem = [w.memory_limit_mb for w in workloads]
+        sm = _fill_shares(given_sm, 100.0, "sm_percent", "percent of SMs", oversubscribe)
+        mem = _fill_shares(given_mem, total_mb, "memory_limit_mb", "MB of device memory", oversubscribe) \
+            if total_mb else [None] * len(workloads)
+        return [
+            {"sm_percent": s, **({"memory_limit_mb": int(m)} if m else {})}
+            for s, m in zip(sm, mem)
+        ]
+
+
+def _fill_shares(given: list, total: float, name: str, unit: str, oversubscribe: bool) -> list[float]:
+    """Explicit shares stay; the rest split what remains equally (Kubernetes: total/N each)."""
+    explicit = sum(g for g in given if g is not None)
+    if explicit > total and not oversubscribe:
+        raise ModeConfigError(
+            f"the workloads' {name} add up to {explicit:g} {unit}, more than the {total:g} available; "
+            "lower them, or pass --mps-oversubscribe if that is intended"
+        )
+    missing = [i for i, g in enumerate(given) if g is None]
+    if not missing:
+        return list(given)
+    share = (total - explicit) / len(missing)
+    if share <= 0:
+        raise ModeConfigError(f"no {name} left for {len(missing)} workloads without an explicit share")
+    share = math.floor(share)
+    if share < 1:
+        raise ModeConfigError(f"an equal share of {name} for {len(missing)} workloads is below 1")
+    return [g if g is not None else share for g in given]

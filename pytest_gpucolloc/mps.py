@@ -1,0 +1,198 @@
+"""Lifecycle of a private MPS control daemon: start, configure, inspect, stop.
+
+The daemon gets its own pipe and log directories, so it can never be confused with a system daemon
+at the default /tmp/nvidia-mps, and clients reach it only through ``client_env()``.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+CONTROL = "nvidia-cuda-mps-control"
+MAX_CLIENTS = 48  # per GPU on Volta and newer; the 49th client fails at context creation
+# sun_path holds 108 bytes including the NUL; the daemon adds file names below the pipe directory.
+SOCKET_PATH_LIMIT = 107
+SOCKET_NAME_RESERVE = len("/control_privileged")
+
+
+class MpsError(RuntimeError):
+    pass
+
+
+def control_binary() -> str | None:
+    return shutil.which(CONTROL)
+
+
+def check_pipe_directory(pipe_dir: Path) -> None:
+    longest = len(str(pipe_dir)) + SOCKET_NAME_RESERVE
+    if longest > SOCKET_PATH_LIMIT:
+        raise MpsError(
+            f"MPS pipe directory {str(pipe_dir)!r} is too long for a Unix socket path "
+            f"({longest} > {SOCKET_PATH_LIMIT} bytes); use a shorter base directory"
+        )
+
+
+def _proc_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _proc_env(pid: int) -> dict[str, str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None  # another user's process
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def mps_processes() -> dict[int, dict]:
+    """Every MPS control daemon and server on this machine: pid -> {name, pipe_dir (None if unreadable)}."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        name = _proc_name(int(entry.name))
+        if name.startswith("nvidia-cuda-mps"):
+            env = _proc_env(int(entry.name))
+            pipe = None if env is None else env.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+            found[int(entry.name)] = {"name": name, "pipe_dir": pipe}
+    return found
+
+
+class MpsDaemon:
+    """A private MPS control daemon bound to one GPU. Use as a context manager or call stop()."""
+
+    def __init__(self, root: Path, gpu_uuid: str | None):
+        self.root = Path(root)
+        self.pipe_dir = self.root / "pipe"
+        self.log_dir = self.root / "log"
+        self.gpu_uuid = gpu_uuid
+        self.defaults: dict[str, str] = {}
+        self.running = False
+        check_pipe_directory(self.pipe_dir)
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_MPS_")}
+        env.update(self.client_env())
+        return env
+
+    def client_env(self) -> dict[str, str]:
+        env = {"CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_dir), "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir)}
+        if self.gpu_uuid:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu_uuid
+        return env
+
+    def start(self, active_thread_percentage: float | None = None,
+              pinned_mem_limit_mb: int | None = None) -> "MpsDaemon":
+        binary = control_binary()
+        if binary is None:
+            raise MpsError(f"{CONTROL} is not on PATH (it ships with the NVIDIA driver's CUDA utilities)")
+        for directory in (self.root, self.pipe_dir, self.log_dir):
+            directory.mkdir(mode=0o700, exist_ok=True)
+            if directory.stat().st_uid != os.getuid():
+                raise MpsError(f"{directory} belongs to another user; refusing to use it")
+        started = subprocess.run([binary, "-d"], env=self._env(), capture_output=True, text=True, timeout=30)
+        if started.returncode != 0:
+            raise MpsError(f"{CONTROL} -d failed ({started.returncode}): {started.stderr.strip() or started.stdout.strip()}"
+                           f"\n{self.log_tail()}")
+        self.running = True
+        # Defaults apply to servers started later, and the server starts at the first client: set them now.
+        if active_thread_percentage is not None:
+            self.set_default("set_default_active_thread_percentage", f"{active_thread_percentage:g}")
+        if pinned_mem_limit_mb is not None:
+            self.set_default("set_default_device_pinned_mem_limit", f"0 {pinned_mem_limit_mb}M")
+        return self
+
+    def set_default(self, command: str, value: str) -> None:
+        self.control(f"{command} {value}")
+        self.defaults[command] = value
+
+    def control(self, command: str, timeout: float = 15.0) -> str:
+        """Send one command to the daemon and return its answer."""
+        if not self.running:
+            raise MpsError("the MPS daemon is not running")
+        done = subprocess.run([control_binary() or CONTROL], input=command + "\n", env=self._env(),
+                              capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise MpsError(f"MPS control command {command!r} failed: {done.stderr.strip() or done.stdout.strip()}")
+        return done.stdout.strip()
+
+    def daemon_pids(self) -> list[int]:
+        """PIDs of this daemon's control and server processes (found by their pipe directory)."""
+        return sorted(pid for pid, info in mps_processes().items() if info["pipe_dir"] == str(self.pipe_dir))
+
+    def servers(self) -> list[int]:
+        return [int(x) for x in self.control("get_server_list").split() if x.isdigit()]
+
+    def clients(self) -> list[int]:
+        pids: list[int] = []
+        for server in self.servers():
+            pids += [int(x) for x in self.control(f"get_client_list {server}").split() if x.isdigit()]
+        return pids
+
+    def log_tail(self, lines: int = 20) -> str:
+        parts = []
+        for name in ("control.log", "server.log"):
+            path = self.log_dir / name
+            if path.exists():
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+                parts.append(f"--- MPS {name} ({path}) ---\n" + "\n".join(text))
+        return "\n".join(parts)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Quit the daemon (forcing after ``timeout``), kill what is left of it, remove its directories."""
+        pids = self.daemon_pids()
+        if self.running:
+            self.running = False
+            for command in ("quit", "quit -t 2"):
+                try:
+                    subprocess.run([control_binary() or CONTROL], input=command + "\n", env=self._env(),
+                                   capture_output=True, text=True, timeout=timeout)
+                except (OSError, subprocess.TimeoutExpired):
+                    continue
+                if _wait_gone(pids, timeout):
+                    break
+        for pid in self.daemon_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _wait_gone(pids, 5.0)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "MpsDaemon":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _wait_gone(pids: list[int], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:  # reap it if it is our child (the daemon's launcher can leave a zombie)
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if Path(f"/proc/{pid}").exists() and _proc_name(pid) and not _is_zombie(pid):
+                alive.append(pid)
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True

@@ -1,0 +1,255 @@
+"""The only module that imports pynvml (package ``nvidia-ml-py``). Everything it returns is plain data.
+
+NVML needs no CUDA context, so the pytest process can ask it questions without initialising CUDA.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+try:
+    import pynvml
+except ImportError:  # nvidia-ml-py is a dependency, but a broken install must still give a reason
+    pynvml = None
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"initialised": False, "error": None}
+
+GPM_METRICS = {  # NVML_GPM_METRIC_* ids
+    "sm_activity_pct": 2,
+    "sm_occupancy_pct": 3,
+    "tensor_activity_pct": 5,
+    "dram_bw_util_pct": 10,
+}
+THROTTLE_REASONS = {  # clock-event reason bits that make a run not comparable
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+}
+
+
+class NvmlUnavailable(RuntimeError):
+    pass
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def init() -> str | None:
+    """Initialise NVML once; returns None when usable, else the reason it is not."""
+    with _lock:
+        if _state["initialised"]:
+            return None
+        if _state["error"]:
+            return _state["error"]
+        if pynvml is None:
+            _state["error"] = "nvidia-ml-py (module pynvml) is not installed"
+            return _state["error"]
+        try:
+            pynvml.nvmlInit()
+        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            _state["error"] = f"NVML is not available ({exc})"
+            return _state["error"]
+        _state["initialised"] = True
+        return None
+
+
+def _require() -> None:
+    reason = init()
+    if reason:
+        raise NvmlUnavailable(reason)
+
+
+def _try(function, *args, default=None):
+    try:
+        return function(*args)
+    except Exception:
+        return default
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    uuid: str
+    name: str
+    memory_total_bytes: int
+    mig_mode: int | None  # 1 enabled, 0 disabled, None unsupported
+    compute_capability: tuple[int, int] | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+
+def device_count() -> int:
+    _require()
+    return pynvml.nvmlDeviceGetCount()
+
+
+def _handle(uuid_or_index: str | int):
+    _require()
+    if isinstance(uuid_or_index, int):
+        return pynvml.nvmlDeviceGetHandleByIndex(uuid_or_index)
+    return pynvml.nvmlDeviceGetHandleByUUID(uuid_or_index.encode() if isinstance(uuid_or_index, str) else uuid_or_index)
+
+
+def gpus() -> list[GpuInfo]:
+    """Every GPU the driver sees, with read-only facts used for identity and planning."""
+    result = []
+    for index in range(device_count()):
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        mig = _try(pynvml.nvmlDeviceGetMigMode, h)
+        clocks = pynvml.NVML_CLOCK_SM
+        extra = {
+            "persistence_mode": _try(pynvml.nvmlDeviceGetPersistenceMode, h),
+            "ecc_mode": (_try(pynvml.nvmlDeviceGetEccMode, h) or [None])[0],
+            "power_limit_w": (_try(pynvml.nvmlDeviceGetEnforcedPowerLimit, h) or 0) / 1000 or None,
+            "max_sm_clock_mhz": _try(pynvml.nvmlDeviceGetMaxClockInfo, h, clocks),
+            "application_sm_clock_mhz": _try(pynvml.nvmlDeviceGetApplicationsClock, h, clocks),
+            "max_memory_clock_mhz": _try(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_MEM),
+            "sm_count": _full_gpu_sm_count(h),
+        }
+        result.append(GpuInfo(
+            index=index,
+            uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
+            name=_text(pynvml.nvmlDeviceGetName(h)),
+            memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+            mig_mode=mig[0] if mig else None,
+            compute_capability=_try(pynvml.nvmlDeviceGetCudaComputeCapability, h),
+            extra=extra,
+        ))
+    return result
+
+
+def _full_gpu_sm_count(h) -> int | None:
+    """SM count of the whole GPU, read from its full-size MIG profile (answers with MIG off too);
+    None on GPUs without MIG."""
+    info = _try(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, h, pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE)
+    return int(info.multiprocessorCount) if info else None
+
+
+def driver() -> dict:
+    _require()
+    cuda = _try(pynvml.nvmlSystemGetCudaDriverVersion_v2) or _try(pynvml.nvmlSystemGetCudaDriverVersion)
+    return {
+        "driver_version": _text(pynvml.nvmlSystemGetDriverVersion()),
+        "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,
+        "nvml_version": _text(_try(pynvml.nvmlSystemGetNVMLVersion, default="")) or None,
+    }
+
+
+def gpu_processes(uuid: str) -> dict[int, dict]:
+    """Processes with a context on the GPU: pid -> {memory_bytes, mps}. MPS clients are listed by
+    the MPS query; plain contexts (and the MPS server itself) by the compute query."""
+    h = _handle(uuid)
+    found: dict[int, dict] = {}
+    for query, is_mps in ((pynvml.nvmlDeviceGetComputeRunningProcesses, False),
+                          (pynvml.nvmlDeviceGetMPSComputeRunningProcesses, True)):
+        for proc in _try(query, h, default=[]) or []:
+            memory = proc.usedGpuMemory if isinstance(proc.usedGpuMemory, int) else None
+            found[int(proc.pid)] = {"memory_bytes": memory, "mps": is_mps}
+    return found
+
+
+# --- telemetry -------------------------------------------------------------------------------
+
+def instant_sample(uuid: str) -> dict:
+    """Cheap counters read many times a second: energy (mJ), power (mW), SM clock, clock-event bits."""
+    h = _handle(uuid)
+    return {
+        "energy_mj": _try(pynvml.nvmlDeviceGetTotalEnergyConsumption, h),
+        "power_mw": _try(pynvml.nvmlDeviceGetPowerUsage, h),
+        "sm_clock_mhz": _try(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
+        "clock_event_reasons": _try(pynvml.nvmlDeviceGetCurrentClocksEventReasons, h),
+        "utilization_gpu_pct": getattr(_try(pynvml.nvmlDeviceGetUtilizationRates, h), "gpu", None),
+    }
+
+
+def gpm_supported(uuid: str) -> bool:
+    h = _handle(uuid)
+    support = _try(pynvml.nvmlGpmQueryDeviceSupport, h)
+    return bool(support and support.isSupportedDevice)
+
+
+class GpmSample:
+    """An NVML GPM sample (GPU, or one GPU instance under MIG); free() when done."""
+
+    def __init__(self, uuid: str, gpu_instance_id: int | None = None):
+        self._h = _handle(uuid)
+        self._sample = pynvml.nvmlGpmSampleAlloc()
+        if gpu_instance_id is None:
+            pynvml.nvmlGpmSampleGet(self._h, self._sample)
+        else:
+            pynvml.nvmlGpmMigSampleGet(self._h, gpu_instance_id, self._sample)
+
+    def free(self) -> None:
+        if self._sample is not None:
+            pynvml.nvmlGpmSampleFree(self._sample)
+            self._sample = None
+
+
+def gpm_metrics(first: GpmSample, second: GpmSample) -> dict[str, float | str]:
+    """Metric name -> value between two samples, or a string reason where NVML refused that metric."""
+    request = pynvml.c_nvmlGpmMetricsGet_t()
+    request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = len(GPM_METRICS)
+    request.sample1, request.sample2 = first._sample, second._sample
+    for i, metric_id in enumerate(GPM_METRICS.values()):
+        request.metrics[i].metricId = metric_id
+    pynvml.nvmlGpmMetricsGet(request)
+    values: dict[str, float | str] = {}
+    for i, name in enumerate(GPM_METRICS):
+        metric = request.metrics[i]
+        if metric.nvmlReturn == pynvml.NVML_SUCCESS:
+            values[name] = float(metric.value)
+        else:
+            values[name] = f"unsupported (NVML return {metric.nvmlReturn})"
+    return values
+
+
+# --- MIG (read-only queries; they answer with MIG mode off too) ----------------------------------
+
+MAX_PROFILE_INDEX = 20
+
+
+def mig_profiles(uuid: str) -> list[dict]:
+    """GPU-instance profiles with their possible placements, as ``mig.table`` wants them."""
+    h = _handle(uuid)
+    profiles = []
+    for index in range(MAX_PROFILE_INDEX):
+        try:
+            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, index)
+        except pynvml.NVMLError:  # NotSupported / InvalidArgument: no such profile here
+            continue
+        # A profile can have more placements than instances (1g.18gb+me: 1 instance, 7 places);
+        # there are at most 8 memory slices, so 8 entries always suffice.
+        placements = (pynvml.c_nvmlGpuInstancePlacement_t * 8)()
+        count = ctypes.c_uint(8)
+        starts, size = [], None
+        try:
+            pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(h, info.id, placements, ctypes.byref(count))
+            starts = [int(placements[i].start) for i in range(count.value)]
+            size = int(placements[0].size) if count.value else None
+        except pynvml.NVMLError:
+            pass
+        name = _text(getattr(info, "name", b"")) or None
+        profiles.append({
+            "nvml_index": index,
+            "profile_id": int(info.id),
+            "name": name,
+            "slice_count": int(info.sliceCount),
+            "instance_count": int(info.instanceCount),
+            "memory_mb": int(info.memorySizeMB),
+            "multiprocessor_count": int(info.multiprocessorCount),
+            "placements": {"starts": starts, "size": size},
+        })
+    return profiles
+
+
+def shutdown() -> None:
+    with _lock:
+        if _state["initialised"]:
+            _try(pynvml.nvmlShutdown)
+            _state["initialised"] = False

@@ -1,0 +1,144 @@
+"""Command-line / ini options: declared once, each value parsed by a small ``parse_*`` function.
+
+Every parser raises ValueError with a message naming the option, so bad input becomes a pytest usage
+error before any process is started or any GPU state is touched.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .modes import parse_modes
+from .placement import PlacementError, parse_cpu_policy
+
+
+def _number(name: str, low: float, high: float, integer: bool = False) -> Callable[[str], Any]:
+    def parse(text: str):
+        try:
+            value = int(text) if integer else float(text)
+        except (TypeError, ValueError):
+            kind = "an integer" if integer else "a number"
+            raise ValueError(f"{name} must be {kind}, got {text!r}") from None
+        if not math.isfinite(value) or not low <= value <= high:
+            raise ValueError(f"{name} must be between {low:g} and {high:g}, got {text!r}")
+        return value
+
+    return parse
+
+
+def parse_device(text: str) -> str:
+    value = (text or "auto").strip().lower()
+    if value not in ("auto", "cuda", "cpu"):
+        raise ValueError(f"--colloc-device must be auto, cuda or cpu, got {text!r}")
+    return value
+
+
+def parse_gpu_selector(text: str) -> str | int:
+    """A GPU index (``0``) or UUID (``GPU-...``)."""
+    value = (text or "0").strip()
+    if re.fullmatch(r"\d{1,3}", value):
+        return int(value)
+    if re.fullmatch(r"GPU-[0-9a-fA-F-]{8,64}", value):
+        return value
+    raise ValueError(f"--colloc-gpu must be a GPU index or a GPU-... UUID, got {text!r}")
+
+
+def parse_cpus(text: str):
+    try:
+        return parse_cpu_policy(text)
+    except PlacementError as exc:
+        raise ValueError(f"--colloc-cpus: {exc}") from None
+
+
+def parse_flag(text: Any) -> bool:
+    if isinstance(text, bool):
+        return text
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # ini key; the command-line flag is --name with dashes
+    help: str
+    parse: Callable[[Any], Any]
+    default: str | None  # None: depends on the device (GPU / CPU default below)
+    gpu_default: str | None = None
+    cpu_default: str | None = None
+    flag: bool = False
+
+    @property
+    def flag_name(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+OPTIONS = [
+    Option("gpu_mode", "sharing modes to run scenarios under, comma-separated "
+           "(sequential, naive, mps, mps-partitioned); default: sequential,naive",
+           parse_modes, "sequential,naive"),
+    Option("colloc_device", "auto (GPU if NVML sees one, else CPU smoke mode), cuda, or cpu",
+           parse_device, "auto"),
+    Option("colloc_gpu", "GPU to run on: index or UUID (default 0)", parse_gpu_selector, "0"),
+    Option("colloc_rounds", "measurement rounds per scenario (default: 10 on a GPU, 3 on the CPU)",
+           _number("--colloc-rounds", 2, 10000, integer=True), None, "10", "3"),
+    Option("colloc_round_seconds", "length of one measurement round in seconds (default: 2 GPU, 0.5 CPU)",
+           _number("--colloc-round-seconds", 0.05, 3600), None, "2", "0.5"),
+    Option("colloc_warmup_seconds", "minimum warm-up per worker before measuring (default: 5 GPU, 0.5 CPU)",
+           _number("--colloc-warmup-seconds", 0, 3600), None, "5", "0.5"),
+    Option("colloc_warmup_steps", "minimum warm-up steps per worker (default: 20 GPU, 2 CPU)",
+           _number("--colloc-warmup-steps", 1, 10**6, integer=True), None, "20", "2"),
+    Option("colloc_timeout", "seconds a scenario's workers may take to start and warm up, and beyond the "
+           "planned measurement time to finish it (default 600)",
+           _number("--colloc-timeout", 1, 86400), "600"),
+    Option("colloc_cpus", "CPU cores per worker: auto (disjoint cores per worker), none, or explicit lists "
+           "'0-3;4-7' (one per worker)", parse_cpus, "auto"),
+    Option("colloc_ideal", "also measure the 'ideal' reference for homogeneous scenarios: one process "
+           "with the summed batch (gives collocation efficiency)", parse_flag, "false", flag=True),
+    Option("colloc_cpu_full", "in CPU smoke mode, run every scenario instead of only the quick tier",
+           parse_flag, "false", flag=True),
+    Option("mps_oversubscribe", "allow mps-partitioned shares that add up to more than 100 percent",
+           parse_flag, "false", flag=True),
+]
+BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def add_options(parser) -> None:
+    group = parser.getgroup("gpucolloc", "GPU collocation benchmarks (pytest-gpucolloc)")
+    for option in OPTIONS:
+        if option.flag:
+            group.addoption(option.flag_name, action="store_const", const="true", dest=option.name,
+                            default=None, help=option.help)
+        else:
+            group.addoption(option.flag_name, action="store", dest=option.name, default=None,
+                            metavar=option.name.split("_")[-1].upper(), help=option.help)
+        parser.addini(option.name, option.help, default=None)
+
+
+def read_options(config, on_gpu: bool | None = None) -> dict[str, Any]:
+    """Parsed values: command line first, then ini, then the default (device-dependent ones need on_gpu)."""
+    values = {}
+    for option in OPTIONS:
+        raw = config.getoption(option.name)
+        if raw is None:
+            raw = config.getini(option.name)
+        if raw in (None, ""):
+            if option.default is not None:
+                raw = option.default
+            elif on_gpu is None:
+                raw = option.gpu_default
+            else:
+                raw = option.gpu_default if on_gpu else option.cpu_default
+        try:
+            values[option.name] = option.parse(raw)
+        except ValueError as exc:
+            message = str(exc)
+            if option.flag_name not in message:
+                message = f"{option.flag_name}: {message}"
+            raise ValueError(message) from None
+    return values

@@ -1,0 +1,83 @@
+"""Which CPU cores each worker may use.
+
+CPU placement is part of what is measured for launch-bound workloads, so it is decided here,
+explicitly, and recorded with every result.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+class PlacementError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class CpuPolicy:
+    """``auto``: disjoint core sets, one spare core for the controller when there is room;
+    ``none``: no pinning; ``explicit``: the given core sets, one per worker (may overlap: asked for)."""
+
+    kind: str = "auto"
+    explicit: tuple[tuple[int, ...], ...] = ()
+
+
+def parse_cpu_policy(text: str) -> CpuPolicy:
+    """``auto`` | ``none`` | ``"0-3;4-7;8,9"`` (one core list per worker, ``;``-separated)."""
+    text = (text or "").strip()
+    if text in ("", "auto"):
+        return CpuPolicy("auto")
+    if text == "none":
+        return CpuPolicy("none")
+    sets = []
+    for group in text.split(";"):
+        cores: set[int] = set()
+        for part in group.split(","):
+            part = part.strip()
+            try:
+                if "-" in part:
+                    low, high = (int(x) for x in part.split("-", 1))
+                    if high < low:
+                        raise ValueError
+                    cores.update(range(low, high + 1))
+                else:
+                    cores.add(int(part))
+            except ValueError:
+                raise PlacementError(
+                    f"invalid CPU list {group!r} in {text!r}: expected 'auto', 'none' or core lists "
+                    "such as '0-3;4-7'"
+                ) from None
+        if not cores or min(cores) < 0 or max(cores) > 4095:
+            raise PlacementError(f"invalid CPU list {group!r}: cores must be between 0 and 4095")
+        sets.append(tuple(sorted(cores)))
+    return CpuPolicy("explicit", tuple(sets))
+
+
+@dataclass(frozen=True)
+class Assignment:
+    cpus: list[tuple[int, ...] | None]  # per worker; None: not pinned
+    note: str
+
+
+def assign_cpus(n_workers: int, policy: CpuPolicy, available: list[int] | None = None) -> Assignment:
+    available = sorted(available if available is not None else os.sched_getaffinity(0))
+    if policy.kind == "none":
+        return Assignment([None] * n_workers, "not pinned (--colloc-cpus=none)")
+    if policy.kind == "explicit":
+        if len(policy.explicit) < n_workers:
+            raise PlacementError(
+                f"--colloc-cpus gives {len(policy.explicit)} core lists for {n_workers} workers"
+            )
+        missing = sorted({c for s in policy.explicit for c in s} - set(available))
+        if missing:
+            raise PlacementError(f"--colloc-cpus names cores {missing} that this process may not use")
+        return Assignment(list(policy.explicit[:n_workers]), "explicit (--colloc-cpus)")
+    if len(available) < n_workers:
+        return Assignment(
+            [None] * n_workers,
+            f"not pinned: {n_workers} workers but only {len(available)} cores (never two workers per core)",
+        )
+    cores = available[1:] if len(available) > n_workers else available  # keep one core for the controller
+    per_worker = len(cores) // n_workers
+    sets = [tuple(cores[i * per_worker:(i + 1) * per_worker]) for i in range(n_workers)]
+    return Assignment(list(sets), f"auto: {per_worker} core(s) per worker")

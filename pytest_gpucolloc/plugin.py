@@ -1,0 +1,217 @@
+"""pytest hooks and fixtures of pytest-gpucolloc (registered through the ``pytest11`` entry point)."""
+from __future__ import annotations
+
+import signal
+from typing import Callable, Iterable
+
+import pytest
+
+from . import measure, report
+from .modes import MODES, ModeConfigError, SharingMode
+from .modes.sequential import SequentialMode
+from .mps import MpsDaemon, MpsError
+from .options import add_options, read_options
+from .scenario import ScenarioFailed, ScenarioResult, run_scenario
+from .session import CollocSession, DeviceUnavailable
+from .workloads import Workload, WorkloadError, as_workload
+
+session_key = pytest.StashKey[CollocSession]()
+diagnostics_key = pytest.StashKey[str]()
+_previous_sigterm = pytest.StashKey[object]()
+MODE_ORDER = list(MODES)  # sequential first: its results are the baselines of the other modes
+
+
+def pytest_addoption(parser):
+    add_options(parser)
+
+
+def _sigterm_as_interrupt(signum, frame):
+    # pytest ignores SIGTERM by default; turn it into Ctrl-C so every cleanup path runs.
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "quick: scenario of the quick tier (also run in CPU smoke mode)")
+    config.addinivalue_line("markers", "gpu: test needs a real NVIDIA GPU; skipped with the reason without one")
+    try:
+        values = read_options(config)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[session_key] = CollocSession(values)
+    if values["colloc_device"] == "cuda":
+        try:
+            config.stash[session_key].placement()
+        except DeviceUnavailable as exc:
+            raise pytest.UsageError(str(exc)) from None
+    try:
+        config.stash[_previous_sigterm] = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    except ValueError:  # not the main thread
+        pass
+
+
+def pytest_unconfigure(config):
+    previous = config.stash.get(_previous_sigterm, None)
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _session(config) -> CollocSession:
+    return config.stash[session_key]
+
+
+def pytest_report_header(config):
+    session = _session(config)
+    try:
+        where = session.placement().reason
+    except DeviceUnavailable as exc:
+        where = str(exc)
+    return [f"gpucolloc: modes {', '.join(session.modes)}; {where}"]
+
+
+def pytest_generate_tests(metafunc):
+    if "gpu_mode" in metafunc.fixturenames:
+        modes = _session(metafunc.config).modes
+        metafunc.parametrize("gpu_mode", modes, ids=modes, indirect=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    def mode_rank(item) -> int:
+        mode = getattr(item, "callspec", None) and item.callspec.params.get("gpu_mode")
+        return MODE_ORDER.index(mode) if mode in MODE_ORDER else -1
+
+    items.sort(key=mode_rank)  # stable: the file order is kept within a mode
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu"):
+        placement = _session(item.config).placement()
+        if placement.gpu is None:
+            pytest.skip(f"needs an NVIDIA GPU: {placement.reason}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    rep = yield
+    diagnostics = item.stash.get(diagnostics_key, "")
+    if rep.failed and diagnostics:
+        rep.sections.append(("gpucolloc diagnostics", diagnostics))
+    return rep
+
+
+@pytest.fixture
+def gpu_mode(request) -> str:
+    """Name of the sharing mode this test runs under (parametrised from --gpu-mode)."""
+    return getattr(request, "param", _session(request.config).modes[0])
+
+
+def _record(benchmark, result: ScenarioResult) -> None:
+    """Store the scenario in pytest-benchmark: timing = seconds per sample of aggregate throughput per
+    round (so --benchmark-compare-fail sees a throughput loss), throughput numbers in extra_info."""
+    benchmark.extra_info.update(result.extra_info())
+    if benchmark.disabled:
+        return
+    stats = benchmark._make_stats(1)
+    for value in measure.seconds_per_sample(result.aggregate_rounds):
+        stats.update(value)
+    benchmark._mode = "pytest-gpucolloc"
+
+
+@pytest.fixture
+def collocate(request, gpu_mode, benchmark, tmp_path) -> Callable[..., ScenarioResult]:
+    """Run workloads together under the test's sharing mode, measure, and record into ``benchmark``.
+
+    ``collocate([Workload("resnet26", batch_size=128)] * 2)`` returns a ``ScenarioResult``.
+    """
+    config = request.config
+    session = _session(config)
+    used = []
+
+    def run(workloads: Iterable[Workload | str], *, ideal: bool | None = None) -> ScenarioResult:
+        if used:
+            raise RuntimeError("collocate can run one scenario per test (one benchmark record each)")
+        used.append(True)
+        try:
+            jobs = [as_workload(w) for w in workloads]
+        except WorkloadError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        if not jobs:
+            pytest.fail("collocate() needs at least one workload", pytrace=False)
+        placement = session.placement()
+        if placement.gpu is None and not request.node.get_closest_marker("quick") \
+                and not session.values["colloc_cpu_full"]:
+            pytest.skip(f"{placement.reason}: runs only the quick tier (marker 'quick'); "
+                        "pass --colloc-cpu-full to run every scenario on the CPU")
+        mode: SharingMode = MODES[gpu_mode]()
+        settings = session.settings(config)
+        target = session.new_target()
+        try:
+            reason = mode.unavailable_reason(target)
+            if reason:
+                pytest.skip(f"{gpu_mode}: {reason}")
+            result = run_scenario(jobs, mode, target, settings, tmp_path)
+            _add_baselines(session, result, settings, target, tmp_path,
+                           ideal if ideal is not None else session.values["colloc_ideal"])
+        except (ModeConfigError, MpsError) as exc:
+            pytest.fail(f"{gpu_mode}: {exc}", pytrace=False)
+        except ScenarioFailed as exc:
+            if exc.diagnostics:
+                request.node.stash[diagnostics_key] = exc.diagnostics
+            pytest.fail(f"{gpu_mode}: {exc}", pytrace=False)
+        finally:
+            session.release(target)
+        _record(benchmark, result)
+        session.results.append((request.node.name, result))
+        return result
+
+    return run
+
+
+def _add_baselines(session: CollocSession, result: ScenarioResult, settings, target, log_dir, want_ideal) -> None:
+    device = session.device_key()
+    if result.mode == SequentialMode.name:
+        for worker in result.workers:
+            session.alone[(worker.workload.key(), device)] = worker.stats.throughput
+        result.speedup = 1.0
+    else:
+        alone = [session.alone.get((w.workload.key(), device)) for w in result.workers]
+        result.speedup = measure.weighted_speedup([w.stats.throughput for w in result.workers], alone)
+    if want_ideal and result.homogeneous:
+        combined = result.workloads[0].with_batch_size(sum(w.batch_size for w in result.workloads))
+        key = (combined.key(), device)
+        if key not in session.ideal:
+            ideal = run_scenario([combined], SequentialMode(), target, settings, log_dir)
+            session.ideal[key] = ideal.aggregate_throughput
+        result.ideal_throughput = session.ideal[key]
+
+
+@pytest.fixture
+def mps_daemon(request, tmp_path_factory):
+    """A private, running MPS control daemon for the selected GPU, stopped after the test.
+
+    ``mps_daemon.client_env()`` is the environment a client process needs; ``clients()``,
+    ``servers()``, ``control(cmd)``, ``set_default(cmd, value)`` and ``log_tail()`` inspect it.
+    """
+    session = _session(request.config)
+    target = session.new_target()
+    try:
+        reason = MODES["mps"]().unavailable_reason(target)
+        if reason:
+            pytest.skip(f"mps_daemon: {reason}")
+        with MpsDaemon(target.scratch / "mps", target.gpu.uuid) as daemon:
+            daemon.start()
+            yield daemon
+    finally:
+        session.release(target)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    session = config.stash.get(session_key, None)
+    if not session or not session.results:
+        return
+    terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
+    terminalreporter.write_line(session.placement().reason)
+    terminalreporter.write_line(report.summary_table(session.results))
+    terminalreporter.write_line(
+        "speedup: sum of each job's throughput relative to running alone (sequential, same session); "
+        "CV: round-to-round spread of aggregate throughput"
+    )

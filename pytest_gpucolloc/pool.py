@@ -1,0 +1,223 @@
+"""Controller side of the workers: spawn with an explicit environment, start measurement together,
+collect, and always stop every process (success, failure, timeout, Ctrl-C)."""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .worker import MSG_FD_ENV
+from .workloads import Workload
+
+PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+# Variables a worker must never inherit: the mode decides them.
+_CONTROLLED_PREFIXES = ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_", "NVIDIA_VISIBLE_DEVICES", MSG_FD_ENV)
+_LIVE_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
+
+
+class WorkerFailed(RuntimeError):
+    def __init__(self, label: str, summary: str, log_tail: str = "", error: dict | None = None):
+        self.label, self.summary, self.log_tail, self.error = label, summary, log_tail, error or {}
+        text = f"worker {label} failed: {summary}"
+        if log_tail:
+            text += f"\n--- last lines of {label}'s output ---\n{log_tail}"
+        super().__init__(text)
+
+
+class ScenarioTimeout(RuntimeError):
+    pass
+
+
+@dataclass
+class WorkerSlot:
+    """One worker as a sharing mode decided it: its workload, environment and CPU cores."""
+
+    workload: Workload
+    env: dict[str, str] = field(default_factory=dict)
+    cpus: tuple[int, ...] | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # mode-specific facts recorded with the result
+
+
+def base_environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_CONTROLLED_PREFIXES)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, os.getcwd(), env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+class _Worker:
+    def __init__(self, label: str, slot: WorkerSlot, spec: dict, log_path: Path):
+        self.label, self.slot, self.log_path = label, slot, log_path
+        read_fd, write_fd = os.pipe()
+        env = base_environment()
+        env.update(slot.env)
+        env[MSG_FD_ENV] = str(write_fd)
+        if slot.cpus:
+            env["OMP_NUM_THREADS"] = str(len(slot.cpus))
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "pytest_gpucolloc.worker"],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
+                pass_fds=(write_fd,), start_new_session=True,  # Ctrl-C reaches the controller only
+            )
+        os.close(write_fd)
+        self.messages_fd = read_fd
+        self._buffer = b""
+        self.send(spec)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def send(self, message: dict) -> None:
+        try:
+            self.process.stdin.write((json.dumps(message) + "\n").encode())
+            self.process.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # it died; the message loop reports why
+
+    def read_messages(self) -> list[dict] | None:
+        """Messages that have arrived (call when the fd is readable); None once the worker closed it."""
+        chunk = os.read(self.messages_fd, 65536)
+        if not chunk:
+            return None
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def failure(self, error: dict | None = None) -> WorkerFailed:
+        if error:
+            summary = f"{error.get('type')}: {error.get('message')}"
+        else:
+            code = self.process.wait(timeout=10)
+            summary = f"exited with code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
+        return WorkerFailed(self.label, summary, tail(self.log_path), error)
+
+    def stop(self, grace_s: float) -> None:
+        if self.process.poll() is None:
+            self.send({"cmd": "stop"})
+        for sig, wait_s in ((None, grace_s), (signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
+            if sig is not None:
+                try:
+                    os.killpg(self.process.pid, sig)
+                except ProcessLookupError:
+                    break
+            try:
+                self.process.wait(timeout=wait_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:  # the process group may still hold children of the worker
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+        if self.messages_fd is not None:
+            os.close(self.messages_fd)
+            self.messages_fd = None
+
+
+class WorkerPool:
+    """Workers of one phase of a scenario (all running at the same time)."""
+
+    def __init__(self, slots: list[WorkerSlot], *, device: str, warmup_s: float, warmup_steps: int,
+                 log_dir: Path, image_size: int | None = None, label_offset: int = 0):
+        self.slots = slots
+        self.spec = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps, image_size=image_size)
+        self.log_dir = Path(log_dir)
+        self.label_offset = label_offset
+        self.workers: list[_Worker] = []
+
+    def __enter__(self) -> "WorkerPool":
+        _LIVE_POOLS.add(self)
+        try:
+            for i, slot in enumerate(self.slots):
+                label = f"w{self.label_offset + i}"
+                spec = dict(self.spec, workload=slot.workload.to_dict(),
+                            cpus=list(slot.cpus) if slot.cpus else None,
+                            threads=len(slot.cpus) if slot.cpus else None)
+                self.workers.append(_Worker(label, slot, spec, self.log_dir / f"{label}.log"))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.pid for w in self.workers]
+
+    def _collect(self, event: str, timeout_s: float, what: str) -> list[dict]:
+        """Wait for ``event`` from every worker; any worker's error or death fails at once."""
+        results: dict[int, dict] = {}
+        selector = selectors.DefaultSelector()
+        for i, worker in enumerate(self.workers):
+            selector.register(worker.messages_fd, selectors.EVENT_READ, i)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while len(results) < len(self.workers):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    waiting = [w.label for i, w in enumerate(self.workers) if i not in results]
+                    raise ScenarioTimeout(
+                        f"timed out after {timeout_s:.0f}s waiting for {what} of {', '.join(waiting)}"
+                        + "".join(f"\n--- last lines of {w.label} ---\n{tail(w.log_path, 10)}"
+                                  for i, w in enumerate(self.workers) if i not in results)
+                    )
+                for key, _ in selector.select(timeout=min(remaining, 1.0)):
+                    worker = self.workers[key.data]
+                    messages = worker.read_messages()
+                    if messages is None:
+                        raise worker.failure()
+                    for message in messages:
+                        if message["event"] == "error":
+                            raise worker.failure(message)
+                        if message["event"] == event:
+                            results[key.data] = message
+                            selector.unregister(worker.messages_fd)
+        finally:
+            selector.close()
+        return [results[i] for i in range(len(self.workers))]
+
+    def wait_ready(self, timeout_s: float) -> list[dict]:
+        return self._collect("ready", timeout_s, "warm-up")
+
+    def measure(self, start: float, round_s: float, rounds: int, timeout_s: float) -> list[dict]:
+        for worker in self.workers:
+            worker.send({"cmd": "measure", "start": start, "round_s": round_s, "rounds": rounds})
+        return self._collect("result", timeout_s, "measurement")
+
+    def close(self, grace_s: float = 5.0) -> None:
+        for worker in self.workers:
+            if worker.process.poll() is None:
+                worker.send({"cmd": "stop"})
+        for worker in self.workers:
+            worker.stop(grace_s)
+        _LIVE_POOLS.discard(self)
+
+
+@atexit.register
+def _stop_all_workers() -> None:
+    for pool in list(_LIVE_POOLS):
+        pool.close(grace_s=1.0)

@@ -1,0 +1,194 @@
+"""Run one collocation scenario: provision the mode, run its phases of workers, measure, compute."""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import measure
+from .modes.base import SharingMode, Target
+from .placement import CpuPolicy, assign_cpus
+from .modes.base import WorkerCheckFailed
+from .pool import ScenarioTimeout, WorkerFailed, WorkerPool, WorkerSlot
+from .workloads import Workload
+
+START_LEAD_S = 0.5  # time for the measure command to reach every worker before the first boundary
+
+
+@dataclass(frozen=True)
+class Settings:
+    rounds: int
+    round_s: float
+    warmup_s: float
+    warmup_steps: int
+    timeout_s: float
+    cpu_policy: CpuPolicy = CpuPolicy()
+    image_size: int | None = None  # CPU smoke mode shrinks inputs
+    batch_cap: int | None = None  # CPU smoke mode caps batch sizes
+
+    def adapt(self, workload: Workload) -> Workload:
+        if self.batch_cap and workload.batch_size > self.batch_cap:
+            return workload.with_batch_size(self.batch_cap)
+        return workload
+
+
+@dataclass
+class WorkerRecord:
+    workload: Workload
+    stats: measure.WorkerStats
+    ready: dict
+    cpus: tuple[int, ...] | None
+    info: dict
+
+    def to_dict(self) -> dict:
+        return {
+            "workload": self.workload.label,
+            "params": self.workload.to_dict(),
+            **self.stats.summary(),
+            "peak_memory_bytes": self.ready.get("peak_memory_bytes"),
+            "cpus": list(self.cpus) if self.cpus else None,
+            "pid": self.ready.get("pid"),
+            **self.info,
+        }
+
+
+@dataclass
+class ScenarioResult:
+    mode: str
+    workloads: list[Workload]
+    workers: list[WorkerRecord]  # one per workload, in scenario order
+    aggregate_rounds: list[float]
+    device: str
+    cpu_note: str
+    info: dict = field(default_factory=dict)
+    speedup: float | None = None
+    ideal_throughput: float | None = None
+
+    @property
+    def aggregate_throughput(self) -> float:
+        return sum(self.aggregate_rounds) / len(self.aggregate_rounds)
+
+    @property
+    def cv(self) -> float | None:
+        return measure.coefficient_of_variation(self.aggregate_rounds)
+
+    @property
+    def efficiency(self) -> float | None:
+        return self.aggregate_throughput / self.ideal_throughput if self.ideal_throughput else None
+
+    @property
+    def homogeneous(self) -> bool:
+        return len({w.key() for w in self.workloads}) == 1
+
+    def extra_info(self) -> dict[str, Any]:
+        """What goes into pytest-benchmark's extra_info (JSON-able)."""
+        return {
+            "gpucolloc": 1,
+            "mode": self.mode,
+            "device": self.device,
+            "n_workers": len(self.workloads),
+            "workloads": [w.label for w in self.workloads],
+            "aggregate_throughput": self.aggregate_throughput,
+            "aggregate_round_throughputs": self.aggregate_rounds,
+            "aggregate_cv": self.cv,
+            "speedup_vs_sequential": self.speedup,
+            "ideal_throughput": self.ideal_throughput,
+            "efficiency": self.efficiency,
+            "cpu_placement": self.cpu_note,
+            "workers": [w.to_dict() for w in self.workers],
+            **self.info,
+        }
+
+
+class ScenarioFailed(RuntimeError):
+    def __init__(self, message: str, diagnostics: str = ""):
+        super().__init__(message)
+        self.diagnostics = diagnostics
+
+
+def _explain(error: WorkerFailed, slot: WorkerSlot) -> str:
+    """Make an out-of-memory under a memory partition read as what it is."""
+    limit = slot.info.get("memory_limit_mb")
+    if limit and error.error.get("type") == "OutOfMemoryError":
+        peak = error.error.get("max_memory_allocated_bytes")
+        peak_text = f"; it had allocated {peak / 2**20:.0f} MB at its peak" if peak else ""
+        return (f"{slot.workload.label} does not fit in its partition: pinned device memory limit "
+                f"{limit} MB{peak_text}\n{error}")
+    return str(error)
+
+
+def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_dir: Path,
+              check: Callable[[list[WorkerSlot], list[dict]], None], label_offset: int,
+              sampler_factory: Callable | None = None) -> tuple[list[tuple[dict, dict]], str, dict]:
+    assignment = assign_cpus(len(slots), settings.cpu_policy)
+    for slot, cpus in zip(slots, assignment.cpus):
+        slot.cpus = cpus
+    telemetry: dict = {}
+    with WorkerPool(slots, device=target.device, warmup_s=settings.warmup_s,
+                    warmup_steps=settings.warmup_steps, log_dir=log_dir, image_size=settings.image_size,
+                    label_offset=label_offset) as pool:
+        try:
+            ready = pool.wait_ready(settings.timeout_s)
+            check(slots, ready)
+            start = time.monotonic() + START_LEAD_S
+            window = (start, start + settings.rounds * settings.round_s)
+            sampler = sampler_factory(window, pool.pids) if sampler_factory else contextlib.nullcontext()
+            with sampler as sampling:
+                results = pool.measure(start, settings.round_s, settings.rounds,
+                                       timeout_s=settings.rounds * settings.round_s + settings.timeout_s)
+            if sampling is not None:
+                telemetry = sampling.summary()
+        except WorkerFailed as error:
+            slot = next((s for s, w in zip(slots, pool.workers) if w.label == error.label), slots[0])
+            raise ScenarioFailed(_explain(error, slot)) from error
+        except (ScenarioTimeout, WorkerCheckFailed) as error:
+            raise ScenarioFailed(str(error)) from error
+    for report, result in zip(ready, results):
+        report["peak_memory_bytes"] = result.get("peak_memory_bytes")
+    return list(zip(ready, results)), assignment.note, telemetry
+
+
+def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, settings: Settings,
+                 log_dir: Path, sampler_factory: Callable | None = None) -> ScenarioResult:
+    workloads = [settings.adapt(w) for w in workloads]
+    mode.validate(workloads, target)
+    by_key: dict[tuple, WorkerRecord] = {}
+    records: list[WorkerRecord] = []
+    notes: list[str] = []
+    telemetry: list[dict] = []
+    with mode.provision(workloads, target) as prov:
+        try:
+            offset = 0
+            for slots in prov.phases:
+                outcomes, note, phase_telemetry = run_phase(
+                    slots, target, settings, log_dir, prov.check_workers, offset, sampler_factory)
+                offset += len(slots)
+                notes.append(note)
+                telemetry.append(phase_telemetry)
+                for slot, (ready, result) in zip(slots, outcomes):
+                    stats = measure.WorkerStats([tuple(r) for r in result["rounds"]], ready["samples_per_step"])
+                    record = WorkerRecord(slot.workload, stats, ready, slot.cpus, dict(slot.info))
+                    records.append(record)
+                    by_key.setdefault(slot.workload.key(), record)
+        except ScenarioFailed as failure:
+            failure.diagnostics = prov.diagnostics()  # read before teardown removes the logs
+            raise
+        except Exception as exc:
+            diagnostics = prov.diagnostics()
+            if diagnostics:
+                raise ScenarioFailed(f"{type(exc).__name__}: {exc}", diagnostics) from exc
+            raise
+
+    if prov.one_at_a_time:
+        workers = [by_key[w.key()] for w in workloads]
+        aggregate = measure.sequential_aggregate([r.stats for r in workers])
+    else:
+        workers = records
+        aggregate = measure.concurrent_aggregate([r.stats for r in workers])
+    info = dict(prov.info)
+    if any(telemetry):
+        info["telemetry"] = telemetry[0] if len(telemetry) == 1 else telemetry
+    return ScenarioResult(mode.name, workloads, workers, aggregate, target.device,
+                          "; ".join(dict.fromkeys(notes)), info)

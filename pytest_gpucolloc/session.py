@@ -1,0 +1,99 @@
+"""Run-level state: where scenarios run, their settings, baselines measured so far, results."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import nvml
+from .modes.base import Target
+from .options import read_options
+from .scenario import ScenarioResult, Settings
+
+# CPU smoke mode: real processes and real training, small enough for a laptop or a CI runner.
+CPU_IMAGE_SIZE = 32
+CPU_BATCH_CAP = 4
+
+
+@dataclass
+class Placement:
+    device: str  # "cuda" or "cpu"
+    gpu: nvml.GpuInfo | None
+    reason: str  # why this device (shown in the header and summary)
+
+
+@dataclass
+class CollocSession:
+    values: dict[str, Any]
+    results: list[tuple[str, ScenarioResult]] = field(default_factory=list)
+    alone: dict[tuple, float] = field(default_factory=dict)  # sequential throughput per job
+    ideal: dict[tuple, float] = field(default_factory=dict)
+    _placement: Placement | None = None
+
+    @property
+    def modes(self) -> list[str]:
+        return self.values["gpu_mode"]
+
+    def placement(self) -> Placement:
+        if self._placement is None:
+            self._placement = detect(self.values["colloc_device"], self.values["colloc_gpu"])
+        return self._placement
+
+    def settings(self, config) -> Settings:
+        on_gpu = self.placement().device == "cuda"
+        values = read_options(config, on_gpu=on_gpu)
+        return Settings(
+            rounds=values["colloc_rounds"],
+            round_s=values["colloc_round_seconds"],
+            warmup_s=values["colloc_warmup_seconds"],
+            warmup_steps=values["colloc_warmup_steps"],
+            timeout_s=values["colloc_timeout"],
+            cpu_policy=values["colloc_cpus"],
+            image_size=None if on_gpu else CPU_IMAGE_SIZE,
+            batch_cap=None if on_gpu else CPU_BATCH_CAP,
+        )
+
+    def new_target(self) -> Target:
+        placement = self.placement()
+        # Short private path: MPS pipe sockets must fit in 108 bytes.
+        scratch = Path(tempfile.mkdtemp(prefix="gc-", dir="/tmp" if Path("/tmp").is_dir() else None))
+        return Target(
+            device=placement.device,
+            gpu=placement.gpu,
+            scratch=scratch,
+            options={"mps_oversubscribe": self.values["mps_oversubscribe"],
+                     "gpu_sm_count": placement.gpu.extra.get("sm_count") if placement.gpu else None},
+        )
+
+    @staticmethod
+    def release(target: Target) -> None:
+        shutil.rmtree(target.scratch, ignore_errors=True)
+
+    def device_key(self) -> str:
+        placement = self.placement()
+        return placement.gpu.uuid if placement.gpu else "cpu"
+
+
+class DeviceUnavailable(RuntimeError):
+    pass
+
+
+def detect(device: str, selector: str | int) -> Placement:
+    if device == "cpu":
+        return Placement("cpu", None, "CPU smoke mode (--colloc-device=cpu)")
+    reason = nvml.init()
+    gpus = [] if reason else nvml.gpus()
+    if not gpus:
+        why = reason or "NVML sees no GPU"
+        if device == "cuda":
+            raise DeviceUnavailable(f"--colloc-device=cuda but no GPU is usable: {why}")
+        return Placement("cpu", None, f"CPU smoke mode: no CUDA GPU ({why})")
+    for gpu in gpus:
+        if selector in (gpu.index, gpu.uuid):
+            return Placement("cuda", gpu, f"GPU {gpu.index}: {gpu.name} ({gpu.uuid})")
+    raise DeviceUnavailable(
+        f"--colloc-gpu={selector} matches no GPU; present: "
+        + ", ".join(f"{g.index} ({g.uuid})" for g in gpus)
+    )

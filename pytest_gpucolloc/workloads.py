@@ -1,0 +1,133 @@
+"""Workload specifications: what one training process runs.
+
+Pure data, no torch: the pytest process validates and records these; the worker builds them
+(see ``models.py``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+class WorkloadError(ValueError):
+    """A workload specification is invalid."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    arch: str
+    image_size: int
+    num_classes: int
+    dataset: str
+
+
+# The paper's workloads (Robroek et al., EuroMLSys '24) with synthetic inputs of the datasets' shapes.
+NAMED_WORKLOADS: dict[str, ModelShape] = {
+    "resnet26-cifar10": ModelShape("resnet26", 32, 10, "CIFAR-10 (3x32x32)"),
+    "resnet50-imagenet64": ModelShape("resnet50", 64, 1000, "ImageNet 64px (3x64x64)"),
+    "resnet152-imagenet": ModelShape("resnet152", 224, 1000, "ImageNet (3x224x224)"),
+}
+ALIASES = {
+    "resnet26": "resnet26-cifar10",
+    "resnet50": "resnet50-imagenet64",
+    "resnet152": "resnet152-imagenet",
+}
+PRECISIONS = ("fp32", "bf16")
+MAX_BATCH_SIZE = 65536
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
+
+
+def known_workloads() -> list[str]:
+    return sorted(NAMED_WORKLOADS) + sorted(ALIASES)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One training process of a scenario.
+
+    ``model`` is a named workload (``known_workloads()``) or a user factory ``"package.module:factory"``.
+    ``sm_percent`` / ``memory_limit_mb`` are per-client MPS limits (``mps-partitioned``), ``mig`` a MIG
+    profile (``"1g.18gb"`` or ``"1g"``); ``options`` go to a user factory as keyword arguments.
+    """
+
+    model: str
+    batch_size: int = 32
+    precision: str = "fp32"
+    sm_percent: float | None = None
+    memory_limit_mb: int | None = None
+    mig: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        name = self.model.strip() if isinstance(self.model, str) else self.model
+        if not isinstance(name, str) or not name:
+            raise WorkloadError(f"workload model must be a non-empty string, got {self.model!r}")
+        name = ALIASES.get(name, name)
+        if name not in NAMED_WORKLOADS and not _IMPORT_PATH.match(name):
+            raise WorkloadError(
+                f"unknown workload {self.model!r}; known workloads: {', '.join(known_workloads())}, "
+                "or a factory given as 'package.module:factory'"
+            )
+        object.__setattr__(self, "model", name)
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
+            raise WorkloadError(f"batch_size must be an integer, got {self.batch_size!r}")
+        if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
+            raise WorkloadError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}, got {self.batch_size}")
+        if self.precision not in PRECISIONS:
+            raise WorkloadError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.sm_percent is not None:
+            if isinstance(self.sm_percent, bool) or not isinstance(self.sm_percent, (int, float)) \
+                    or not 0 < self.sm_percent <= 100:
+                raise WorkloadError(f"sm_percent must be a number in (0, 100], got {self.sm_percent!r}")
+        if self.memory_limit_mb is not None:
+            if isinstance(self.memory_limit_mb, bool) or not isinstance(self.memory_limit_mb, int) \
+                    or self.memory_limit_mb < 1:
+                raise WorkloadError(f"memory_limit_mb must be a positive integer, got {self.memory_limit_mb!r}")
+        if self.mig is not None and (not isinstance(self.mig, str) or not re.match(r"^\d+g(\.\d+gb)?(\+me)?$", self.mig)):
+            raise WorkloadError(f"mig profile must look like '1g' or '1g.18gb', got {self.mig!r}")
+        if not isinstance(self.options, Mapping) or not all(isinstance(k, str) for k in self.options):
+            raise WorkloadError("options must be a mapping with string keys")
+        object.__setattr__(self, "options", dict(self.options))
+
+    @property
+    def is_named(self) -> bool:
+        return self.model in NAMED_WORKLOADS
+
+    @property
+    def shape(self) -> ModelShape | None:
+        return NAMED_WORKLOADS.get(self.model)
+
+    @property
+    def label(self) -> str:
+        """Short human label, e.g. ``resnet26-cifar10/bs128``."""
+        text = f"{self.model}/bs{self.batch_size}"
+        if self.precision != "fp32":
+            text += f"/{self.precision}"
+        return text
+
+    def key(self) -> tuple:
+        """Identity of the training job itself (what it computes), without sharing limits."""
+        return (self.model, self.batch_size, self.precision, tuple(sorted(self.options.items())))
+
+    def with_batch_size(self, batch_size: int) -> "Workload":
+        return dataclasses.replace(self, batch_size=batch_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["options"] = dict(self.options)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Workload":
+        return cls(**data)
+
+
+def as_workload(value: Workload | str) -> Workload:
+    """Accept a Workload or a bare name (default batch size)."""
+    if isinstance(value, Workload):
+        return value
+    if isinstance(value, str):
+        return Workload(value)
+    raise WorkloadError(f"expected a Workload or a workload name, got {type(value).__name__}")

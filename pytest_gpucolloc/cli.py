@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from . import nvml
 from .modes import MODES
@@ -23,10 +24,24 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_table(args) -> int:
+    from . import report
+
+    entries = []
+    for path in args.files:
+        entries += report.entries_from_json(path)
+    print(report.table(entries, fmt="github" if args.format == "markdown" else "simple"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pytest-gpucolloc", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("info", help="GPUs, driver and sharing modes as this machine reports them").set_defaults(run=cmd_info)
+    table = commands.add_parser("table", help="table of the scenarios in pytest-benchmark JSON files")
+    table.add_argument("files", nargs="+", type=Path)
+    table.add_argument("--format", choices=["markdown", "text"], default="markdown")
+    table.set_defaults(run=cmd_table)
     return parser
 
 

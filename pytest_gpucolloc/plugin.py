@@ -210,7 +210,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
     terminalreporter.write_line(session.placement().reason)
-    terminalreporter.write_line(report.summary_table(session.results))
+    terminalreporter.write_line(report.table((name, r.extra_info()) for name, r in session.results))
     terminalreporter.write_line(
         "speedup: sum of each job's throughput relative to running alone (sequential, same session); "
         "CV: round-to-round spread of aggregate throughput"

@@ -1,11 +1,12 @@
-"""Terminal summary of the scenarios measured in this run."""
+"""Tables of measured scenarios: the terminal summary, and the same from saved benchmark JSON."""
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
+from typing import Iterable
 
 from tabulate import tabulate
-
-from .scenario import ScenarioResult
 
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
            "speedup", "efficiency"]
@@ -19,23 +20,32 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def describe_workers(result: ScenarioResult) -> str:
-    counts = Counter(w.label for w in result.workloads)
+def describe_workers(labels: list[str]) -> str:
+    counts = Counter(labels)
     return " + ".join(f"{n}x {label}" if n > 1 else label for label, n in counts.items())
 
 
-def rows(results: list[tuple[str, ScenarioResult]]) -> list[list[str]]:
+def rows(entries: Iterable[tuple[str, dict]]) -> list[list[str]]:
+    """One row per scenario from (test name, extra_info) pairs."""
     table = []
-    for name, result in results:
-        per_worker = ", ".join(_num(w.stats.throughput) for w in result.workers)
+    for name, info in entries:
+        speedup = info.get("speedup_vs_sequential")
         table.append([
-            name, result.mode, describe_workers(result), per_worker,
-            _num(result.aggregate_throughput), _pct(result.cv),
-            "-" if result.speedup is None else f"{result.speedup:.2f}x",
-            _pct(result.efficiency),
+            name, info["mode"], describe_workers(info["workloads"]),
+            ", ".join(_num(w["throughput"]) for w in info["workers"]),
+            _num(info["aggregate_throughput"]), _pct(info.get("aggregate_cv")),
+            "-" if speedup is None else f"{speedup:.2f}x",
+            _pct(info.get("efficiency")),
         ])
     return table
 
 
-def summary_table(results: list[tuple[str, ScenarioResult]]) -> str:
-    return tabulate(rows(results), headers=HEADERS, tablefmt="simple", disable_numparse=True)
+def table(entries: Iterable[tuple[str, dict]], fmt: str = "simple") -> str:
+    return tabulate(rows(entries), headers=HEADERS, tablefmt=fmt, disable_numparse=True)
+
+
+def entries_from_json(path: Path) -> list[tuple[str, dict]]:
+    """Scenarios recorded by this plugin in a pytest-benchmark JSON file (others are ignored)."""
+    data = json.loads(Path(path).read_text())
+    return [(b["name"], b["extra_info"]) for b in data.get("benchmarks", [])
+            if b.get("extra_info", {}).get("gpucolloc")]

@@ -1,0 +1,126 @@
+"""GPU tier: the real MPS daemon, real clients, real NVML. Skipped with the reason on machines without a GPU."""
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucolloc import Workload, mps
+from pytest_gpucolloc.modes.base import Target
+from pytest_gpucolloc.modes.mps import MpsMode, PartitionedMpsMode
+from pytest_gpucolloc.modes.naive import NaiveMode
+from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
+from pytest_gpucolloc.session import detect
+
+pytestmark = pytest.mark.gpu
+
+SHORT = Settings(rounds=3, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=180)
+SMALL = Workload("resnet26-cifar10", batch_size=32)
+
+
+def evidence(name: str, data) -> None:
+    """GPU-check runs keep measured facts as evidence files (GPUCOLLOC_EVIDENCE_DIR)."""
+    folder = os.environ.get("GPUCOLLOC_EVIDENCE_DIR")
+    if folder:
+        Path(folder, name).write_text(json.dumps(data, indent=2))
+
+
+@pytest.fixture
+def target(tmp_path_factory):
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(prefix="gc-", dir="/tmp"))
+    placement = detect("cuda", 0)
+    yield Target("cuda", placement.gpu, scratch, {"gpu_sm_count": placement.gpu.extra.get("sm_count")})
+    import shutil
+
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def our_mps_processes(scratch: Path) -> dict:
+    return {pid: info for pid, info in mps.mps_processes().items()
+            if info["pipe_dir"] and info["pipe_dir"].startswith(str(scratch))}
+
+
+def test_daemon_start_stop_is_fast_and_leaves_nothing(target):
+    timings = []
+    for i in range(5):
+        root = target.scratch / f"d{i}"
+        begin = time.perf_counter()
+        daemon = mps.MpsDaemon(root, target.gpu.uuid).start()
+        started = time.perf_counter()
+        assert daemon.daemon_pids(), "the control daemon should be running"
+        daemon.stop()
+        timings.append({"start_s": started - begin, "stop_s": time.perf_counter() - started})
+        assert not root.exists()
+    assert our_mps_processes(target.scratch) == {}
+    total = [t["start_s"] + t["stop_s"] for t in timings]
+    evidence("mps_daemon_timing.json", {"runs": timings, "median_total_s": statistics.median(total)})
+    assert statistics.median(total) < 2.0
+
+
+def test_mps_workers_are_verified_clients_of_our_daemon(target, tmp_path):
+    result = run_scenario([SMALL, SMALL], MpsMode(), target, SHORT, tmp_path)
+    assert len(result.workers) == 2
+    assert all(w.info["sm_count_seen"] == target.options["gpu_sm_count"] for w in result.workers)
+    assert our_mps_processes(target.scratch) == {}, "daemon must be gone after the scenario"
+
+
+class _OneClientMisdirected(MpsMode):
+    """A client whose pipe directory points where no daemon listens: it silently runs without MPS."""
+
+    def provision(self, workloads, target):
+        context = super().provision(workloads, target)
+
+        class Wrapper:
+            def __enter__(self_inner):
+                prov = context.__enter__()
+                empty = target.scratch / "elsewhere"
+                empty.mkdir()
+                prov.phases[0][1].env["CUDA_MPS_PIPE_DIRECTORY"] = str(empty)
+                return prov
+
+            def __exit__(self_inner, *exc):
+                return context.__exit__(*exc)
+
+        return Wrapper()
+
+
+def test_client_that_missed_the_daemon_is_detected(target, tmp_path):
+    with pytest.raises(ScenarioFailed, match="not clients of this test's MPS daemon"):
+        run_scenario([SMALL, SMALL], _OneClientMisdirected(), target, SHORT, tmp_path)
+    assert our_mps_processes(target.scratch) == {}
+
+
+def test_partition_limits_take_effect_in_each_worker(target, tmp_path):
+    result = run_scenario([SMALL, SMALL], PartitionedMpsMode(), target, SHORT, tmp_path)
+    total = target.options["gpu_sm_count"]
+    seen = [w.info["sm_count_seen"] for w in result.workers]
+    evidence("mps_partition_limits.json", {
+        "gpu_sm_count": total,
+        "workers": [{k: w.info.get(k) for k in ("sm_percent", "memory_limit_mb", "sm_count_seen",
+                                                   "device_memory_seen_bytes")} for w in result.workers],
+    })
+    assert all(0 < s <= total // 2 + 1 for s in seen), seen
+    assert our_mps_processes(target.scratch) == {}
+
+
+def test_workload_over_its_memory_cap_does_not_fit(target, tmp_path):
+    big = Workload("resnet152-imagenet", batch_size=128, memory_limit_mb=1024)
+    with pytest.raises(ScenarioFailed, match="does not fit in its partition") as failure:
+        run_scenario([big, SMALL], PartitionedMpsMode(), target, SHORT, tmp_path)
+    assert "1024 MB" in str(failure.value)
+    assert our_mps_processes(target.scratch) == {}
+
+
+def test_naive_workers_do_not_join_a_running_daemon(target, tmp_path):
+    # A daemon is running on the GPU; naive workers must stay plain CUDA processes (no MPS client).
+    system_like = mps.MpsDaemon(target.scratch / "system", target.gpu.uuid).start()
+    try:
+        result = run_scenario([SMALL, SMALL], NaiveMode(), target, SHORT, tmp_path)
+        assert system_like.clients() == []
+        assert all(w.info == {} for w in result.workers)
+    finally:
+        system_like.stop()

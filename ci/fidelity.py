@@ -8,14 +8,12 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from pytest_gpucolloc import Workload
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
-from pytest_gpucolloc.session import detect
-from pytest_gpucolloc.modes.base import Target
+from pytest_gpucolloc.session import standalone_target
 
 CASES = [("resnet26", "resnet26-cifar10", 128), ("resnet50", "resnet50-imagenet64", 32)]
 
@@ -28,7 +26,6 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--round-seconds", type=float, default=2.0)
     args = parser.parse_args()
-    placement = detect("cuda", 0)
     settings = Settings(rounds=args.rounds, round_s=args.round_seconds, warmup_s=args.warmup,
                         warmup_steps=20, timeout_s=300)
     rows = []
@@ -39,9 +36,8 @@ def main() -> int:
                                    "--warmup", str(args.warmup), "--seconds", str(args.rounds * args.round_seconds)],
                                   capture_output=True, text=True, check=True)
             raw.append(json.loads(done.stdout.strip().splitlines()[-1])["samples_per_s"])
-            with tempfile.TemporaryDirectory(prefix="gc-", dir="/tmp") as scratch:
-                target = Target("cuda", placement.gpu, Path(scratch))
-                result = run_scenario([Workload(name, batch_size=batch)], NaiveMode(), target, settings, Path(scratch))
+            with standalone_target("cuda") as target:
+                result = run_scenario([Workload(name, batch_size=batch)], NaiveMode(), target, settings, target.scratch)
             suite.append(result.aggregate_throughput)
         ratio = statistics.median(suite) / statistics.median(raw)
         rows.append({"workload": f"{name}/bs{batch}", "raw_samples_per_s": raw, "suite_samples_per_s": suite,

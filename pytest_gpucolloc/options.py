@@ -102,6 +102,8 @@ OPTIONS = [
            "with the summed batch (gives collocation efficiency)", parse_flag, "false", flag=True),
     Option("colloc_cpu_full", "in CPU smoke mode, run every scenario instead of only the quick tier",
            parse_flag, "false", flag=True),
+    Option("colloc_telemetry", "sample GPU telemetry (NVML) over each measurement window: on or off "
+           "(default on; always off in CPU smoke mode)", parse_flag, "on"),
     Option("mps_oversubscribe", "allow mps-partitioned shares that add up to more than 100 percent",
            parse_flag, "false", flag=True),
 ]

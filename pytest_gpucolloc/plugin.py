@@ -6,7 +6,7 @@ from typing import Callable, Iterable
 
 import pytest
 
-from . import measure, report
+from . import machine, measure, report, telemetry
 from .modes import MODES, ModeConfigError, SharingMode
 from .modes.sequential import SequentialMode
 from .mps import MpsDaemon, MpsError
@@ -148,7 +148,9 @@ def collocate(request, gpu_mode, benchmark, tmp_path) -> Callable[..., ScenarioR
             reason = mode.unavailable_reason(target)
             if reason:
                 pytest.skip(f"{gpu_mode}: {reason}")
-            result = run_scenario(jobs, mode, target, settings, tmp_path)
+            sampler = telemetry.sampler_factory(target.gpu.uuid) \
+                if target.gpu is not None and session.values["colloc_telemetry"] else None
+            result = run_scenario(jobs, mode, target, settings, tmp_path, sampler)
             _add_baselines(session, result, settings, target, tmp_path,
                            ideal if ideal is not None else session.values["colloc_ideal"])
         except (ModeConfigError, MpsError) as exc:
@@ -204,12 +206,33 @@ def mps_daemon(request, tmp_path_factory):
         session.release(target)
 
 
+def pytest_benchmark_update_machine_info(config, machine_info):
+    session = config.stash.get(session_key, None)
+    if session is None:
+        return
+    report_of_a_worker = session.results[0][1].workers[0].ready if session.results else None
+    machine_info["gpucolloc"] = machine.identity(session.placement().gpu, report_of_a_worker)
+
+
+def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark):
+    saved = compared_benchmark.get("machine_info", {}).get("gpucolloc", {})
+    current = machine_info.get("gpucolloc", {})
+    changes = machine.differences(saved, current)
+    if changes:
+        benchmarksession.logger.warning("gpucolloc: compared run differs: " + "; ".join(changes))
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     session = config.stash.get(session_key, None)
     if not session or not session.results:
         return
     terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
-    terminalreporter.write_line(session.placement().reason)
+    placement = session.placement()
+    terminalreporter.write_line(placement.reason)
+    if placement.gpu is None:
+        terminalreporter.write_line("telemetry sampler: off (no GPU)")
+    elif not session.values["colloc_telemetry"]:
+        terminalreporter.write_line("telemetry sampler: off (--colloc-telemetry=off)")
     terminalreporter.write_line(report.table((name, r.extra_info()) for name, r in session.results))
     terminalreporter.write_line(
         "speedup: sum of each job's throughput relative to running alone (sequential, same session); "

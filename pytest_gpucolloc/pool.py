@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .worker import MSG_FD_ENV
 from .workloads import Workload
+
+MSG_FD_ENV = "GPUCOLLOC_MSG_FD"  # names the fd of the worker's message pipe
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 # Variables a worker must never inherit: the mode decides them.
@@ -102,10 +103,15 @@ class _Worker:
         return [json.loads(line) for line in lines if line.strip()]
 
     def failure(self, error: dict | None = None) -> WorkerFailed:
+        try:  # let it finish writing its log before the tail is taken
+            code = self.process.wait(timeout=5 if error else 10)
+        except subprocess.TimeoutExpired:
+            code = None
         if error:
             summary = f"{error.get('type')}: {error.get('message')}"
+        elif code is None:
+            summary = "closed its message pipe but kept running"
         else:
-            code = self.process.wait(timeout=10)
             summary = f"exited with code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
         return WorkerFailed(self.label, summary, tail(self.log_path), error)
 

@@ -9,7 +9,7 @@ from typing import Iterable
 from tabulate import tabulate
 
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
-           "speedup", "efficiency"]
+           "speedup", "efficiency", "SM activity", "mem/worker GB", "samples/J", "throttled"]
 
 
 def _num(value: float | None, digits: int = 0) -> str:
@@ -18,6 +18,17 @@ def _num(value: float | None, digits: int = 0) -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _gb(value: int | None) -> str:
+    return "-" if value is None else f"{value / 1e9:.1f}"
+
+
+def _sm_activity(phases: list[dict]) -> str:
+    values = [p.get("sm_activity_pct") for p in phases]
+    if not values or not all(isinstance(v, (int, float)) for v in values):
+        return "-"
+    return ", ".join(f"{v:.0f}%" for v in values)
 
 
 def describe_workers(labels: list[str]) -> str:
@@ -36,6 +47,10 @@ def rows(entries: Iterable[tuple[str, dict]]) -> list[list[str]]:
             _num(info["aggregate_throughput"]), _pct(info.get("aggregate_cv")),
             "-" if speedup is None else f"{speedup:.2f}x",
             _pct(info.get("efficiency")),
+            _sm_activity(info.get("telemetry") or []),
+            ", ".join(_gb(w.get("device_memory_bytes")) for w in info["workers"]),
+            _num(info.get("samples_per_joule"), 1),
+            {None: "-", True: "YES", False: "no"}[info.get("throttled")],
         ])
     return table
 

@@ -41,6 +41,12 @@ class WorkerRecord:
     ready: dict
     cpus: tuple[int, ...] | None
     info: dict
+    phase_telemetry: dict = field(default_factory=dict)  # of the phase this worker ran in
+
+    @property
+    def device_memory_bytes(self) -> int | None:
+        """Device memory NVML saw this process use (MPS clients included)."""
+        return self.phase_telemetry.get("memory_bytes_by_pid", {}).get(str(self.ready.get("pid")))
 
     def to_dict(self) -> dict:
         return {
@@ -48,6 +54,7 @@ class WorkerRecord:
             "params": self.workload.to_dict(),
             **self.stats.summary(),
             "peak_memory_bytes": self.ready.get("peak_memory_bytes"),
+            "device_memory_bytes": self.device_memory_bytes,
             "cpus": list(self.cpus) if self.cpus else None,
             "pid": self.ready.get("pid"),
             **self.info,
@@ -79,6 +86,28 @@ class ScenarioResult:
         return self.aggregate_throughput / self.ideal_throughput if self.ideal_throughput else None
 
     @property
+    def telemetry(self) -> list[dict]:
+        """Telemetry of each phase (one for collocated modes, one per workload for sequential)."""
+        phases = {id(w.phase_telemetry): w.phase_telemetry for w in self.workers if w.phase_telemetry}
+        return list(phases.values())
+
+    @property
+    def samples_per_joule(self) -> float | None:
+        """Aggregate samples per joule of GPU energy; for sequential, equal work per job (like the
+        aggregate): N samples cost sum(power_i / throughput_i) joules."""
+        powers = [w.phase_telemetry.get("avg_power_w") for w in self.workers]
+        if not powers or any(p is None or p <= 0 for p in powers):
+            return None
+        if len(self.telemetry) > 1:
+            return len(self.workers) / sum(p / w.stats.throughput for p, w in zip(powers, self.workers))
+        return self.aggregate_throughput / powers[0]
+
+    @property
+    def throttled(self) -> bool | None:
+        flags = [t.get("throttled") for t in self.telemetry]
+        return None if not flags else any(flags)
+
+    @property
     def homogeneous(self) -> bool:
         return len({w.key() for w in self.workloads}) == 1
 
@@ -97,6 +126,9 @@ class ScenarioResult:
             "ideal_throughput": self.ideal_throughput,
             "efficiency": self.efficiency,
             "cpu_placement": self.cpu_note,
+            "samples_per_joule": self.samples_per_joule,
+            "throttled": self.throttled,
+            "telemetry": self.telemetry,
             "workers": [w.to_dict() for w in self.workers],
             **self.info,
         }
@@ -157,7 +189,6 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
     by_key: dict[tuple, WorkerRecord] = {}
     records: list[WorkerRecord] = []
     notes: list[str] = []
-    telemetry: list[dict] = []
     with mode.provision(workloads, target) as prov:
         try:
             offset = 0
@@ -166,10 +197,9 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
                     slots, target, settings, log_dir, prov.check_workers, offset, sampler_factory)
                 offset += len(slots)
                 notes.append(note)
-                telemetry.append(phase_telemetry)
                 for slot, (ready, result) in zip(slots, outcomes):
                     stats = measure.WorkerStats([tuple(r) for r in result["rounds"]], ready["samples_per_step"])
-                    record = WorkerRecord(slot.workload, stats, ready, slot.cpus, dict(slot.info))
+                    record = WorkerRecord(slot.workload, stats, ready, slot.cpus, dict(slot.info), phase_telemetry)
                     records.append(record)
                     by_key.setdefault(slot.workload.key(), record)
         except ScenarioFailed as failure:
@@ -187,8 +217,5 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
     else:
         workers = records
         aggregate = measure.concurrent_aggregate([r.stats for r in workers])
-    info = dict(prov.info)
-    if any(telemetry):
-        info["telemetry"] = telemetry[0] if len(telemetry) == 1 else telemetry
     return ScenarioResult(mode.name, workloads, workers, aggregate, target.device,
-                          "; ".join(dict.fromkeys(notes)), info)
+                          "; ".join(dict.fromkeys(notes)), dict(prov.info))

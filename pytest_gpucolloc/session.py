@@ -1,6 +1,7 @@
 """Run-level state: where scenarios run, their settings, baselines measured so far, results."""
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -57,8 +58,7 @@ class CollocSession:
 
     def new_target(self) -> Target:
         placement = self.placement()
-        # Short private path: MPS pipe sockets must fit in 108 bytes.
-        scratch = Path(tempfile.mkdtemp(prefix="gc-", dir="/tmp" if Path("/tmp").is_dir() else None))
+        scratch = private_scratch()
         return Target(
             device=placement.device,
             gpu=placement.gpu,
@@ -70,6 +70,23 @@ class CollocSession:
     @staticmethod
     def release(target: Target) -> None:
         shutil.rmtree(target.scratch, ignore_errors=True)
+
+
+def private_scratch() -> Path:
+    """A new 0700 directory with a short path (MPS pipe sockets must fit in 108 bytes)."""
+    return Path(tempfile.mkdtemp(prefix="gc-", dir="/tmp" if Path("/tmp").is_dir() else None))
+
+
+@contextlib.contextmanager
+def standalone_target(device: str = "cuda", gpu: str | int = 0, **options):
+    """A Target outside pytest (scripts, GPU-tier tests); its scratch directory is removed afterwards."""
+    placement = detect(device, gpu)
+    scratch = private_scratch()
+    try:
+        sm_count = placement.gpu.extra.get("sm_count") if placement.gpu else None
+        yield Target(placement.device, placement.gpu, scratch, {"gpu_sm_count": sm_count, **options})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
     def device_key(self) -> str:
         placement = self.placement()

@@ -26,7 +26,7 @@ import threading
 import time
 import traceback
 
-MSG_FD_ENV = "GPUCOLLOC_MSG_FD"
+from .pool import MSG_FD_ENV  # the controller side owns the protocol's names; it never imports this module
 
 
 def _die_with_parent() -> None:
@@ -96,7 +96,7 @@ def run(spec: dict, channel: Channel) -> int:
     from .workloads import Workload
 
     workload = Workload.from_dict(spec["workload"])
-    device = torch.device(spec["device"])
+    device = torch.device("cuda", 0) if spec["device"] == "cuda" else torch.device(spec["device"])
     if spec.get("threads"):
         torch.set_num_threads(spec["threads"])
     if device.type == "cuda":
@@ -181,10 +181,9 @@ def main() -> int:
             return 0
         return run(spec, channel)
     except BaseException as exc:  # report everything, including KeyboardInterrupt, to the controller
-        try:
-            channel.send(event="error", **describe_error(exc))
-        finally:
-            traceback.print_exc()
+        traceback.print_exc()  # into the worker's log first, so the controller's tail of it is complete
+        sys.stderr.flush()
+        channel.send(event="error", **describe_error(exc))
         return 1
 
 

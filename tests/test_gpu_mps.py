@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucolloc import Workload, mps
-from pytest_gpucolloc.modes.base import Target
 from pytest_gpucolloc.modes.mps import MpsMode, PartitionedMpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
-from pytest_gpucolloc.session import detect
+from pytest_gpucolloc.session import standalone_target
 
 pytestmark = pytest.mark.gpu
 
@@ -21,22 +20,18 @@ SMALL = Workload("resnet26-cifar10", batch_size=32)
 
 
 def evidence(name: str, data) -> None:
-    """GPU-check runs keep measured facts as evidence files (GPUCOLLOC_EVIDENCE_DIR)."""
-    folder = os.environ.get("GPUCOLLOC_EVIDENCE_DIR")
-    if folder:
-        Path(folder, name).write_text(json.dumps(data, indent=2))
+    """GPU-check runs keep measured facts in one JSON file (GPUCOLLOC_EVIDENCE), one key per fact."""
+    path = os.environ.get("GPUCOLLOC_EVIDENCE")
+    if path:
+        known = json.loads(Path(path).read_text()) if Path(path).exists() else {}
+        known[name] = data
+        Path(path).write_text(json.dumps(known, indent=2))
 
 
 @pytest.fixture
-def target(tmp_path_factory):
-    import tempfile
-
-    scratch = Path(tempfile.mkdtemp(prefix="gc-", dir="/tmp"))
-    placement = detect("cuda", 0)
-    yield Target("cuda", placement.gpu, scratch, {"gpu_sm_count": placement.gpu.extra.get("sm_count")})
-    import shutil
-
-    shutil.rmtree(scratch, ignore_errors=True)
+def target():
+    with standalone_target("cuda") as where:
+        yield where
 
 
 def our_mps_processes(scratch: Path) -> dict:
@@ -57,7 +52,7 @@ def test_daemon_start_stop_is_fast_and_leaves_nothing(target):
         assert not root.exists()
     assert our_mps_processes(target.scratch) == {}
     total = [t["start_s"] + t["stop_s"] for t in timings]
-    evidence("mps_daemon_timing.json", {"runs": timings, "median_total_s": statistics.median(total)})
+    evidence("mps_daemon_timing", {"runs": timings, "median_total_s": statistics.median(total)})
     assert statistics.median(total) < 2.0
 
 
@@ -98,7 +93,7 @@ def test_partition_limits_take_effect_in_each_worker(target, tmp_path):
     result = run_scenario([SMALL, SMALL], PartitionedMpsMode(), target, SHORT, tmp_path)
     total = target.options["gpu_sm_count"]
     seen = [w.info["sm_count_seen"] for w in result.workers]
-    evidence("mps_partition_limits.json", {
+    evidence("mps_partition_limits", {
         "gpu_sm_count": total,
         "workers": [{k: w.info.get(k) for k in ("sm_percent", "memory_limit_mb", "sm_count_seen",
                                                    "device_memory_seen_bytes")} for w in result.workers],

@@ -1,0 +1,66 @@
+"""Which GPU and software stack produced a run, and what changed between two runs, in words."""
+from __future__ import annotations
+
+import platform
+import socket
+from typing import Any
+
+from . import nvml
+
+# (key in machine_info["gpucolloc"], words used when it changes)
+DESCRIBED = [
+    ("gpu_name", "GPU"),
+    ("gpu_uuid", "physical GPU"),
+    ("gpu_count", "GPU count"),
+    ("driver_version", "driver"),
+    ("cuda_driver_version", "CUDA driver"),
+    ("cuda_runtime", "CUDA runtime (torch)"),
+    ("cudnn", "cuDNN"),
+    ("torch", "torch"),
+    ("torchvision", "torchvision"),
+    ("mig_mode", "MIG mode"),
+    ("persistence_mode", "persistence mode"),
+    ("ecc_mode", "ECC"),
+    ("power_limit_w", "power limit (W)"),
+    ("max_sm_clock_mhz", "max SM clock (MHz)"),
+    ("application_sm_clock_mhz", "application SM clock (MHz)"),
+    ("plugin_version", "pytest-gpucolloc"),
+    ("device", "device"),
+]
+
+
+def identity(gpu: nvml.GpuInfo | None, worker_report: dict | None) -> dict[str, Any]:
+    """machine_info["gpucolloc"] for a run; ``worker_report`` is a worker's ready message (torch's view)."""
+    from . import __version__
+
+    info: dict[str, Any] = {
+        "plugin_version": __version__,
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "device": "cuda" if gpu else "cpu",
+    }
+    if gpu is not None:
+        info.update(gpu_name=gpu.name, gpu_uuid=gpu.uuid, gpu_index=gpu.index,
+                    gpu_memory_total_bytes=gpu.memory_total_bytes, mig_mode=gpu.mig_mode,
+                    compute_capability=list(gpu.compute_capability) if gpu.compute_capability else None,
+                    **{k: v for k, v in gpu.extra.items()})
+        info["gpu_count"] = nvml.device_count()
+        info.update(nvml.driver())
+    if worker_report:
+        for key in ("torch", "torchvision", "cuda_runtime", "cudnn"):
+            info[key] = worker_report.get(key)
+    return info
+
+
+def differences(saved: dict, current: dict) -> list[str]:
+    """What changed, e.g. ``driver 570.86 -> 580.159``; keys absent on both sides are ignored."""
+    changes = []
+    for key, words in DESCRIBED:
+        before, after = saved.get(key), current.get(key)
+        if before != after and not (before is None and after is None):
+            changes.append(f"{words} {_show(before)} -> {_show(after)}")
+    return changes
+
+
+def _show(value: Any) -> str:
+    return "(unknown)" if value is None else str(value)

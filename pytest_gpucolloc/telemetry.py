@@ -1,0 +1,137 @@
+"""GPU telemetry over a scenario's measurement window, sampled from the controller through NVML.
+
+Sampling stays in the pytest process (NVML needs no CUDA context). The arithmetic is in plain functions
+so it is tested without a GPU; ``Sampler`` only gathers readings.
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from typing import Sequence
+
+from . import nvml
+
+INSTANT_INTERVAL_S = 0.2
+PROCESS_INTERVAL_S = 1.0
+
+
+def decode_throttle(bits: int | None) -> list[str]:
+    """Names of the clock-event reasons that make a run incomparable (power cap, thermal, ...)."""
+    if not bits:
+        return []
+    return [name for bit, name in nvml.THROTTLE_REASONS.items() if bits & bit]
+
+
+def energy_joules(first_mj: int | None, last_mj: int | None) -> float | None:
+    """Energy between two readings of NVML's total-energy counter (millijoules since driver load)."""
+    if first_mj is None or last_mj is None or last_mj < first_mj:
+        return None
+    return (last_mj - first_mj) / 1000.0
+
+
+def summarise(instant: Sequence[dict], window_s: float) -> dict:
+    """Power, energy, clocks and throttling from instant samples taken across the window."""
+    result: dict = {"window_s": window_s, "samples": len(instant)}
+    energy = energy_joules(instant[0].get("energy_mj"), instant[-1].get("energy_mj")) if instant else None
+    span = instant[-1]["t"] - instant[0]["t"] if len(instant) > 1 else 0.0
+    if energy is not None and span > 0:
+        result["energy_j"] = energy
+        result["avg_power_w"] = energy / span
+    else:
+        powers = [s["power_mw"] / 1000 for s in instant if s.get("power_mw") is not None]
+        if powers:
+            result["avg_power_w"] = statistics.fmean(powers)
+        result["energy_unavailable"] = "NVML total-energy counter unsupported; power averaged from readings"
+    clocks = [s["sm_clock_mhz"] for s in instant if s.get("sm_clock_mhz") is not None]
+    if clocks:
+        result["sm_clock_mhz_median"] = statistics.median(clocks)
+        result["sm_clock_mhz_min"] = min(clocks)
+    reasons = sorted({name for s in instant for name in decode_throttle(s.get("clock_event_reasons"))})
+    result["throttle_reasons"] = reasons
+    result["throttled"] = bool(reasons)
+    return result
+
+
+def fallback_utilisation(instant: Sequence[dict]) -> dict:
+    """Older GPUs have no GPM: NVML's coarse utilisation rate (percent of time a kernel ran)."""
+    values = [s["utilization_gpu_pct"] for s in instant if s.get("utilization_gpu_pct") is not None]
+    if not values:
+        return {"gpu_utilization_pct": "unsupported on this GPU"}
+    return {"gpu_utilization_pct": statistics.fmean(values)}
+
+
+class Sampler:
+    """Samples one GPU over [start, end] (time.monotonic) in a background thread."""
+
+    def __init__(self, gpu_uuid: str, window: tuple[float, float], worker_pids: Sequence[int]):
+        self.uuid = gpu_uuid
+        self.start, self.end = window
+        self.pids = list(worker_pids)
+        self.instant: list[dict] = []
+        self.memory: dict[int, int] = {}
+        self.gpm: dict = {}
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpucolloc-telemetry", daemon=True)
+
+    def __enter__(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _wait_until(self, instant: float) -> bool:
+        return not self._stop.wait(max(0.0, instant - time.monotonic()))
+
+    def _sample(self) -> None:
+        reading = nvml.instant_sample(self.uuid)
+        reading["t"] = time.monotonic()
+        self.instant.append(reading)
+
+    def _sample_memory(self) -> None:
+        for pid, info in nvml.gpu_processes(self.uuid).items():
+            if pid in self.pids and info["memory_bytes"] is not None:
+                self.memory[pid] = max(self.memory.get(pid, 0), info["memory_bytes"])
+
+    def _run(self) -> None:
+        first = None
+        try:
+            if not self._wait_until(self.start):
+                return
+            use_gpm = nvml.gpm_supported(self.uuid)
+            first = nvml.GpmSample(self.uuid) if use_gpm else None
+            self._sample()
+            next_memory = time.monotonic()
+            while time.monotonic() < self.end and self._wait_until(min(self.end, time.monotonic() + INSTANT_INTERVAL_S)):
+                self._sample()
+                if time.monotonic() >= next_memory:
+                    self._sample_memory()
+                    next_memory += PROCESS_INTERVAL_S
+            if first is not None:
+                last = nvml.GpmSample(self.uuid)
+                try:
+                    self.gpm = nvml.gpm_metrics(first, last)
+                finally:
+                    last.free()
+        except Exception as exc:  # telemetry must never fail a measurement; say what went wrong
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            if first is not None:
+                first.free()
+
+    def summary(self) -> dict:
+        result = summarise(self.instant, self.end - self.start)
+        result.update(self.gpm or fallback_utilisation(self.instant))
+        result["metrics_source"] = "nvml-gpm" if self.gpm else "nvml-utilization-rates"
+        result["memory_bytes_by_pid"] = {str(pid): mem for pid, mem in self.memory.items()}
+        if self.error:
+            result["error"] = self.error
+        return result
+
+
+def sampler_factory(gpu_uuid: str):
+    """What ``scenario.run_phase`` calls with (window, worker pids)."""
+    return lambda window, pids: Sampler(gpu_uuid, window, pids)

@@ -57,19 +57,15 @@ class CollocSession:
         )
 
     def new_target(self) -> Target:
-        placement = self.placement()
-        scratch = private_scratch()
-        return Target(
-            device=placement.device,
-            gpu=placement.gpu,
-            scratch=scratch,
-            options={"mps_oversubscribe": self.values["mps_oversubscribe"],
-                     "gpu_sm_count": placement.gpu.extra.get("sm_count") if placement.gpu else None},
-        )
+        return make_target(self.placement(), mps_oversubscribe=self.values["mps_oversubscribe"])
 
     @staticmethod
     def release(target: Target) -> None:
         shutil.rmtree(target.scratch, ignore_errors=True)
+
+    def device_key(self) -> str:
+        placement = self.placement()
+        return placement.gpu.uuid if placement.gpu else "cpu"
 
 
 def private_scratch() -> Path:
@@ -80,17 +76,16 @@ def private_scratch() -> Path:
 @contextlib.contextmanager
 def standalone_target(device: str = "cuda", gpu: str | int = 0, **options):
     """A Target outside pytest (scripts, GPU-tier tests); its scratch directory is removed afterwards."""
-    placement = detect(device, gpu)
-    scratch = private_scratch()
+    target = make_target(detect(device, gpu), **options)
     try:
-        sm_count = placement.gpu.extra.get("sm_count") if placement.gpu else None
-        yield Target(placement.device, placement.gpu, scratch, {"gpu_sm_count": sm_count, **options})
+        yield target
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(target.scratch, ignore_errors=True)
 
-    def device_key(self) -> str:
-        placement = self.placement()
-        return placement.gpu.uuid if placement.gpu else "cpu"
+
+def make_target(placement: Placement, **options) -> Target:
+    sm_count = placement.gpu.extra.get("sm_count") if placement.gpu else None
+    return Target(placement.device, placement.gpu, private_scratch(), {"gpu_sm_count": sm_count, **options})
 
 
 class DeviceUnavailable(RuntimeError):

@@ -1,6 +1,7 @@
 """Which GPU and software stack produced a run, and what changed between two runs, in words."""
 from __future__ import annotations
 
+import importlib.metadata
 import platform
 import socket
 from typing import Any
@@ -46,19 +47,23 @@ def identity(gpu: nvml.GpuInfo | None, worker_report: dict | None) -> dict[str, 
                     **{k: v for k, v in gpu.extra.items()})
         info["gpu_count"] = nvml.device_count()
         info.update(nvml.driver())
-    if worker_report:
-        for key in ("torch", "torchvision", "cuda_runtime", "cudnn"):
-            info[key] = worker_report.get(key)
+    for package in ("torch", "torchvision"):  # without importing them: the pytest process stays light
+        try:
+            info[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            info[package] = None
+    if worker_report:  # torch's own view, from a worker (known once a scenario has run)
+        info["cuda_runtime"] = worker_report.get("cuda_runtime")
+        info["cudnn"] = worker_report.get("cudnn")
     return info
 
 
 def differences(saved: dict, current: dict) -> list[str]:
-    """What changed, e.g. ``driver 570.86 -> 580.159``; keys absent on both sides are ignored."""
+    """What changed, e.g. ``driver 570.86 -> 580.159``; a key only one side recorded is not a change."""
     changes = []
     for key, words in DESCRIBED:
-        before, after = saved.get(key), current.get(key)
-        if before != after and not (before is None and after is None):
-            changes.append(f"{words} {_show(before)} -> {_show(after)}")
+        if key in saved and key in current and saved[key] != current[key]:
+            changes.append(f"{words} {_show(saved[key])} -> {_show(current[key])}")
     return changes
 
 

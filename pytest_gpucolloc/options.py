@@ -126,10 +126,10 @@ def read_options(config, on_gpu: bool | None = None) -> dict[str, Any]:
     """Parsed values: command line first, then ini, then the default (device-dependent ones need on_gpu)."""
     values = {}
     for option in OPTIONS:
-        raw = config.getoption(option.name)
+        raw = config.getoption(option.name)  # an explicit empty value on the command line is an error
         if raw is None:
-            raw = config.getini(option.name)
-        if raw in (None, ""):
+            raw = config.getini(option.name) or None
+        if raw is None:
             if option.default is not None:
                 raw = option.default
             elif on_gpu is None:

@@ -28,9 +28,8 @@ _LIVE_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
 class WorkerFailed(RuntimeError):
     def __init__(self, label: str, summary: str, log_tail: str = "", error: dict | None = None):
         self.label, self.summary, self.log_tail, self.error = label, summary, log_tail, error or {}
-        text = f"worker {label} failed: {summary}"
-        if log_tail:
-            text += f"\n--- last lines of {label}'s output ---\n{log_tail}"
+        text = f"worker {label} failed: {summary}\n--- last lines of {label}'s output ---\n"
+        text += log_tail or "(it printed nothing)"
         super().__init__(text)
 
 

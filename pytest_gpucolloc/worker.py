@@ -17,6 +17,7 @@ synchronises the device once, so every sample counted in a round has really comp
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import json
 import os
 import queue
@@ -174,6 +175,7 @@ def describe_error(exc: BaseException) -> dict:
 
 def main() -> int:
     _die_with_parent()
+    faulthandler.enable()  # a crash in native code (segfault) still leaves a Python traceback in the log
     channel = Channel(int(os.environ[MSG_FD_ENV]))
     try:
         spec = channel.commands.get(timeout=60)

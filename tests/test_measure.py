@@ -1,0 +1,51 @@
+import pytest
+
+from pytest_gpucolloc import measure
+
+
+def stats(rounds, per_step=1):
+    return measure.WorkerStats(rounds, per_step)
+
+
+def test_throughput_is_samples_over_the_whole_window():
+    worker = stats([(1.0, 100), (2.0, 300)], per_step=10)
+    assert worker.throughput == pytest.approx(400 / 3)
+    assert worker.round_throughputs == [100, 150]
+    assert worker.step_times == pytest.approx([0.1, 2 / 30])
+
+
+def test_concurrent_aggregate_adds_workers_round_by_round():
+    a = stats([(1.0, 100), (1.0, 120)])
+    b = stats([(1.0, 50), (1.0, 40)])
+    assert measure.concurrent_aggregate([a, b]) == [150, 160]
+
+
+def test_sequential_aggregate_is_equal_work_one_after_another():
+    fast = stats([(1.0, 300)])
+    slow = stats([(1.0, 100)])
+    # 2 samples take 1/300 + 1/100 s
+    assert measure.sequential_aggregate([fast, slow]) == [pytest.approx(2 / (1 / 300 + 1 / 100))]
+    assert measure.sequential_aggregate([fast, fast]) == [pytest.approx(300)]
+
+
+def test_weighted_speedup():
+    assert measure.weighted_speedup([60, 60], [100, 100]) == pytest.approx(1.2)
+    assert measure.weighted_speedup([60, 10], [100, None]) is None
+
+
+def test_benchmark_timing_is_inverse_throughput_so_a_drop_looks_slower():
+    before = measure.seconds_per_sample([100.0])[0]
+    after = measure.seconds_per_sample([95.0])[0]
+    assert after / before - 1 > 0.05  # a 5% throughput loss is a >5% time increase
+
+
+def test_cv():
+    assert measure.coefficient_of_variation([10]) is None
+    assert measure.coefficient_of_variation([10, 10, 10]) == 0
+    assert measure.coefficient_of_variation([9, 11]) == pytest.approx(0.1414, rel=1e-3)
+
+
+@pytest.mark.parametrize("rounds", [[], [(0.0, 10)], [(1.0, -1)]])
+def test_invalid_rounds_are_rejected(rounds):
+    with pytest.raises(ValueError):
+        stats(rounds)

@@ -1,0 +1,214 @@
+"""Plugin behaviour through real pytest runs (pytester), with real worker processes on the CPU."""
+import json
+
+import pytest
+
+FAST = ["--colloc-rounds=2", "--colloc-round-seconds=0.2", "--colloc-warmup-seconds=0.1", "-p", "no:cacheprovider"]
+
+TINY = '''
+import time
+import torch
+
+
+class Step:
+    def __init__(self, batch_size, device, sleep=0.0):
+        self.samples_per_step = batch_size
+        self.model = torch.nn.Linear(8, 2)
+        self.x = torch.randn(batch_size, 8)
+        self.sleep = sleep
+
+    def train_step(self):
+        self.model(self.x).sum().backward()
+        if self.sleep:
+            time.sleep(self.sleep)
+
+
+def factory(batch_size, device, precision="fp32", sleep=0.0):
+    return Step(batch_size, device, sleep)
+'''
+
+SCENARIOS = '''
+import pytest
+from pytest_gpucolloc import Workload
+
+pytestmark = pytest.mark.quick
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_tiny(collocate, n):
+    result = collocate([Workload("tiny_workload:factory", batch_size=4, options={{"sleep": {sleep}}})] * n)
+    assert result.aggregate_throughput > 0
+'''
+
+
+@pytest.fixture
+def suite(pytester):
+    pytester.makepyfile(tiny_workload=TINY)
+
+    def write(sleep=0.001):
+        pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=sleep))
+
+    return write
+
+
+def test_help_shows_the_option_group(pytester):
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["*GPU collocation benchmarks (pytest-gpucolloc)*", "*--gpu-mode=MODE*",
+                                 "*--colloc-rounds=ROUNDS*", "*--colloc-cpus=CPUS*"])
+
+
+def test_unknown_mode_is_a_usage_error_listing_the_valid_ones(pytester):
+    result = pytester.runpytest("--gpu-mode=naive,turbo")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown --gpu-mode 'turbo'; valid modes: sequential, naive, mps, mps-partitioned*"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--colloc-rounds=-1"], "*--colloc-rounds must be between 2 and 10000*"),
+    (["--colloc-round-seconds=nan"], "*--colloc-round-seconds must be between*"),
+    (["--colloc-cpus=0-3;x"], "*--colloc-cpus: invalid CPU list*"),
+    (["--colloc-gpu=../../etc"], "*--colloc-gpu must be a GPU index or a GPU-... UUID*"),
+    (["--colloc-device=tpu"], "*--colloc-device must be auto, cuda or cpu*"),
+    (["--gpu-mode="], "*--gpu-mode needs at least one mode*"),
+])
+def test_bad_option_values_are_usage_errors(pytester, args, message):
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_ini_values_are_read_and_checked(pytester, suite):
+    suite()
+    pytester.makeini("[pytest]\ngpu_mode = naive\ncolloc_rounds = 2\ncolloc_round_seconds = 0.2\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--colloc-warmup-seconds=0.1")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*gpucolloc: modes naive;*"])
+    pytester.makeini("[pytest]\ncolloc_rounds = lots\n")
+    bad = pytester.runpytest()
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--colloc-rounds must be an integer, got 'lots'*"])
+
+
+def test_modes_that_cannot_run_here_are_skipped_with_the_reason(pytester, suite):
+    suite()
+    result = pytester.runpytest("--gpu-mode=naive,mps", "--colloc-device=cpu", "-rs", *FAST)
+    result.assert_outcomes(passed=2, skipped=2)
+    result.stdout.fnmatch_lines(["*SKIPPED*mps: MPS needs an NVIDIA GPU (running in CPU smoke mode)*"])
+
+
+def test_records_time_per_sample_and_throughput_in_the_benchmark_json(pytester, suite, tmp_path):
+    suite()
+    out = tmp_path / "run.json"
+    result = pytester.runpytest("--gpu-mode=sequential,naive", "--colloc-device=cpu", f"--benchmark-json={out}", *FAST)
+    result.assert_outcomes(passed=4)
+    data = json.loads(out.read_text())
+    by_name = {b["name"]: b for b in data["benchmarks"]}
+    assert set(by_name) == {"test_tiny[sequential-1]", "test_tiny[sequential-2]", "test_tiny[naive-1]", "test_tiny[naive-2]"}
+    naive = by_name["test_tiny[naive-2]"]
+    info = naive["extra_info"]
+    assert info["mode"] == "naive" and info["n_workers"] == 2 and len(info["workers"]) == 2
+    assert info["workloads"] == ["tiny_workload:factory/bs4"] * 2
+    rounds = info["aggregate_round_throughputs"]
+    assert naive["stats"]["rounds"] == len(rounds) == 2
+    assert naive["stats"]["min"] == pytest.approx(1 / max(rounds))  # timing = seconds per sample
+    assert info["speedup_vs_sequential"] is not None  # the sequential baseline ran first in the session
+    assert all(len(w["round_throughputs"]) == 2 and w["cpus"] is not None or w["cpus"] is None for w in info["workers"])
+    assert data["machine_info"]["gpucolloc"]["device"] == "cpu"
+
+
+def test_summary_table_lists_every_scenario(pytester, suite):
+    suite()
+    result = pytester.runpytest("--gpu-mode=sequential,naive", "--colloc-device=cpu", *FAST)
+    result.stdout.fnmatch_lines([
+        "*gpucolloc: collocation scenarios*",
+        "CPU smoke mode (--colloc-device=cpu)",
+        "telemetry sampler: off (no GPU)",
+        "scenario*mode*workers*per-worker samples/s*aggregate samples/s*CV*speedup*efficiency*",
+        "test_tiny?sequential-1?*sequential*tiny_workload:factory/bs4*1.00x*",
+        "test_tiny?naive-2?*naive*2x tiny_workload:factory/bs4*",
+    ])
+
+
+def test_benchmark_compare_fail_catches_a_throughput_loss(pytester, suite):
+    suite(sleep=0.002)
+    first = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-autosave", *FAST)
+    first.assert_outcomes(passed=2)
+    suite(sleep=0.006)  # each step takes longer: throughput drops by well over 5%
+    second = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-compare",
+                                "--benchmark-compare-fail=median:5%", *FAST)
+    assert second.ret != 0
+    assert "Performance has regressed" in second.stdout.str() + second.stderr.str()
+
+
+def test_ideal_reference_gives_efficiency(pytester, suite, tmp_path):
+    suite()
+    out = tmp_path / "run.json"
+    pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-ideal", f"--benchmark-json={out}",
+                       "-k", "naive-2", *FAST).assert_outcomes(passed=1)
+    info = json.loads(out.read_text())["benchmarks"][0]["extra_info"]
+    assert info["ideal_throughput"] > 0
+    assert info["efficiency"] == pytest.approx(info["aggregate_throughput"] / info["ideal_throughput"])
+
+
+def test_unknown_workload_fails_at_collection(pytester):
+    pytester.makepyfile('''
+from pytest_gpucolloc import Workload
+JOBS = [Workload("resnet999")]
+def test_x(collocate):
+    collocate(JOBS)
+''')
+    result = pytester.runpytest("--colloc-device=cpu")
+    result.stdout.fnmatch_lines(["*unknown workload 'resnet999'; known workloads: resnet152-imagenet*"])
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # collection error
+
+
+def test_full_tier_is_skipped_in_cpu_smoke_mode_with_the_reason(pytester):
+    pytester.makepyfile('''
+from pytest_gpucolloc import Workload
+def test_big(collocate):
+    collocate([Workload("resnet152", batch_size=128)] * 7)
+''')
+    result = pytester.runpytest("--colloc-device=cpu", "-rs", *FAST)
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*CPU smoke mode*runs only the quick tier*--colloc-cpu-full*"])
+
+
+def test_gpu_marked_tests_skip_with_the_reason_without_a_gpu(pytester):
+    pytester.makepyfile('''
+import pytest
+@pytest.mark.gpu
+def test_needs_gpu():
+    raise AssertionError("must not run")
+''')
+    result = pytester.runpytest("--colloc-device=cpu", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs an NVIDIA GPU: CPU smoke mode*"])
+
+
+def test_worker_failure_fails_the_test_with_the_workers_error(pytester):
+    pytester.makepyfile(tiny_workload='''
+def factory(batch_size, device, precision="fp32"):
+    raise MemoryError("injected: cannot build the model")
+''')
+    pytester.makepyfile('''
+import pytest
+from pytest_gpucolloc import Workload
+@pytest.mark.quick
+def test_x(collocate):
+    collocate([Workload("tiny_workload:factory")] * 2)
+''')
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", *FAST)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*naive: worker w? failed: MemoryError: injected: cannot build the model*"])
+
+
+def test_collocate_runs_one_scenario_per_test(pytester, suite):
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile('''
+import pytest
+@pytest.mark.quick
+def test_twice(collocate):
+    collocate(["tiny_workload:factory"])
+    collocate(["tiny_workload:factory"])
+''')
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", *FAST)
+    result.stdout.fnmatch_lines(["*collocate can run one scenario per test*"])

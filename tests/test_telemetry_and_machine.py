@@ -1,0 +1,89 @@
+import time
+
+import pytest
+
+from pytest_gpucolloc import machine, nvml, telemetry
+
+
+def test_throttle_decoding_names_only_reasons_that_break_comparability():
+    assert telemetry.decode_throttle(0) == []
+    assert telemetry.decode_throttle(0x1) == []  # GPU idle is not throttling
+    assert telemetry.decode_throttle(0x4 | 0x40) == ["sw_power_cap", "hw_thermal"]
+
+
+def test_energy_from_counter_readings():
+    assert telemetry.energy_joules(1_000, 251_000) == 250.0
+    assert telemetry.energy_joules(None, 5) is None
+    assert telemetry.energy_joules(10, 5) is None  # counter reset: no fake number
+
+
+def test_summary_averages_power_over_the_window_and_flags_throttling():
+    samples = [
+        {"t": 0.0, "energy_mj": 0, "sm_clock_mhz": 1980, "clock_event_reasons": 0},
+        {"t": 1.0, "energy_mj": 500_000, "sm_clock_mhz": 1900, "clock_event_reasons": 0x20},
+        {"t": 2.0, "energy_mj": 1_000_000, "sm_clock_mhz": 1980, "clock_event_reasons": 0},
+    ]
+    summary = telemetry.summarise(samples, 2.0)
+    assert summary["energy_j"] == 1000.0
+    assert summary["avg_power_w"] == 500.0
+    assert summary["sm_clock_mhz_min"] == 1900
+    assert summary["throttled"] is True and summary["throttle_reasons"] == ["sw_thermal"]
+
+
+def test_missing_energy_counter_falls_back_to_power_readings_and_says_so():
+    samples = [{"t": 0.0, "power_mw": 300_000}, {"t": 1.0, "power_mw": 500_000}]
+    summary = telemetry.summarise(samples, 1.0)
+    assert summary["avg_power_w"] == 400.0
+    assert "energy_j" not in summary and "energy_unavailable" in summary
+
+
+def test_unsupported_utilisation_is_a_reason_not_a_zero():
+    assert telemetry.fallback_utilisation([{"utilization_gpu_pct": None}]) == {
+        "gpu_utilization_pct": "unsupported on this GPU"}
+
+
+def test_sampler_reads_only_inside_the_window(monkeypatch):
+    readings = []
+
+    def instant(uuid):
+        readings.append(time.monotonic())
+        return {"energy_mj": 1000 * len(readings), "power_mw": 1, "sm_clock_mhz": 1, "clock_event_reasons": 0}
+
+    monkeypatch.setattr(nvml, "instant_sample", instant)
+    monkeypatch.setattr(nvml, "gpm_supported", lambda uuid: False)
+    monkeypatch.setattr(nvml, "gpu_processes", lambda uuid: {42: {"memory_bytes": 7, "mps": True}, 9: {"memory_bytes": 1, "mps": False}})
+    start = time.monotonic() + 0.3
+    with telemetry.Sampler("GPU-test", (start, start + 0.6), [42]) as sampler:
+        time.sleep(1.2)
+    assert readings and min(readings) >= start - 0.01 and max(readings) <= start + 0.6 + 0.05
+    summary = sampler.summary()
+    assert summary["memory_bytes_by_pid"] == {"42": 7}  # only our workers
+    assert summary["metrics_source"] == "nvml-utilization-rates"
+
+
+def test_sampler_errors_are_reported_not_raised(monkeypatch):
+    def broken(uuid):
+        raise RuntimeError("NVML went away")
+
+    monkeypatch.setattr(nvml, "gpm_supported", broken)
+    start = time.monotonic()
+    with telemetry.Sampler("GPU-test", (start, start + 0.1), []) as sampler:
+        time.sleep(0.2)
+    assert "NVML went away" in sampler.summary()["error"]
+
+
+def test_machine_differences_in_words():
+    saved = {"driver_version": "570.86", "cuda_driver_version": "12.8", "gpu_name": "NVIDIA H200", "torch": "2.10"}
+    current = {"driver_version": "580.159", "cuda_driver_version": "13.0", "gpu_name": "NVIDIA H200", "torch": "2.11"}
+    assert machine.differences(saved, current) == [
+        "driver 570.86 -> 580.159", "CUDA driver 12.8 -> 13.0", "torch 2.10 -> 2.11"]
+    assert machine.differences(current, current) == []
+    assert machine.differences({"cudnn": 91000}, {}) == []  # not recorded on one side: not a change
+
+
+def test_identity_without_a_gpu_says_cpu():
+    import torch
+
+    info = machine.identity(None, {"cuda_runtime": "13.0", "cudnn": None})
+    assert info["device"] == "cpu" and "plugin_version" in info
+    assert info["torch"] == torch.__version__ and info["cuda_runtime"] == "13.0"

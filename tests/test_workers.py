@@ -1,0 +1,117 @@
+"""Real worker processes on the CPU: measurement, failures, timeouts, and nothing left behind."""
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucolloc import Workload
+from pytest_gpucolloc.modes.naive import NaiveMode
+from pytest_gpucolloc.modes.sequential import SequentialMode
+from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
+from pytest_gpucolloc.session import standalone_target
+
+FAST = Settings(rounds=3, round_s=0.2, warmup_s=0.1, warmup_steps=2, timeout_s=60)
+
+
+def tiny(**options):
+    return Workload("tests.user_workloads:tiny", batch_size=8, options=options)
+
+
+def worker_processes() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"pytest_gpucolloc.worker" in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.fixture
+def cpu_target():
+    before = worker_processes()
+    with standalone_target("cpu") as target:
+        yield target
+    time.sleep(0.1)
+    assert [p for p in worker_processes() if p not in before] == [], "a worker outlived its scenario"
+
+
+def test_collocated_workers_are_measured_in_common_rounds(cpu_target, tmp_path):
+    result = run_scenario([tiny(), tiny()], NaiveMode(), cpu_target, FAST, tmp_path)
+    assert len(result.workers) == 2 and len(result.aggregate_rounds) == 3
+    pids = {w.ready["pid"] for w in result.workers}
+    assert len(pids) == 2 and os.getpid() not in pids  # real, separate processes
+    for worker in result.workers:
+        assert len(worker.stats.rounds) == 3
+        assert all(abs(seconds - 0.2) < 0.15 for seconds, _ in worker.stats.rounds)
+        assert worker.stats.throughput > 0
+    assert result.aggregate_throughput == pytest.approx(
+        sum(w.stats.throughput for w in result.workers), rel=0.2)
+
+
+def test_workers_get_an_explicit_environment(cpu_target, tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")  # would attach to a system daemon
+    result = run_scenario([tiny()], NaiveMode(), cpu_target, FAST, tmp_path)
+    assert result.workers[0].ready["cuda_visible_devices"] == ""
+
+
+def test_sequential_runs_each_distinct_job_alone(cpu_target, tmp_path):
+    result = run_scenario([tiny(), tiny(), tiny(step_sleep=0.01)], SequentialMode(), cpu_target, FAST, tmp_path)
+    # two distinct jobs, measured one at a time; the duplicate reuses its measurement
+    assert len({w.ready["pid"] for w in result.workers}) == 2
+    assert result.workers[0] is result.workers[1]
+
+
+@pytest.mark.parametrize("failure,expected", [
+    ("raise", "RuntimeError: injected failure in train_step"),
+    ("segfault", "killed by SIGSEGV"),
+    ("exit", "exited with code 3"),
+])
+def test_a_failing_worker_fails_the_scenario_with_its_own_error(cpu_target, tmp_path, failure, expected):
+    with pytest.raises(ScenarioFailed, match=expected) as error:
+        run_scenario([tiny(), tiny(fail_after=4, failure=failure)], NaiveMode(), cpu_target, FAST, tmp_path)
+    assert "last lines of w1" in str(error.value)
+
+
+def test_a_hanging_worker_times_out_cleanly(cpu_target, tmp_path):
+    settings = Settings(rounds=2, round_s=0.2, warmup_s=0.1, warmup_steps=2, timeout_s=3)
+    begin = time.monotonic()
+    with pytest.raises(ScenarioFailed, match="timed out after 3s waiting for (warm-up|measurement) of w1"):
+        run_scenario([tiny(), tiny(fail_after=4, failure="hang")], NaiveMode(), cpu_target, settings, tmp_path)
+    assert time.monotonic() - begin < 30
+
+
+def test_a_worker_killed_mid_measurement(cpu_target, tmp_path):
+    settings = Settings(rounds=20, round_s=0.2, warmup_s=0.1, warmup_steps=2, timeout_s=60)
+
+    def kill_one_soon():
+        time.sleep(2.5)
+        victims = worker_processes()
+        if victims:
+            os.kill(victims[-1], signal.SIGKILL)
+
+    threading.Thread(target=kill_one_soon, daemon=True).start()
+    with pytest.raises(ScenarioFailed, match="killed by SIGKILL"):
+        run_scenario([tiny(), tiny()], NaiveMode(), cpu_target, settings, tmp_path)
+
+
+def test_a_factory_that_returns_no_training_step(cpu_target, tmp_path):
+    with pytest.raises(ScenarioFailed, match="has no train_step"):
+        run_scenario([Workload("tests.user_workloads:not_a_workload")], NaiveMode(), cpu_target, FAST, tmp_path)
+
+
+def test_a_missing_user_module_fails_with_the_import_error(cpu_target, tmp_path):
+    with pytest.raises(ScenarioFailed, match="ModuleNotFoundError"):
+        run_scenario([Workload("no_such_module_anywhere:factory")], NaiveMode(), cpu_target, FAST, tmp_path)
+
+
+def test_named_workload_trains_on_the_cpu(cpu_target, tmp_path):
+    settings = Settings(rounds=2, round_s=0.3, warmup_s=0.1, warmup_steps=1, timeout_s=120, image_size=32, batch_cap=2)
+    result = run_scenario([Workload("resnet26-cifar10", batch_size=128)], NaiveMode(), cpu_target, settings, tmp_path)
+    assert result.workloads[0].batch_size == 2  # CPU smoke mode caps the batch, and says so in the label
+    assert result.workers[0].stats.throughput > 0

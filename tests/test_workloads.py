@@ -1,0 +1,59 @@
+import pytest
+
+from pytest_gpucolloc.workloads import Workload, WorkloadError, as_workload, known_workloads
+
+
+def test_aliases_resolve_to_the_papers_workloads():
+    assert Workload("resnet26").model == "resnet26-cifar10"
+    assert Workload("resnet50").shape.image_size == 64
+    assert Workload("resnet152").shape.image_size == 224
+    assert Workload("resnet26-cifar10").shape.num_classes == 10
+
+
+def test_unknown_name_lists_the_known_ones():
+    with pytest.raises(WorkloadError) as error:
+        Workload("resnet27")
+    for name in known_workloads():
+        assert name in str(error.value)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 10**9, 1.5, True, "32"])
+def test_invalid_batch_sizes_are_rejected(bad):
+    with pytest.raises(WorkloadError, match="batch_size"):
+        Workload("resnet26", batch_size=bad)
+
+
+@pytest.mark.parametrize("name", ["", "   ", "os.system('x')", "../../etc:passwd", "a;b:c", "mod:", ":fn", "é:x"])
+def test_malformed_names_are_rejected(name):
+    with pytest.raises(WorkloadError):
+        Workload(name)
+
+
+def test_user_factories_are_import_paths():
+    workload = Workload("tests.user_workloads:tiny", batch_size=8, options={"step_sleep": 0.1})
+    assert not workload.is_named
+    assert workload.options == {"step_sleep": 0.1}
+
+
+@pytest.mark.parametrize("field,value", [("precision", "fp8"), ("sm_percent", 0), ("sm_percent", 101),
+                                         ("memory_limit_mb", 0), ("mig", "big"), ("options", {1: 2})])
+def test_invalid_parameters_are_rejected(field, value):
+    with pytest.raises(WorkloadError):
+        Workload("resnet26", **{field: value})
+
+
+def test_key_ignores_sharing_limits_but_not_the_job():
+    assert Workload("resnet26", sm_percent=20).key() == Workload("resnet26").key()
+    assert Workload("resnet26", batch_size=64).key() != Workload("resnet26").key()
+    assert Workload("resnet26", precision="bf16").key() != Workload("resnet26").key()
+
+
+def test_round_trip_through_dict():
+    workload = Workload("resnet50", batch_size=64, precision="bf16", sm_percent=25.0, options={"a": 1})
+    assert Workload.from_dict(workload.to_dict()) == workload
+
+
+def test_as_workload_accepts_names_and_rejects_other_types():
+    assert as_workload("resnet26") == Workload("resnet26")
+    with pytest.raises(WorkloadError):
+        as_workload(42)

@@ -86,4 +86,4 @@ def test_identity_without_a_gpu_says_cpu():
 
     info = machine.identity(None, {"cuda_runtime": "13.0", "cudnn": None})
     assert info["device"] == "cpu" and "plugin_version" in info
-    assert info["torch"] == torch.__version__ and info["cuda_runtime"] == "13.0"
+    assert torch.__version__.startswith(info["torch"]) and info["cuda_runtime"] == "13.0"

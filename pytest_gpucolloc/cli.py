@@ -34,10 +34,88 @@ def cmd_table(args) -> int:
     return 0
 
 
+def _mig_table(args):
+    from .mig.profiles import live_table, named_table
+
+    if args.table:
+        return named_table(args.table)
+    reason = nvml.init()
+    gpus = [] if reason else nvml.gpus()
+    if not gpus:
+        raise SystemExit(f"no GPU to read MIG profiles from ({reason or 'NVML sees none'}); "
+                         "name a table with --table (h200, h100-80gb, a100-40gb, a100-80gb)")
+    gpu = next((g for g in gpus if str(g.index) == args.gpu or g.uuid == args.gpu), None)
+    if gpu is None:
+        raise SystemExit(f"no GPU {args.gpu!r}")
+    return live_table(gpu.uuid, gpu.name)
+
+
+def cmd_mig_profiles(args) -> int:
+    from tabulate import tabulate
+
+    table = _mig_table(args)
+    if args.json:
+        print(json.dumps(table.to_dict(), indent=1))
+        return 0
+    print(f"{table.gpu} ({table.source}): {table.compute_slices} compute slices, {table.memory_slices} memory slices")
+    print(tabulate([[p.name, p.profile_id, p.nvml_index, p.slice_count, p.instance_count, p.memory_mb,
+                     p.multiprocessor_count, "{" + ",".join(map(str, p.starts)) + "}:" + str(p.size)]
+                    for p in table.profiles],
+                   headers=["profile", "id", "nvml index", "compute slices", "instances", "memory MB", "SMs",
+                            "placements"]))
+    return 0
+
+
+def cmd_mig_plan(args) -> int:
+    from .mig import planner
+
+    table = _mig_table(args)
+    try:
+        layout = planner.parse_layout(args.layout)
+    except planner.LayoutError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    plan = planner.plan(table, layout)
+    print(f"{args.layout} on {table.gpu}:")
+    print(plan.explain())
+    return 0 if plan.feasible else 1
+
+
+def cmd_mig_restore(args) -> int:
+    from .mig.profiles import live_table
+    from .mig.provision import MigProvisioner
+    from .modes.mig import DEFAULT_CHECKPOINT_DIR
+
+    reason = nvml.init()
+    if reason:
+        raise SystemExit(reason)
+    gpu = next(g for g in nvml.gpus() if str(g.index) == args.gpu or g.uuid == args.gpu)
+    provisioner = MigProvisioner(nvml.NvmlMigBackend(gpu.uuid), live_table(gpu.uuid, gpu.name), gpu.uuid, gpu.index,
+                                 allow_reconfigure=True, checkpoint_dir=Path(args.checkpoint_dir or DEFAULT_CHECKPOINT_DIR))
+    print("restored the saved MIG layout" if provisioner.recover() else "no saved MIG layout to restore")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pytest-gpucolloc", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("info", help="GPUs, driver and sharing modes as this machine reports them").set_defaults(run=cmd_info)
+    mig = commands.add_parser("mig", help="MIG profiles and layout plans (read-only unless 'restore')")
+    mig_commands = mig.add_subparsers(dest="mig_command", required=True)
+    for name, run, text in (("profiles", cmd_mig_profiles, "the GPU's MIG profile table"),
+                            ("plan", cmd_mig_plan, "placements for a layout, or why it does not fit")):
+        sub = mig_commands.add_parser(name, help=text)
+        if name == "plan":
+            sub.add_argument("layout", help="e.g. '4g,2g,2g' or '3g.71gb,2g.35gb,1g.18gb*2'")
+        sub.add_argument("--table", help="a named table instead of the live GPU: h200, h100-80gb, a100-40gb, a100-80gb")
+        sub.add_argument("--gpu", default="0", help="GPU index or UUID (default 0)")
+        sub.add_argument("--json", action="store_true", help=argparse.SUPPRESS if name == "plan" else "print JSON")
+        sub.set_defaults(run=run)
+    restore = mig_commands.add_parser("restore", help="restore a MIG layout a killed run left saved")
+    restore.add_argument("--gpu", default="0")
+    restore.add_argument("--checkpoint-dir")
+    restore.set_defaults(run=cmd_mig_restore)
+
     table = commands.add_parser("table", help="table of the scenarios in pytest-benchmark JSON files")
     table.add_argument("files", nargs="+", type=Path)
     table.add_argument("--format", choices=["markdown", "text"], default="markdown")

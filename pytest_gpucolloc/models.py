@@ -34,8 +34,10 @@ class SupervisedStep:
     """SGD training on one synthetic batch resident on the device (no data loader, no downloads)."""
 
     def __init__(self, model: nn.Module, batch_size: int, image_size: int, num_classes: int,
-                 device: torch.device, precision: str):
+                 device: torch.device, precision: str, extra_step_every: int | None = None):
         self.device = device
+        self.extra_step_every = extra_step_every
+        self.steps = 0
         self.samples_per_step = batch_size
         self.autocast = precision == "bf16"
         memory_format = torch.channels_last if device.type == "cuda" else torch.contiguous_format
@@ -47,12 +49,18 @@ class SupervisedStep:
         self.images = images.to(device=device, memory_format=memory_format)
         self.labels = torch.randint(0, num_classes, (batch_size,), generator=generator).to(device)
 
-    def train_step(self) -> None:
+    def _step(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
             loss = self.loss(self.model(self.images), self.labels)
         loss.backward()
         self.optimizer.step()
+
+    def train_step(self) -> None:
+        self._step()
+        self.steps += 1
+        if self.extra_step_every and self.steps % self.extra_step_every == 0:
+            self._step()  # uncounted extra work (a known slowdown)
 
 
 def build_named(workload: Workload, device: torch.device, image_size: int | None = None) -> SupervisedStep:
@@ -64,6 +72,7 @@ def build_named(workload: Workload, device: torch.device, image_size: int | None
         num_classes=shape.num_classes,
         device=device,
         precision=workload.precision,
+        extra_step_every=workload.options.get("extra_step_every"),
     )
 
 

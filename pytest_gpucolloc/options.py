@@ -28,6 +28,19 @@ def _number(name: str, low: float, high: float, integer: bool = False) -> Callab
     return parse
 
 
+def _optional_int(name: str, low: int, high: int) -> Callable[[str], int | None]:
+    """0 means off."""
+    parse = _number(name, 0, high, integer=True)
+
+    def optional(text: str) -> int | None:
+        value = parse(text)
+        if value and value < low:
+            raise ValueError(f"{name} must be 0 (off) or at least {low}, got {text!r}")
+        return value or None
+
+    return optional
+
+
 def parse_device(text: str) -> str:
     value = (text or "auto").strip().lower()
     if value not in ("auto", "cuda", "cpu"):
@@ -50,6 +63,26 @@ def parse_cpus(text: str):
         return parse_cpu_policy(text)
     except PlacementError as exc:
         raise ValueError(f"--colloc-cpus: {exc}") from None
+
+
+def parse_mig_layout(text: str) -> str | None:
+    from .mig.planner import LayoutError, parse_layout
+
+    if not text:
+        return None
+    try:
+        parse_layout(text)
+    except LayoutError as exc:
+        raise ValueError(f"--mig-layout: {exc}") from None
+    return text
+
+
+def parse_directory(text: str) -> str | None:
+    if not text:
+        return None
+    if "\0" in text or len(text) > 4096:
+        raise ValueError(f"--mig-checkpoint-dir is not a usable path: {text[:80]!r}")
+    return text
 
 
 def parse_flag(text: Any) -> bool:
@@ -80,7 +113,7 @@ class Option:
 
 OPTIONS = [
     Option("gpu_mode", "sharing modes to run scenarios under, comma-separated "
-           "(sequential, naive, mps, mps-partitioned); default: sequential,naive",
+           "(sequential, naive, mps, mps-partitioned, mig); default: sequential,naive",
            parse_modes, "sequential,naive"),
     Option("colloc_device", "auto (GPU if NVML sees one, else CPU smoke mode), cuda, or cpu",
            parse_device, "auto"),
@@ -102,8 +135,19 @@ OPTIONS = [
            "with the summed batch (gives collocation efficiency)", parse_flag, "false", flag=True),
     Option("colloc_cpu_full", "in CPU smoke mode, run every scenario instead of only the quick tier",
            parse_flag, "false", flag=True),
+    Option("colloc_extra_step_every", "inject a known slowdown to check a regression gate: every built-in "
+           "workload runs one extra, uncounted step after every K steps (K=20 costs 1/21 of the throughput); default off",
+           _optional_int("--colloc-extra-step-every", 1, 10**6), "0"),
     Option("colloc_telemetry", "sample GPU telemetry (NVML) over each measurement window: on or off "
            "(default on; always off in CPU smoke mode)", parse_flag, "on"),
+    Option("mig_layout", "MIG layout for scenarios without per-workload profiles, e.g. '3g,2g,1g*2' or "
+           "'3g.71gb,2g.35gb' (one instance per workload; default: the paper's layout for N identical jobs)",
+           parse_mig_layout, ""),
+    Option("mig_reconfigure", "allow the mig mode to reconfigure MIG instances (it checkpoints the current "
+           "layout and restores it after each test); without it only an existing matching layout is used",
+           parse_flag, "false", flag=True),
+    Option("mig_checkpoint_dir", "where the MIG layout found before reconfiguring is kept until restored "
+           "(default ~/.cache/pytest-gpucolloc)", parse_directory, ""),
     Option("mps_oversubscribe", "allow mps-partitioned shares that add up to more than 100 percent",
            parse_flag, "false", flag=True),
 ]

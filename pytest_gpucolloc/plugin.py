@@ -8,6 +8,7 @@ import pytest
 
 from . import machine, measure, report, telemetry
 from .modes import MODES, ModeConfigError, SharingMode
+from .mig.provision import MigError, MigUnavailable
 from .modes.sequential import SequentialMode
 from .mps import MpsDaemon, MpsError
 from .options import add_options, read_options
@@ -33,6 +34,7 @@ def _sigterm_as_interrupt(signum, frame):
 def pytest_configure(config):
     config.addinivalue_line("markers", "quick: scenario of the quick tier (also run in CPU smoke mode)")
     config.addinivalue_line("markers", "gpu: test needs a real NVIDIA GPU; skipped with the reason without one")
+    config.addinivalue_line("markers", "mig_layout(layout): MIG layout of this scenario, e.g. '3g,2g,1g*2'")
     try:
         values = read_options(config)
     except ValueError as exc:
@@ -144,6 +146,9 @@ def collocate(request, gpu_mode, benchmark, tmp_path) -> Callable[..., ScenarioR
         mode: SharingMode = MODES[gpu_mode]()
         settings = session.settings(config)
         target = session.new_target()
+        marker = request.node.get_closest_marker("mig_layout")
+        if marker:
+            target.options["mig_layout"] = marker.args[0] if marker.args else None
         try:
             reason = mode.unavailable_reason(target)
             if reason:
@@ -153,7 +158,11 @@ def collocate(request, gpu_mode, benchmark, tmp_path) -> Callable[..., ScenarioR
             result = run_scenario(jobs, mode, target, settings, tmp_path, sampler)
             _add_baselines(session, result, settings, target, tmp_path,
                            ideal if ideal is not None else session.values["colloc_ideal"])
-        except (ModeConfigError, MpsError) as exc:
+        except MigUnavailable as exc:
+            if str(exc).startswith("does not fit"):
+                session.unfit.append((request.node.name, str(exc)))
+            pytest.skip(f"{gpu_mode}: {exc}")
+        except (ModeConfigError, MpsError, MigError) as exc:
             pytest.fail(f"{gpu_mode}: {exc}", pytrace=False)
         except ScenarioFailed as exc:
             if exc.diagnostics:
@@ -224,7 +233,7 @@ def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     session = config.stash.get(session_key, None)
-    if not session or not session.results:
+    if not session or not (session.results or session.unfit):
         return
     terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
     placement = session.placement()
@@ -238,3 +247,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         "speedup: sum of each job's throughput relative to running alone (sequential, same session); "
         "CV: round-to-round spread of aggregate throughput"
     )
+    for name, why in session.unfit:
+        terminalreporter.write_line(f"{name}: {why}")

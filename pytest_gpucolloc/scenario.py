@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,10 +28,14 @@ class Settings:
     cpu_policy: CpuPolicy = CpuPolicy()
     image_size: int | None = None  # CPU smoke mode shrinks inputs
     batch_cap: int | None = None  # CPU smoke mode caps batch sizes
+    extra_step_every: int | None = None  # injected slowdown (checking a regression gate)
 
     def adapt(self, workload: Workload) -> Workload:
         if self.batch_cap and workload.batch_size > self.batch_cap:
-            return workload.with_batch_size(self.batch_cap)
+            workload = workload.with_batch_size(self.batch_cap)
+        if self.extra_step_every and workload.is_named:
+            workload = dataclasses.replace(workload, options={**workload.options,
+                                                              "extra_step_every": self.extra_step_every})
         return workload
 
 

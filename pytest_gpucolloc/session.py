@@ -29,6 +29,7 @@ class Placement:
 class CollocSession:
     values: dict[str, Any]
     results: list[tuple[str, ScenarioResult]] = field(default_factory=list)
+    unfit: list[tuple[str, str]] = field(default_factory=list)  # (test, why its layout does not fit)
     alone: dict[tuple, float] = field(default_factory=dict)  # sequential throughput per job
     ideal: dict[tuple, float] = field(default_factory=dict)
     _placement: Placement | None = None
@@ -54,10 +55,12 @@ class CollocSession:
             cpu_policy=values["colloc_cpus"],
             image_size=None if on_gpu else CPU_IMAGE_SIZE,
             batch_cap=None if on_gpu else CPU_BATCH_CAP,
+            extra_step_every=values["colloc_extra_step_every"],
         )
 
     def new_target(self) -> Target:
-        return make_target(self.placement(), mps_oversubscribe=self.values["mps_oversubscribe"])
+        return make_target(self.placement(), **{key: self.values[key] for key in (
+            "mps_oversubscribe", "mig_layout", "mig_reconfigure", "mig_checkpoint_dir")})
 
     @staticmethod
     def release(target: Target) -> None:

@@ -35,6 +35,9 @@ ALIASES = {
     "resnet152": "resnet152-imagenet",
 }
 PRECISIONS = ("fp32", "bf16")
+# Options of the named workloads. extra_step_every=K runs one extra, uncounted training step after every
+# K counted ones: a genuine, known slowdown of 1/(K+1) (K=20: -4.8%), for testing regression gates.
+NAMED_OPTIONS = {"extra_step_every"}
 MAX_BATCH_SIZE = 65536
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
@@ -85,10 +88,17 @@ class Workload:
             if isinstance(self.memory_limit_mb, bool) or not isinstance(self.memory_limit_mb, int) \
                     or self.memory_limit_mb < 1:
                 raise WorkloadError(f"memory_limit_mb must be a positive integer, got {self.memory_limit_mb!r}")
-        if self.mig is not None and (not isinstance(self.mig, str) or not re.match(r"^\d+g(\.\d+gb)?(\+me)?$", self.mig)):
+        if self.mig is not None and (not isinstance(self.mig, str) or not re.match(r"^\d+g(\.\d+gb)?(\+me)?$", self.mig, re.ASCII)):
             raise WorkloadError(f"mig profile must look like '1g' or '1g.18gb', got {self.mig!r}")
         if not isinstance(self.options, Mapping) or not all(isinstance(k, str) for k in self.options):
             raise WorkloadError("options must be a mapping with string keys")
+        if name in NAMED_WORKLOADS:
+            unknown = set(self.options) - NAMED_OPTIONS
+            if unknown:
+                raise WorkloadError(f"unknown option(s) {sorted(unknown)} for {name}; known: {sorted(NAMED_OPTIONS)}")
+            every = self.options.get("extra_step_every")
+            if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+                raise WorkloadError(f"extra_step_every must be a positive integer, got {every!r}")
         object.__setattr__(self, "options", dict(self.options))
 
     @property

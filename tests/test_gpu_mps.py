@@ -119,3 +119,111 @@ def test_naive_workers_do_not_join_a_running_daemon(target, tmp_path):
         assert all(w.info == {} for w in result.workers)
     finally:
         system_like.stop()
+
+
+def test_worker_killed_under_mps_fails_cleanly(target, tmp_path):
+    import signal
+    import threading
+
+    settings = Settings(rounds=20, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=180)
+    victims = []
+
+    def kill_a_client():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not victims:
+            daemon_clients = [p for p in Path("/proc").iterdir() if p.name.isdigit()
+                              and b"pytest_gpucolloc.worker" in _cmdline(p)]
+            if len(daemon_clients) == 2:
+                time.sleep(12)  # well into measurement
+                os.kill(int(daemon_clients[0].name), signal.SIGKILL)
+                victims.append(daemon_clients[0].name)
+            time.sleep(0.5)
+
+    threading.Thread(target=kill_a_client, daemon=True).start()
+    with pytest.raises(ScenarioFailed, match="killed by SIGKILL"):
+        run_scenario([SMALL, SMALL], MpsMode(), target, settings, tmp_path)
+    assert victims
+    assert our_mps_processes(target.scratch) == {}
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_mps_daemon_killed_mid_test_fails_without_hanging_or_leftovers(target, tmp_path):
+    import signal
+    import threading
+
+    settings = Settings(rounds=20, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=60)
+    killed = []
+
+    def kill_daemon():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not killed:
+            ours = our_mps_processes(target.scratch)
+            if any(info["name"].startswith("nvidia-cuda-mps-s") for info in ours.values()):
+                time.sleep(10)
+                for pid in our_mps_processes(target.scratch):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.5)
+
+    threading.Thread(target=kill_daemon, daemon=True).start()
+    begin = time.monotonic()
+    outcome = "passed"
+    try:
+        run_scenario([SMALL, SMALL], MpsMode(), target, settings, tmp_path)
+    except ScenarioFailed as failure:
+        outcome = str(failure).splitlines()[0]
+    evidence("mps_daemon_killed", {"killed_pids": killed, "outcome": outcome,
+                                   "seconds": time.monotonic() - begin})
+    assert killed
+    assert time.monotonic() - begin < 150
+    assert our_mps_processes(target.scratch) == {}
+
+
+def test_sigint_during_an_mps_scenario_leaves_nothing(pytester_like_run):
+    outcome = pytester_like_run(signal_after_s=12)
+    evidence("sigint_during_mps", outcome)
+    assert outcome["leftover_processes"] == [] and outcome["leftover_dirs"] == []
+    assert outcome["returncode"] != 0
+
+
+@pytest.fixture
+def pytester_like_run(tmp_path):
+    """Run pytest on a small MPS scenario in a child process group, interrupt it, look from outside."""
+    import signal
+    import subprocess
+    import sys
+
+    def run(signal_after_s: float) -> dict:
+        test_file = tmp_path / "test_interrupted.py"
+        test_file.write_text(
+            "import pytest\nfrom pytest_gpucolloc import Workload\n"
+            "@pytest.mark.quick\n"
+            "def test_long(collocate):\n"
+            "    collocate([Workload('resnet26-cifar10', batch_size=32)] * 2)\n"
+        )
+        before = set(Path("/tmp").glob("gc-*"))
+        child = subprocess.Popen([sys.executable, "-m", "pytest", str(test_file), "--gpu-mode=mps",
+                                  "--colloc-rounds=100", "--colloc-round-seconds=1", "-p", "no:cacheprovider"],
+                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        time.sleep(signal_after_s)
+        child.send_signal(signal.SIGINT)
+        try:
+            output, _ = child.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            output, _ = child.communicate()
+        time.sleep(1)
+        leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and b"pytest_gpucolloc.worker" in _cmdline(p)]
+        daemons = [pid for pid, info in mps.mps_processes().items()
+                   if info["pipe_dir"] and info["pipe_dir"].startswith("/tmp/gc-")]
+        return {"returncode": child.returncode, "leftover_processes": [p.name for p in leftovers] + daemons,
+                "leftover_dirs": [str(p) for p in set(Path("/tmp").glob("gc-*")) - before],
+                "output_tail": output.decode(errors="replace").splitlines()[-5:]}
+
+    return run

@@ -49,7 +49,7 @@ def test_key_ignores_sharing_limits_but_not_the_job():
 
 
 def test_round_trip_through_dict():
-    workload = Workload("resnet50", batch_size=64, precision="bf16", sm_percent=25.0, options={"a": 1})
+    workload = Workload("resnet50", batch_size=64, precision="bf16", sm_percent=25.0, options={"extra_step_every": 5})
     assert Workload.from_dict(workload.to_dict()) == workload
 
 
@@ -57,3 +57,11 @@ def test_as_workload_accepts_names_and_rejects_other_types():
     assert as_workload("resnet26") == Workload("resnet26")
     with pytest.raises(WorkloadError):
         as_workload(42)
+
+
+def test_named_workloads_accept_only_their_options():
+    assert Workload("resnet50", options={"extra_step_every": 20}).options == {"extra_step_every": 20}
+    with pytest.raises(WorkloadError, match="unknown option"):
+        Workload("resnet50", options={"sleep": 1})
+    with pytest.raises(WorkloadError, match="positive integer"):
+        Workload("resnet50", options={"extra_step_every": 0})

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from .base import ModeConfigError, ModeUnavailable, SharingMode, Target, WorkerCheckFailed
+from .mig import MigMode
 from .mps import MpsMode, PartitionedMpsMode
 from .naive import NaiveMode
 from .sequential import SequentialMode
 
 MODES: dict[str, type[SharingMode]] = {
-    mode.name: mode for mode in (SequentialMode, NaiveMode, MpsMode, PartitionedMpsMode)
+    mode.name: mode for mode in (SequentialMode, NaiveMode, MpsMode, PartitionedMpsMode, MigMode)
 }
 
 

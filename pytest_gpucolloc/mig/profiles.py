@@ -1,0 +1,112 @@
+"""MIG GPU-instance profile tables: read from NVML (``nvml.mig_profiles``) or one of the named tables
+shipped in ``tables/`` (the captured H200 table and NVIDIA's MIG user guide for A100 and H100)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+TABLES = Path(__file__).with_name("tables")
+NAMED_TABLES = {path.stem: path for path in sorted(TABLES.glob("*.json"))}
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str  # e.g. "3g.71gb"
+    profile_id: int  # what NVML's create/query calls want (not the NVML_GPU_INSTANCE_PROFILE_* index)
+    nvml_index: int | None
+    slice_count: int  # compute slices
+    instance_count: int  # how many of this profile the GPU allows at once
+    memory_mb: int
+    multiprocessor_count: int
+    starts: tuple[int, ...]  # possible placements: first memory slice
+    size: int  # memory slices one instance occupies
+
+    @property
+    def short(self) -> str:
+        return self.name.split(".")[0] + ("+me" if self.name.endswith("+me") else "")
+
+
+@dataclass(frozen=True)
+class ProfileTable:
+    gpu: str
+    profiles: tuple[Profile, ...]
+    memory_slices: int = 8
+    compute_slices: int = 7
+    source: str = ""
+
+    def by_name(self, name: str) -> Profile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+    def by_id(self, profile_id: int) -> Profile | None:
+        return next((p for p in self.profiles if p.profile_id == profile_id), None)
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.profiles]
+
+    def resolve(self, text: str) -> Profile | None:
+        """``"3g.71gb"`` exactly, or ``"3g"`` by compute slices: the plain profile (no media engines)
+        with the least memory, so one suite runs on A100, H100 and H200 alike."""
+        exact = self.by_name(text)
+        if exact or "." in text:
+            return exact
+        wanted_me = text.endswith("+me")
+        slices = text.removesuffix("+me").removesuffix("g")
+        if not slices.isdigit():
+            return None
+        candidates = [p for p in self.profiles if p.slice_count == int(slices) and p.name.endswith("+me") == wanted_me]
+        return min(candidates, key=lambda p: (p.memory_mb, p.size), default=None)
+
+    def to_dict(self) -> dict:
+        return {
+            "gpu": self.gpu, "source": self.source, "memory_slices": self.memory_slices,
+            "compute_slices": self.compute_slices,
+            "profiles": [{"name": p.name, "profile_id": p.profile_id, "nvml_index": p.nvml_index,
+                          "slice_count": p.slice_count, "instance_count": p.instance_count,
+                          "memory_mb": p.memory_mb, "multiprocessor_count": p.multiprocessor_count,
+                          "placements": {"starts": list(p.starts), "size": p.size}} for p in self.profiles],
+        }
+
+
+def table_from_dict(data: dict) -> ProfileTable:
+    profiles = tuple(
+        Profile(
+            name=_clean_name(p["name"], p["slice_count"], p["memory_mb"]),
+            profile_id=int(p["profile_id"]),
+            nvml_index=p.get("nvml_index"),
+            slice_count=int(p["slice_count"]),
+            instance_count=int(p["instance_count"]),
+            memory_mb=int(p["memory_mb"]),
+            multiprocessor_count=int(p["multiprocessor_count"]),
+            starts=tuple(int(s) for s in p["placements"]["starts"]),
+            size=int(p["placements"]["size"] or 0),
+        )
+        for p in data["profiles"]
+    )
+    return ProfileTable(data.get("gpu", "unknown GPU"), profiles, int(data.get("memory_slices", 8)),
+                        int(data.get("compute_slices", 7)), data.get("source", ""))
+
+
+def _clean_name(name: str | None, slices: int, memory_mb: int) -> str:
+    """NVML names profiles 'MIG 1g.18gb'; older drivers give no name at all."""
+    if name:
+        return name.removeprefix("MIG ").strip()
+    return f"{slices}g.{round(memory_mb / 1024)}gb"
+
+
+def named_table(name: str) -> ProfileTable:
+    if name not in NAMED_TABLES:
+        raise KeyError(f"unknown MIG table {name!r}; known: {', '.join(NAMED_TABLES)}")
+    return table_from_dict(json.loads(NAMED_TABLES[name].read_text()))
+
+
+def live_table(gpu_uuid: str, gpu_name: str) -> ProfileTable:
+    """The profile table the GPU itself reports (read-only NVML queries; work with MIG mode off)."""
+    from .. import nvml
+
+    profiles = nvml.mig_profiles(gpu_uuid)
+    memory_slices = max((max(p["placements"]["starts"], default=0) + (p["placements"]["size"] or 0)
+                         for p in profiles), default=8)
+    return table_from_dict({"gpu": gpu_name, "source": "NVML (live)", "memory_slices": memory_slices,
+                            "compute_slices": max((p["slice_count"] for p in profiles), default=7),
+                            "profiles": profiles})

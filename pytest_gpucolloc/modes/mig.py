@@ -1,0 +1,85 @@
+"""``mig``: each workload in its own MIG instance (A100/H100/H200).
+
+The layout comes from the workloads' ``mig`` profiles, else the ``mig_layout`` marker / ``--mig-layout``,
+else the paper's default for N identical jobs (1 -> 7g, 2 -> 3g, 3 -> 2g, up to 7 -> 1g). Planning is
+pure (``mig.planner``); the GPU is changed only with ``--mig-reconfigure``, and restored afterwards.
+"""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Iterator
+
+from ..mig import planner
+from ..mig.profiles import ProfileTable, live_table
+from ..mig.provision import MigProvisioner
+from ..pool import WorkerSlot
+from .base import ModeConfigError, Provision, SharingMode, Target, WorkerCheckFailed, isolated_from_mps
+
+DEFAULT_CHECKPOINT_DIR = Path.home() / ".cache" / "pytest-gpucolloc"
+
+
+class _MigProvision(Provision):
+    def check_workers(self, slots: list[WorkerSlot], ready: list[dict]) -> None:
+        for slot, report in zip(slots, ready):
+            seen, expected = report.get("sm_count"), slot.info.get("sm_count")
+            if seen is not None and expected and seen != expected:
+                raise WorkerCheckFailed(f"worker pid {report['pid']} sees {seen} SMs, but its MIG instance "
+                                        f"{slot.info['profile']} has {expected}: it is not running in that instance")
+
+
+class MigMode(SharingMode):
+    name = "mig"
+    summary = "each workload in its own MIG instance (planned placements; reconfigures only when allowed)"
+
+    def unavailable_reason(self, target: Target) -> str | None:
+        if target.gpu is None:
+            return "MIG needs an NVIDIA A100, H100 or H200-class GPU (running in CPU smoke mode)"
+        if target.gpu.mig_mode is None and "mig_backend" not in target.options:
+            return f"GPU {target.gpu.index} ({target.gpu.name}) does not support MIG"
+        return None
+
+    def table(self, target: Target) -> ProfileTable:
+        if "mig_table" not in target.options:
+            target.options["mig_table"] = live_table(target.gpu.uuid, target.gpu.name)
+        return target.options["mig_table"]
+
+    def layout(self, workloads, target: Target) -> list[str]:
+        given = [w.mig for w in workloads]
+        if all(given):
+            return given
+        if any(given):
+            raise ModeConfigError("give every workload a MIG profile, or none (then a layout or the default applies)")
+        text = target.options.get("mig_layout")
+        try:
+            layout = planner.parse_layout(text) if text else planner.default_layout(len(workloads))
+        except planner.LayoutError as error:
+            raise ModeConfigError(str(error)) from None
+        if len(layout) != len(workloads):
+            raise ModeConfigError(f"MIG layout {text!r} has {len(layout)} instances for {len(workloads)} workloads")
+        return layout
+
+    def plan(self, workloads, target: Target) -> planner.Plan:
+        return planner.plan(self.table(target), self.layout(workloads, target))
+
+    def validate(self, workloads, target: Target) -> None:
+        self.layout(workloads, target)
+
+    @contextlib.contextmanager
+    def provision(self, workloads, target: Target) -> Iterator[Provision]:
+        from .. import nvml
+
+        plan = self.plan(workloads, target)
+        backend = target.options.get("mig_backend") or nvml.NvmlMigBackend(target.gpu.uuid)
+        provisioner = MigProvisioner(
+            backend, self.table(target), target.gpu.uuid, target.gpu.index,
+            allow_reconfigure=target.options.get("mig_reconfigure", False),
+            checkpoint_dir=target.options.get("mig_checkpoint_dir") or DEFAULT_CHECKPOINT_DIR,
+        )
+        with provisioner.provision(plan) as instances:
+            slots = []
+            for workload, instance in zip(workloads, instances):
+                env = isolated_from_mps(target)
+                env["CUDA_VISIBLE_DEVICES"] = instance.uuid
+                slots.append(WorkerSlot(workload, env, info=instance.to_dict()))
+            yield _MigProvision([slots], {"mig_layout": [i.to_dict() for i in instances]})

@@ -37,10 +37,20 @@ def check_pipe_directory(pipe_dir: Path) -> None:
 
 
 def _proc_name(pid: int) -> str:
+    """The program's name from its command line (``comm`` is cut at 15 characters, which makes the
+    MPS control daemon and server look alike)."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
     except OSError:
         return ""
+    return Path(argv0.decode(errors="replace")).name
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _proc_env(pid: int) -> dict[str, str] | None:
@@ -53,7 +63,8 @@ def _proc_env(pid: int) -> dict[str, str] | None:
 
 
 def mps_processes() -> dict[int, dict]:
-    """Every MPS control daemon and server on this machine: pid -> {name, pipe_dir (None if unreadable)}."""
+    """Every MPS control daemon and server on this machine: pid -> {name, pipe_dir (None if unreadable)}.
+    A server inherits no pipe directory in its environment: it belongs to the control daemon that started it."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -61,8 +72,14 @@ def mps_processes() -> dict[int, dict]:
         name = _proc_name(int(entry.name))
         if name.startswith("nvidia-cuda-mps"):
             env = _proc_env(int(entry.name))
-            pipe = None if env is None else env.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
-            found[int(entry.name)] = {"name": name, "pipe_dir": pipe}
+            pipe = None if env is None else env.get("CUDA_MPS_PIPE_DIRECTORY")
+            found[int(entry.name)] = {"name": name, "pipe_dir": pipe, "parent": _parent(int(entry.name))}
+    for info in found.values():
+        if info["pipe_dir"] is None and info["parent"] in found:
+            info["pipe_dir"] = found[info["parent"]]["pipe_dir"]
+    for info in found.values():
+        if info["pipe_dir"] is None and info["name"] == "nvidia-cuda-mps-control":
+            info["pipe_dir"] = "/tmp/nvidia-mps"  # the default a daemon uses without the variable
     return found
 
 

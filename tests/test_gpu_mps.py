@@ -164,7 +164,7 @@ def test_mps_daemon_killed_mid_test_fails_without_hanging_or_leftovers(target, t
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not killed:
             ours = our_mps_processes(target.scratch)
-            if any(info["name"].startswith("nvidia-cuda-mps-s") for info in ours.values()):
+            if any(info["name"] == "nvidia-cuda-mps-server" for info in ours.values()):
                 time.sleep(10)
                 for pid in our_mps_processes(target.scratch):
                     os.kill(pid, signal.SIGKILL)

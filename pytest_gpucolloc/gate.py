@@ -1,0 +1,196 @@
+"""The regression decision: is this run's throughput lower than its history's, beyond noise?
+
+Method (all in log throughput, so changes are ratios):
+- each run is summarised by the mean of its rounds' log aggregate throughput (all rounds are used);
+- the baseline is the last ``runs`` comparable runs (same scenario, same GPU model, the same physical GPU
+  when it has enough history, not throttled);
+- the spread of the baseline's run means carries both noise sources that matter: round-to-round noise
+  *and* run-to-run noise (on the H200 machine runs of one job differed by 18% while rounds differed by 5-7%);
+- the current run is a regression when it falls below the one-sided (1 - alpha) *prediction bound* of the
+  baseline runs (Student t, K - 1 degrees of freedom: exact for normal run means, so an A/A run fails with
+  probability alpha) **and** the drop is at least the threshold (minimum effect size);
+- the minimum detectable effect (MDE) at ``power`` follows from the same spread; when it exceeds the
+  threshold the verdict says so, and what would help (more rounds, or more baseline runs, or neither when
+  run-to-run noise alone is too large).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from scipy import optimize, stats
+
+DEFAULT_THRESHOLD = 0.02
+DEFAULT_ALPHA = 0.005
+DEFAULT_POWER = 0.95
+DEFAULT_RUNS = 5
+DEFAULT_MIN_RUNS = 3
+
+
+@dataclass(frozen=True)
+class Policy:
+    threshold: float = DEFAULT_THRESHOLD  # smallest drop (fraction) that counts as a regression
+    alpha: float = DEFAULT_ALPHA
+    power: float = DEFAULT_POWER
+    runs: int = DEFAULT_RUNS  # baseline: the most recent comparable runs
+    min_runs: int = DEFAULT_MIN_RUNS
+
+
+@dataclass(frozen=True)
+class RunSample:
+    """One scenario in one saved run."""
+
+    run_id: str
+    rounds: tuple[float, ...]  # aggregate throughput per round
+    gpu_name: str | None = None
+    gpu_uuid: str | None = None
+    throttled: bool | None = None
+    datetime: str = ""
+    commit: str | None = None
+
+    @property
+    def log_mean(self) -> float:
+        return statistics.fmean(math.log(x) for x in self.rounds)
+
+    @property
+    def throughput(self) -> float:
+        return math.exp(self.log_mean)
+
+    @property
+    def log_sd(self) -> float:
+        values = [math.log(x) for x in self.rounds]
+        return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+@dataclass
+class Verdict:
+    verdict: str  # regressed | improved | unchanged | inconclusive | no baseline | not comparable
+    reason: str = ""
+    baseline: float | None = None
+    current: float | None = None
+    change: float | None = None  # fraction, + is faster
+    ci: tuple[float, float] | None = None  # of change, two-sided 1 - 2*alpha
+    mde: float | None = None  # smallest drop detectable at the policy's alpha and power
+    threshold: float = DEFAULT_THRESHOLD
+    baseline_runs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "regressed"
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("verdict", "reason", "baseline", "current", "change", "ci", "mde",
+                                                "threshold", "baseline_runs", "notes")}
+
+
+def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy) -> tuple[list[RunSample], list[str]]:
+    """Comparable runs, newest last, and notes on what was left out and why."""
+    notes = []
+    same_model = [r for r in history if r.gpu_name == current.gpu_name]
+    if len(same_model) < len(history):
+        others = sorted({r.gpu_name or "unknown GPU" for r in history if r.gpu_name != current.gpu_name})
+        notes.append(f"{len(history) - len(same_model)} run(s) on other GPUs left out ({', '.join(others)})")
+    calm = [r for r in same_model if not r.throttled]
+    if len(calm) < len(same_model):
+        notes.append(f"{len(same_model) - len(calm)} throttled run(s) left out")
+    same_gpu = [r for r in calm if current.gpu_uuid and r.gpu_uuid == current.gpu_uuid]
+    if len(same_gpu) >= policy.min_runs:
+        chosen = same_gpu
+    else:
+        chosen = calm
+        if calm and current.gpu_uuid and len(same_gpu) < len(calm):
+            notes.append("baseline includes other GPUs of the same model (identical GPUs differ by a few percent)")
+    chosen = sorted(chosen, key=lambda r: r.datetime)[-policy.runs:]
+    return chosen, notes
+
+
+def detection_power(drop_log: float, sigma: float, k: int, policy: Policy) -> float:
+    """Chance that a run ``drop_log`` slower (log) is called a regression, when run means spread with
+    ``sigma``: significant (noncentral t: the spread itself is estimated from k runs) and at least the
+    threshold; the two events go together, so the smaller chance bounds both."""
+    scale = sigma * math.sqrt(1 + 1 / k)
+    significant = stats.nct.cdf(-stats.t.ppf(1 - policy.alpha, k - 1), k - 1, -drop_log / scale)
+    big_enough = stats.norm.cdf((drop_log + math.log(1 - policy.threshold)) / scale)
+    return min(significant, big_enough)
+
+
+def mde(spread: float, k: int, policy: Policy) -> float:
+    """Smallest drop (fraction) caught with probability ``power``, for a run-mean spread (log) estimated
+    from k runs (an unbiased estimate of sigma: spread / c4(k))."""
+    c4 = math.sqrt(2 / (k - 1)) * math.exp(math.lgamma(k / 2) - math.lgamma((k - 1) / 2))
+    sigma = max(spread / c4, 1e-12)
+    high = 1.0
+    while detection_power(high, sigma, k, policy) < policy.power and high < 50:
+        high *= 2
+    drop_log = optimize.brentq(lambda x: detection_power(x, sigma, k, policy) - policy.power, 0.0, high)
+    return 1 - math.exp(-drop_log)
+
+
+def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy()) -> Verdict:
+    result = Verdict("unchanged", threshold=policy.threshold, current=current.throughput)
+    if current.throttled:
+        result.verdict, result.reason = "not comparable", "the GPU throttled during this run"
+        return result
+    baseline, result.notes = choose_baseline(current, history, policy)
+    result.baseline_runs = [r.run_id for r in baseline]
+    if len(baseline) < policy.min_runs:
+        result.verdict = "no baseline"
+        result.reason = (f"{len(baseline)} comparable run(s) in the history; the gate needs {policy.min_runs} "
+                         "to know the run-to-run spread")
+        if baseline:
+            result.baseline = math.exp(statistics.fmean(r.log_mean for r in baseline))
+            result.change = current.throughput / result.baseline - 1
+        return result
+
+    means = [r.log_mean for r in baseline]
+    k = len(means)
+    centre = statistics.fmean(means)
+    spread = statistics.stdev(means)
+    scale = spread * math.sqrt(1 + 1 / k)
+    d = current.log_mean - centre
+    result.baseline = math.exp(centre)
+    result.change = math.exp(d) - 1
+    if scale > 0:
+        half = stats.t.ppf(1 - policy.alpha, k - 1) * scale
+        result.ci = (math.exp(d - half) - 1, math.exp(d + half) - 1)
+        p_lower = stats.t.cdf(d / scale, k - 1)  # chance of a run this low if nothing changed
+        p_higher = stats.t.sf(d / scale, k - 1)
+    else:  # identical baseline runs: any difference is real
+        result.ci = (result.change, result.change)
+        p_lower = 0.0 if d < 0 else 1.0
+        p_higher = 0.0 if d > 0 else 1.0
+    result.mde = mde(spread, k, policy)
+    if p_lower < policy.alpha and -result.change >= policy.threshold:
+        result.verdict = "regressed"
+        result.reason = f"{-result.change:.1%} slower, beyond the baseline's run-to-run spread (p={p_lower:.2g})"
+    elif p_higher < policy.alpha and result.change >= policy.threshold:
+        result.verdict = "improved"
+        result.reason = f"{result.change:.1%} faster (p={p_higher:.2g})"
+    elif result.mde > policy.threshold:
+        result.verdict = "inconclusive"
+        result.reason = too_noisy(current, baseline, spread, policy)
+    else:
+        result.reason = f"change within noise; drops of {result.mde:.1%} or more are caught"
+    return result
+
+
+def too_noisy(current: RunSample, baseline: list[RunSample], spread: float, policy: Policy) -> str:
+    """Why the threshold cannot be resolved, and what would make it resolvable."""
+    k = len(baseline)
+    text = (f"too noisy for the {policy.threshold:.0%} threshold: with {k} baseline runs it can only catch drops of "
+            f"{mde(spread, k, policy):.1%} or more")
+    within = statistics.fmean(r.log_sd ** 2 for r in baseline)
+    n = statistics.fmean(len(r.rounds) for r in baseline)
+    between = max(spread ** 2 - within / n, 0.0)
+    # the largest run-mean spread at which the threshold is still caught with the policy's power
+    target = optimize.brentq(lambda s: mde(s, k, policy) - policy.threshold, 1e-9, 1.0) ** 2 \
+        if mde(1e-9, k, policy) < policy.threshold else 0.0
+    if target > between and within > 0:
+        rounds = math.ceil(within / (target - between))
+        text += f"; about {rounds} rounds per run (now {n:.0f}) would resolve it"
+    else:
+        text += (f"; the run-to-run spread alone ({math.sqrt(between):.1%}) is too large for more rounds to help: "
+                 "add baseline runs, steady the machine (CPU pinning, clocks), or raise the threshold")
+    return text

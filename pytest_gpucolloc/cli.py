@@ -96,10 +96,91 @@ def cmd_mig_restore(args) -> int:
     return 0
 
 
+def _policy(args):
+    from .gate import Policy
+
+    return Policy(threshold=args.threshold / 100, alpha=args.alpha, runs=args.runs, min_runs=args.min_runs)
+
+
+def _history(args):
+    from . import history
+
+    loaded = history.load(Path(args.storage))
+    for problem in loaded.problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    return loaded
+
+
+def cmd_compare(args) -> int:
+    from . import compare
+
+    loaded = _history(args)
+    try:
+        before, after, a, b = compare.select(loaded, runs=args.runs_ids, commits=args.commits,
+                                             group_by=args.group_by, groups=args.groups)
+    except compare.SelectionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    rows = compare.compare(before, after, _policy(args))
+    print(compare.render(rows, args.format, f"{b} vs {a} ({len(after)} vs {len(before)} runs)"))
+    return 1 if any(r.verdict["verdict"] == "regressed" for r in rows) else 0
+
+
+def cmd_gate(args) -> int:
+    from . import compare, gate, history
+
+    try:
+        run = history.read_run(Path(args.run))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"error: cannot read {args.run}: {error}", file=sys.stderr)
+        return 2
+    if not run.scenarios:
+        print(f"error: {args.run} holds no pytest-gpucolloc scenarios", file=sys.stderr)
+        return 3
+    loaded = _history(args)
+    policy = _policy(args)
+    rows = [compare.Row(name, gate.decide(run.sample(name), loaded.samples(name, exclude={run.run_id}), policy).to_dict())
+            for name in run.scenarios]
+    text = compare.render(rows, args.format, f"gate: {run.run_id}")
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(compare.render(rows, "markdown", f"Collocation regression gate: {run.run_id}") + "\n")
+    return 1 if any(r.verdict["verdict"] == "regressed" for r in rows) else 0
+
+
+def cmd_plot(args) -> int:
+    from . import plots
+
+    loaded = _history(args)
+    if not loaded.runs:
+        print(f"error: no saved pytest-gpucolloc runs under {args.storage}", file=sys.stderr)
+        return 3
+    out = Path(args.out)
+    run = next((r for r in loaded.runs if r.run_id == args.run or r.run_id.split("_")[0] == args.run), None) \
+        if args.run else loaded.runs[-1]
+    if run is None:
+        print(f"error: no saved run {args.run!r}", file=sys.stderr)
+        return 2
+    written = plots.scaling(run, out, args.format) + plots.slowdown(run, out, args.format) + \
+        plots.history(loaded, out, args.format)
+    for path in written:
+        print(path)
+    return 0
+
+
+def _gate_arguments(parser) -> None:
+    parser.add_argument("--storage", default=".benchmarks", help="pytest-benchmark storage folder (default .benchmarks)")
+    parser.add_argument("--threshold", type=float, default=2.0, help="smallest drop in percent that counts (default 2)")
+    parser.add_argument("--alpha", type=float, default=0.005, help="false-alarm rate per scenario (default 0.005)")
+    parser.add_argument("--runs", type=int, default=5, help="baseline: most recent N comparable runs (default 5)")
+    parser.add_argument("--min-runs", type=int, default=3, help="fewest baseline runs to decide (default 3)")
+    parser.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pytest-gpucolloc", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("info", help="GPUs, driver and sharing modes as this machine reports them").set_defaults(run=cmd_info)
+    commands.add_parser("info", help="GPUs, driver and sharing modes as this machine reports them").set_defaults(run_command=cmd_info)
     mig = commands.add_parser("mig", help="MIG profiles and layout plans (read-only unless 'restore')")
     mig_commands = mig.add_subparsers(dest="mig_command", required=True)
     for name, run, text in (("profiles", cmd_mig_profiles, "the GPU's MIG profile table"),
@@ -110,22 +191,45 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--table", help="a named table instead of the live GPU: h200, h100-80gb, a100-40gb, a100-80gb")
         sub.add_argument("--gpu", default="0", help="GPU index or UUID (default 0)")
         sub.add_argument("--json", action="store_true", help=argparse.SUPPRESS if name == "plan" else "print JSON")
-        sub.set_defaults(run=run)
+        sub.set_defaults(run_command=run)
     restore = mig_commands.add_parser("restore", help="restore a MIG layout a killed run left saved")
     restore.add_argument("--gpu", default="0")
     restore.add_argument("--checkpoint-dir")
-    restore.set_defaults(run=cmd_mig_restore)
+    restore.set_defaults(run_command=cmd_mig_restore)
+
+    gate_cmd = commands.add_parser("gate", help="judge a saved run against the history in the storage "
+                                   "(exit 0 pass, 1 regression, 2 usage error, 3 no scenarios)")
+    gate_cmd.add_argument("run", help="a pytest-benchmark JSON file of this plugin's scenarios")
+    gate_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file")
+    _gate_arguments(gate_cmd)
+    gate_cmd.set_defaults(run_command=cmd_gate)
+
+    compare_cmd = commands.add_parser("compare", help="compare two sets of saved runs, per scenario")
+    compare_cmd.add_argument("--runs-ids", dest="runs_ids", nargs=2, metavar=("BEFORE", "AFTER"),
+                             help="two run ids (file names or their NNNN prefix)")
+    compare_cmd.add_argument("--commits", nargs=2, metavar=("BEFORE", "AFTER"))
+    compare_cmd.add_argument("--group-by", help="a machine_info key: driver_version, cuda_driver_version, torch, ...")
+    compare_cmd.add_argument("--groups", nargs=2, metavar=("BEFORE", "AFTER"), help="the two values of --group-by")
+    _gate_arguments(compare_cmd)
+    compare_cmd.set_defaults(run_command=cmd_compare)
+
+    plot = commands.add_parser("plot", help="PNG/SVG figures: scaling curve, slowdown, history with gate decisions")
+    plot.add_argument("--storage", default=".benchmarks")
+    plot.add_argument("--out", default="gpucolloc-plots")
+    plot.add_argument("--run", help="run for the scaling and slowdown figures (default: the newest)")
+    plot.add_argument("--format", choices=["png", "svg"], default="png")
+    plot.set_defaults(run_command=cmd_plot)
 
     table = commands.add_parser("table", help="table of the scenarios in pytest-benchmark JSON files")
     table.add_argument("files", nargs="+", type=Path)
     table.add_argument("--format", choices=["markdown", "text"], default="markdown")
-    table.set_defaults(run=cmd_table)
+    table.set_defaults(run_command=cmd_table)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    return args.run_command(args)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Method (all in log throughput, so changes are ratios):
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -106,25 +107,33 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
     return chosen, notes
 
 
-def detection_power(drop_log: float, sigma: float, k: int, policy: Policy) -> float:
-    """Chance that a run ``drop_log`` slower (log) is called a regression, when run means spread with
-    ``sigma``: significant (noncentral t: the spread itself is estimated from k runs) and at least the
-    threshold; the two events go together, so the smaller chance bounds both."""
-    scale = sigma * math.sqrt(1 + 1 / k)
-    significant = stats.nct.cdf(-stats.t.ppf(1 - policy.alpha, k - 1), k - 1, -drop_log / scale)
-    big_enough = stats.norm.cdf((drop_log + math.log(1 - policy.threshold)) / scale)
-    return min(significant, big_enough)
+def _c4(k: int) -> float:
+    """E[sample SD] / sigma for k normal values: turns the baseline's spread into an unbiased sigma."""
+    return math.sqrt(2 / (k - 1)) * math.exp(math.lgamma(k / 2) - math.lgamma((k - 1) / 2))
 
 
-def mde(spread: float, k: int, policy: Policy) -> float:
-    """Smallest drop (fraction) caught with probability ``power``, for a run-mean spread (log) estimated
-    from k runs (an unbiased estimate of sigma: spread / c4(k))."""
-    c4 = math.sqrt(2 / (k - 1)) * math.exp(math.lgamma(k / 2) - math.lgamma((k - 1) / 2))
-    sigma = max(spread / c4, 1e-12)
-    high = 1.0
-    while detection_power(high, sigma, k, policy) < policy.power and high < 50:
-        high *= 2
-    drop_log = optimize.brentq(lambda x: detection_power(x, sigma, k, policy) - policy.power, 0.0, high)
+@functools.lru_cache(maxsize=256)
+def _unit_drop(k: int, alpha: float, power: float) -> float:
+    """The log drop, in units of sigma, that the prediction-bound test catches with ``power``: the spread
+    is itself estimated from k runs, so the test statistic follows a noncentral t."""
+    scale = math.sqrt(1 + 1 / k)
+    critical = stats.t.ppf(1 - alpha, k - 1)
+
+    def shortfall(drop: float) -> float:
+        return stats.nct.cdf(-critical, k - 1, -drop / scale) - power
+
+    return optimize.brentq(shortfall, 0.0, 1000.0)
+
+
+def mde(spread: float, k: int, policy: Policy, with_threshold: bool = True) -> float:
+    """Smallest drop (fraction) caught with probability ``power`` for a run-mean spread (log) measured
+    over k runs. Without the threshold: what the noise alone lets the statistics resolve; with it, the
+    drop must also be estimated at or above the threshold (the larger of the two requirements binds)."""
+    sigma = spread / _c4(k)
+    drop_log = _unit_drop(k, policy.alpha, policy.power) * sigma
+    if with_threshold:
+        needed = -math.log(1 - policy.threshold) + stats.norm.ppf(policy.power) * sigma * math.sqrt(1 + 1 / k)
+        drop_log = max(drop_log, needed)
     return 1 - math.exp(-drop_log)
 
 
@@ -135,9 +144,10 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
         return result
     baseline, result.notes = choose_baseline(current, history, policy)
     result.baseline_runs = [r.run_id for r in baseline]
-    if len(baseline) < policy.min_runs:
+    needed = max(policy.min_runs, 2)  # a spread needs two runs at least
+    if len(baseline) < needed:
         result.verdict = "no baseline"
-        result.reason = (f"{len(baseline)} comparable run(s) in the history; the gate needs {policy.min_runs} "
+        result.reason = (f"{len(baseline)} comparable run(s) in the history; the gate needs {needed} "
                          "to know the run-to-run spread")
         if baseline:
             result.baseline = math.exp(statistics.fmean(r.log_mean for r in baseline))
@@ -162,13 +172,14 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
         p_lower = 0.0 if d < 0 else 1.0
         p_higher = 0.0 if d > 0 else 1.0
     result.mde = mde(spread, k, policy)
+    resolvable = mde(spread, k, policy, with_threshold=False)
     if p_lower < policy.alpha and -result.change >= policy.threshold:
         result.verdict = "regressed"
         result.reason = f"{-result.change:.1%} slower, beyond the baseline's run-to-run spread (p={p_lower:.2g})"
     elif p_higher < policy.alpha and result.change >= policy.threshold:
         result.verdict = "improved"
         result.reason = f"{result.change:.1%} faster (p={p_higher:.2g})"
-    elif result.mde > policy.threshold:
+    elif resolvable > policy.threshold:
         result.verdict = "inconclusive"
         result.reason = too_noisy(current, baseline, spread, policy)
     else:
@@ -185,8 +196,8 @@ def too_noisy(current: RunSample, baseline: list[RunSample], spread: float, poli
     n = statistics.fmean(len(r.rounds) for r in baseline)
     between = max(spread ** 2 - within / n, 0.0)
     # the largest run-mean spread at which the threshold is still caught with the policy's power
-    target = optimize.brentq(lambda s: mde(s, k, policy) - policy.threshold, 1e-9, 1.0) ** 2 \
-        if mde(1e-9, k, policy) < policy.threshold else 0.0
+    # the largest run-mean spread at which the statistics still resolve the threshold
+    target = (-math.log(1 - policy.threshold) / _unit_drop(k, policy.alpha, policy.power) * _c4(k)) ** 2
     if target > between and within > 0:
         rounds = math.ceil(within / (target - between))
         text += f"; about {rounds} rounds per run (now {n:.0f}) would resolve it"

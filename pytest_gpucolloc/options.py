@@ -77,12 +77,15 @@ def parse_mig_layout(text: str) -> str | None:
     return text
 
 
-def parse_directory(text: str) -> str | None:
-    if not text:
-        return None
-    if "\0" in text or len(text) > 4096:
-        raise ValueError(f"--mig-checkpoint-dir is not a usable path: {text[:80]!r}")
-    return text
+def _path(name: str) -> Callable[[str], str | None]:
+    def parse(text: str) -> str | None:
+        if not text:
+            return None
+        if "\0" in text or len(text) > 4096:
+            raise ValueError(f"{name} is not a usable path: {text[:80]!r}")
+        return text
+
+    return parse
 
 
 def parse_flag(text: Any) -> bool:
@@ -147,7 +150,20 @@ OPTIONS = [
            "layout and restores it after each test); without it only an existing matching layout is used",
            parse_flag, "false", flag=True),
     Option("mig_checkpoint_dir", "where the MIG layout found before reconfiguring is kept until restored "
-           "(default ~/.cache/pytest-gpucolloc)", parse_directory, ""),
+           "(default ~/.cache/pytest-gpucolloc)", _path("--mig-checkpoint-dir"), ""),
+    Option("colloc_gate", "regression gate: compare each scenario with its saved history (benchmark storage) and "
+           "fail the run on a throughput regression", parse_flag, "false", flag=True),
+    Option("colloc_gate_threshold", "smallest throughput drop, in percent, that counts as a regression "
+           "(default 2; per scenario: @pytest.mark.colloc_gate(threshold=5))",
+           _number("--colloc-gate-threshold", 0, 100), "2"),
+    Option("colloc_gate_runs", "baseline: the most recent N comparable saved runs (default 5)",
+           _number("--colloc-gate-runs", 2, 1000, integer=True), "5"),
+    Option("colloc_gate_min_runs", "fewest comparable runs the gate needs to decide (default 3)",
+           _number("--colloc-gate-min-runs", 2, 1000, integer=True), "3"),
+    Option("colloc_gate_alpha", "false-alarm rate of the gate per scenario (default 0.005)",
+           _number("--colloc-gate-alpha", 1e-6, 0.2), "0.005"),
+    Option("colloc_gate_report", "also write the gate's verdicts as Markdown to this file (CI job summaries)",
+           _path("--colloc-gate-report"), ""),
     Option("mps_oversubscribe", "allow mps-partitioned shares that add up to more than 100 percent",
            parse_flag, "false", flag=True),
 ]

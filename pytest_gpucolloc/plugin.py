@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 from typing import Callable, Iterable
 
 import pytest
 
-from . import machine, measure, report, telemetry
+from . import gate, history, machine, measure, report, telemetry
 from .modes import MODES, ModeConfigError, SharingMode
 from .mig.provision import MigError, MigUnavailable
 from .modes.sequential import SequentialMode
@@ -35,6 +36,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "quick: scenario of the quick tier (also run in CPU smoke mode)")
     config.addinivalue_line("markers", "gpu: test needs a real NVIDIA GPU; skipped with the reason without one")
     config.addinivalue_line("markers", "mig_layout(layout): MIG layout of this scenario, e.g. '3g,2g,1g*2'")
+    config.addinivalue_line("markers", "colloc_gate(threshold=PERCENT): this scenario's regression threshold")
     try:
         values = read_options(config)
     except ValueError as exc:
@@ -59,6 +61,43 @@ def pytest_unconfigure(config):
 
 def _session(config) -> CollocSession:
     return config.stash[session_key]
+
+
+def pytest_sessionstart(session):
+    colloc = session.config.stash.get(session_key, None)
+    if colloc is None or not colloc.values["colloc_gate"]:
+        return
+    root = history.storage_path(session.config.getoption("benchmark_storage", None))
+    if root is None:
+        raise pytest.UsageError("--colloc-gate reads file storage only (--benchmark-storage=file://...)")
+    colloc.history = history.load(root)  # before this run saves anything
+
+
+def _gate_policy(session: CollocSession, node) -> gate.Policy:
+    threshold = session.values["colloc_gate_threshold"]
+    marker = node.get_closest_marker("colloc_gate")
+    if marker and "threshold" in marker.kwargs:
+        threshold = marker.kwargs["threshold"]
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 100:
+            pytest.fail(f"colloc_gate(threshold=...) must be a percentage between 0 and 100, got {threshold!r}",
+                        pytrace=False)
+    return gate.Policy(threshold=threshold / 100, alpha=session.values["colloc_gate_alpha"],
+                       runs=session.values["colloc_gate_runs"], min_runs=session.values["colloc_gate_min_runs"])
+
+
+def _judge(session: CollocSession, node, result: ScenarioResult) -> dict:
+    placement = session.placement()
+    current = gate.RunSample("current", tuple(result.aggregate_rounds), placement.gpu.name if placement.gpu else None,
+                             placement.gpu.uuid if placement.gpu else None, result.throttled)
+    verdict = gate.decide(current, session.history.samples(node.nodeid), _gate_policy(session, node)).to_dict()
+    session.verdicts.append((node.name, verdict))
+    return verdict
+
+
+def pytest_sessionfinish(session, exitstatus):
+    colloc = session.config.stash.get(session_key, None)
+    if colloc and any(v["verdict"] == "regressed" for _, v in colloc.verdicts) and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_report_header(config):
@@ -170,6 +209,8 @@ def collocate(request, gpu_mode, benchmark, tmp_path) -> Callable[..., ScenarioR
             pytest.fail(f"{gpu_mode}: {exc}", pytrace=False)
         finally:
             session.release(target)
+        if session.history is not None:
+            result.info["gate"] = _judge(session, request.node, result)
         _record(benchmark, result)
         session.results.append((request.node.name, result))
         return result
@@ -249,3 +290,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     )
     for name, why in session.unfit:
         terminalreporter.write_line(f"{name}: {why}")
+    if session.history is not None:
+        _gate_summary(terminalreporter, config, session)
+
+
+def _gate_summary(terminalreporter, config, session: CollocSession) -> None:
+    regressed = [name for name, v in session.verdicts if v["verdict"] == "regressed"]
+    terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(session.verdicts)}")
+    for problem in session.history.problems:
+        terminalreporter.write_line(f"history: {problem}")
+    terminalreporter.write_line(report.gate_table(session.verdicts))
+    path = session.values["colloc_gate_report"]
+    if path:
+        try:
+            Path(path).write_text(f"### Collocation regression gate\n\n{report.gate_table(session.verdicts, 'github')}\n")
+        except OSError as error:
+            terminalreporter.write_line(f"could not write the gate report to {path}: {error}", red=True)

@@ -64,3 +64,23 @@ def entries_from_json(path: Path) -> list[tuple[str, dict]]:
     data = json.loads(Path(path).read_text())
     return [(b["name"], b["extra_info"]) for b in data.get("benchmarks", [])
             if b.get("extra_info", {}).get("gpucolloc")]
+
+
+GATE_HEADERS = ["scenario", "verdict", "baseline samples/s", "current samples/s", "change", "interval",
+                "detectable drop", "baseline runs", "why"]
+
+
+def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
+    table = []
+    for name, v in verdicts:
+        change = "-" if v.get("change") is None else f"{v['change']:+.1%}"
+        interval = "-" if not v.get("ci") else f"[{v['ci'][0]:+.1%}, {v['ci'][1]:+.1%}]"
+        mde = "-" if v.get("mde") is None else f"{v['mde']:.1%}"
+        why = "; ".join([v.get("reason", "")] + list(v.get("notes", [])))
+        table.append([name, v["verdict"], _num(v.get("baseline")), _num(v.get("current")), change, interval, mde,
+                      str(len(v.get("baseline_runs", []))), why])
+    return table
+
+
+def gate_table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple") -> str:
+    return tabulate(gate_rows(verdicts), headers=GATE_HEADERS, tablefmt=fmt, disable_numparse=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+
 from . import nvml
 from .modes.base import Target
 from .options import read_options
@@ -30,6 +31,8 @@ class CollocSession:
     values: dict[str, Any]
     results: list[tuple[str, ScenarioResult]] = field(default_factory=list)
     unfit: list[tuple[str, str]] = field(default_factory=list)  # (test, why its layout does not fit)
+    verdicts: list[tuple[str, dict]] = field(default_factory=list)  # (test, gate verdict)
+    history: Any = None  # history.History loaded before this run saved anything
     alone: dict[tuple, float] = field(default_factory=dict)  # sequential throughput per job
     ideal: dict[tuple, float] = field(default_factory=dict)
     _placement: Placement | None = None

@@ -1,0 +1,84 @@
+"""Compare saved runs (by run id, by commit, or grouped by a machine_info key) and gate a saved run
+against its history: the console command's logic, over ``history.History``."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+
+from . import gate, report
+from .history import History, SavedRun
+
+GROUPABLE = ("driver_version", "cuda_driver_version", "cuda_runtime", "cudnn", "torch", "torchvision",
+             "gpu_name", "gpu_uuid", "plugin_version", "hostname")
+
+
+class SelectionError(ValueError):
+    pass
+
+
+def select(history: History, *, runs: list[str] | None = None, commits: list[str] | None = None,
+           group_by: str | None = None, groups: list[str] | None = None) -> tuple[list[SavedRun], list[SavedRun], str, str]:
+    """Two sets of runs (before, after) and their labels."""
+    if runs:
+        if len(runs) != 2:
+            raise SelectionError("--runs takes two run ids (file names or their NNNN prefix)")
+        sets = [[r for r in history.runs if r.run_id == wanted or r.run_id.split("_")[0] == wanted] for wanted in runs]
+        labels = runs
+    elif commits:
+        if len(commits) != 2:
+            raise SelectionError("--commits takes two commit ids (or prefixes)")
+        sets = [[r for r in history.runs if r.commit and r.commit.startswith(c)] for c in commits]
+        labels = commits
+    elif group_by:
+        if group_by not in GROUPABLE:
+            raise SelectionError(f"--group-by takes one of {', '.join(GROUPABLE)}")
+        values = list(dict.fromkeys(str(r.machine.get(group_by)) for r in history.runs))
+        if groups:
+            values = groups
+        if len(values) != 2:
+            raise SelectionError(f"runs have {len(values)} values of {group_by} ({', '.join(values)}); "
+                                 "pick two with --groups A B")
+        sets = [[r for r in history.runs if str(r.machine.get(group_by)) == v] for v in values]
+        labels = [f"{group_by}={v}" for v in values]
+    else:
+        raise SelectionError("say what to compare: --runs A B, --commits A B or --group-by KEY")
+    for label, chosen in zip(labels, sets):
+        if not chosen:
+            raise SelectionError(f"no saved run matches {label}")
+    return sets[0], sets[1], labels[0], labels[1]
+
+
+@dataclass
+class Row:
+    scenario: str
+    verdict: dict
+
+
+def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) -> list[Row]:
+    """Per scenario: the newest run of ``after`` judged against the runs of ``before``."""
+    rows = []
+    names = list(dict.fromkeys(name for run in after for name in run.scenarios))
+    for name in names:
+        current = next(run.sample(name) for run in reversed(after) if run.sample(name))
+        baseline = [s for s in (run.sample(name) for run in before) if s is not None]
+        verdict = gate.decide(current, baseline, gate.Policy(policy.threshold, policy.alpha, policy.power,
+                                                            runs=max(len(baseline), 2), min_runs=policy.min_runs))
+        rows.append(Row(name, verdict.to_dict()))
+    return rows
+
+
+def render(rows: list[Row], fmt: str, title: str = "") -> str:
+    entries = [(row.scenario, row.verdict) for row in rows]
+    if fmt == "json":
+        return json.dumps([{"scenario": r.scenario, **r.verdict} for r in rows], indent=2)
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(report.GATE_HEADERS)
+        writer.writerows(report.gate_rows(entries))
+        return out.getvalue()
+    if fmt == "markdown":
+        return (f"### {title}\n\n" if title else "") + report.gate_table(entries, "github")
+    return (f"{title}\n" if title else "") + report.gate_table(entries)

@@ -1,0 +1,111 @@
+"""Figures over saved runs (matplotlib, no display needed): the collocation scaling curve, per-workload
+slowdown, and each scenario's throughput history with the gate's decisions."""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+
+from .history import History, SavedRun  # noqa: E402
+
+MARKERS = {"regressed": ("v", "tab:red"), "improved": ("^", "tab:green"), "unchanged": ("o", "tab:blue"),
+           "inconclusive": ("o", "tab:orange")}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:120] or "scenario"
+
+
+def _family(name: str) -> str:
+    """Scenario name without its parameters: test_resnet26_cifar10[mps-7-128] -> test_resnet26_cifar10."""
+    return name.split("::")[-1].split("[")[0]
+
+
+def scaling(run: SavedRun, out: Path, fmt: str) -> list[Path]:
+    """Aggregate throughput against the number of collocated processes, one line per mode, per family
+    and first workload label; the 'ideal' reference where it was recorded."""
+    curves: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    ideal: dict[tuple[str, str], list] = defaultdict(list)
+    for name, info in run.scenarios.items():
+        key = (_family(name), info["workloads"][0])
+        if len(set(info["workloads"])) > 1:
+            continue  # mixed scenarios have no process-count axis
+        curves[key][info["mode"]].append((info["n_workers"], info["aggregate_throughput"]))
+        if info.get("ideal_throughput"):
+            ideal[key].append((info["n_workers"], info["ideal_throughput"]))
+    written = []
+    for (family, label), modes in curves.items():
+        figure, axes = plt.subplots(figsize=(6, 4))
+        for mode, points in sorted(modes.items()):
+            xs, ys = zip(*sorted(points))
+            axes.plot(xs, ys, marker="o", label=mode)
+        if ideal[(family, label)]:
+            xs, ys = zip(*sorted(ideal[(family, label)]))
+            axes.plot(xs, ys, linestyle="--", color="grey", label="ideal (one process, summed batch)")
+        axes.set(xlabel="collocated processes", ylabel="aggregate samples/s", title=f"{label} ({run.run_id})")
+        axes.legend()
+        axes.grid(alpha=0.3)
+        written.append(_save(figure, out / f"scaling-{_slug(family)}-{_slug(label)}.{fmt}"))
+    return written
+
+
+def slowdown(run: SavedRun, out: Path, fmt: str) -> list[Path]:
+    """Each worker's throughput relative to the same job alone (sequential run of the same file)."""
+    alone = {}
+    for info in run.scenarios.values():
+        if info["mode"] == "sequential":
+            for worker in info["workers"]:
+                alone[worker["workload"]] = worker["throughput"]
+    bars = []
+    for name, info in sorted(run.scenarios.items()):
+        if info["mode"] == "sequential":
+            continue
+        for i, worker in enumerate(info["workers"]):
+            if worker["workload"] in alone:
+                bars.append((f"{name.split('::')[-1]} w{i}", worker["throughput"] / alone[worker["workload"]]))
+    if not bars:
+        return []
+    figure, axes = plt.subplots(figsize=(8, max(3, 0.25 * len(bars))))
+    labels, values = zip(*bars)
+    axes.barh(range(len(values)), values, color="tab:blue")
+    axes.set_yticks(range(len(values)), labels, fontsize=6)
+    axes.axvline(1.0, color="grey", linestyle="--")
+    axes.set(xlabel="throughput relative to running alone", title=f"per-workload slowdown ({run.run_id})")
+    return [_save(figure, out / f"slowdown.{fmt}")]
+
+
+def history(hist: History, out: Path, fmt: str) -> list[Path]:
+    """Throughput of each scenario across saved runs (oldest first), marked with the gate's verdict
+    where the run was gated."""
+    series: dict[str, list] = defaultdict(list)
+    for index, run in enumerate(hist.runs):
+        for name, info in run.scenarios.items():
+            verdict = (info.get("gate") or {}).get("verdict", "unchanged")
+            label = (run.commit or run.run_id)[:8]
+            series[name].append((index, info["aggregate_throughput"], verdict, label))
+    written = []
+    for name, points in series.items():
+        figure, axes = plt.subplots(figsize=(7, 3.5))
+        xs = [p[0] for p in points]
+        axes.plot(xs, [p[1] for p in points], color="lightgrey", zorder=1)
+        for x, y, verdict, _ in points:
+            marker, colour = MARKERS.get(verdict, ("o", "tab:grey"))
+            axes.scatter([x], [y], marker=marker, color=colour, zorder=2)
+        axes.set_xticks(xs, [p[3] for p in points], rotation=45, fontsize=7)
+        axes.set(ylabel="aggregate samples/s", title=name.split("::")[-1])
+        axes.grid(alpha=0.3)
+        written.append(_save(figure, out / f"history-{_slug(name.split('::')[-1])}.{fmt}"))
+    return written
+
+
+def _save(figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path

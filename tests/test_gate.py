@@ -1,0 +1,173 @@
+"""The regression gate: statistics on synthetic histories, history loading, the CLI, plots."""
+import json
+import math
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucolloc import cli, gate
+from pytest_gpucolloc.gatesim import detection_rate, synthetic_run
+from pytest_gpucolloc.history import load, storage_path
+
+H200_HISTORY = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-30-h200" / "call4" / "history"
+
+
+def run(rounds, run_id="r", gpu="NVIDIA H200", uuid="GPU-a", throttled=False):
+    return gate.RunSample(run_id, tuple(rounds), gpu, uuid, throttled, datetime=run_id)
+
+
+def steady_history(level=1000.0, spread=0.01, runs=5):
+    rng = random.Random(7)
+    return [synthetic_run(rng, f"b{i}", level, spread, 0.0, 10) for i in range(runs)]
+
+
+@pytest.mark.parametrize("within,between", [(0.01, 0.0), (0.05, 0.0), (0.10, 0.0), (0.15, 0.0), (0.06, 0.09)])
+def test_a_a_false_alarms_stay_at_or_below_one_percent(within, between):
+    assert detection_rate(0.0, within, between, trials=600, seed=11)["rate"] <= 0.01
+
+
+def test_a_five_percent_drop_is_caught_in_a_gpu_bound_scenario():
+    assert detection_rate(0.05, 0.01, 0.0, trials=300, seed=12)["rate"] >= 0.95
+
+
+def test_reported_mde_matches_what_the_simulation_shows():
+    for within in (0.05, 0.10):
+        reported = detection_rate(0.0, within, 0.0, trials=200, seed=13)["median_mde"]
+        caught = detection_rate(reported, within, 0.0, trials=300, seed=14)["rate"]
+        assert 0.85 <= caught <= 1.0, (within, reported, caught)
+
+
+def test_improvement_never_fails():
+    verdict = gate.decide(run([1200.0] * 10, "now"), steady_history())
+    assert verdict.verdict == "improved" and not verdict.failed
+
+
+def test_regression_verdict_carries_numbers():
+    verdict = gate.decide(run([900.0 + i for i in range(10)], "now"), steady_history())
+    assert verdict.verdict == "regressed" and verdict.failed
+    assert verdict.change == pytest.approx(-0.095, abs=0.01)
+    low, high = verdict.ci
+    assert low < verdict.change < high < 0
+    assert verdict.mde < 0.05 and len(verdict.baseline_runs) == 5
+
+
+def test_a_drop_below_the_threshold_does_not_fail():
+    verdict = gate.decide(run([990.0] * 10, "now"), steady_history(spread=0.001), gate.Policy(threshold=0.02))
+    assert verdict.verdict == "unchanged"
+
+
+def test_too_noisy_says_how_many_rounds_would_help():
+    verdict = gate.decide(run([1000.0] * 10, "now"), steady_history(spread=0.10))
+    assert verdict.verdict == "inconclusive"
+    assert "too noisy for the 2% threshold" in verdict.reason and "rounds per run" in verdict.reason
+
+
+def test_run_to_run_noise_that_rounds_cannot_fix_is_named():
+    rng = random.Random(3)
+    history = [synthetic_run(rng, f"b{i}", 1000.0, 0.005, 0.08, 10) for i in range(5)]
+    verdict = gate.decide(run([1000.0] * 10, "now"), history)
+    assert verdict.verdict == "inconclusive" and "run-to-run spread alone" in verdict.reason
+
+
+def test_throttled_runs_are_not_comparable_and_left_out_of_baselines():
+    assert gate.decide(run([1000.0] * 10, throttled=True), steady_history()).verdict == "not comparable"
+    history = steady_history() + [run([500.0] * 10, "zz-hot", throttled=True)]
+    verdict = gate.decide(run([1000.0] * 10, "now"), history)
+    assert "zz-hot" not in verdict.baseline_runs and any("throttled" in n for n in verdict.notes)
+
+
+def test_other_gpu_models_are_never_a_baseline():
+    history = [run([1000.0 + i] * 10, f"h100-{i}", gpu="NVIDIA H100") for i in range(5)]
+    verdict = gate.decide(run([800.0] * 10, "now"), history)
+    assert verdict.verdict == "no baseline" and "other GPUs left out (NVIDIA H100)" in verdict.notes[0]
+
+
+def test_the_same_physical_gpu_is_preferred_when_it_has_history():
+    same = [run([1000.0 + i] * 10, f"a{i}", uuid="GPU-a") for i in range(3)]
+    other = [run([1100.0 + i] * 10, f"b{i}", uuid="GPU-b") for i in range(3)]
+    verdict = gate.decide(run([1000.0] * 10, "now", uuid="GPU-a"), same + other)
+    assert set(verdict.baseline_runs) == {"a0", "a1", "a2"}
+
+
+def test_h200_a_a_pair_is_not_failed():
+    """Two identical runs on the H200 (call 4) differed by 18%: with one baseline run the gate refuses to
+    judge instead of failing."""
+    history = load(H200_HISTORY)
+    assert len(history.runs) == 2
+    name = next(iter(history.runs[1].scenarios))
+    verdict = gate.decide(history.runs[1].sample(name), history.samples(name, exclude={history.runs[1].run_id}))
+    assert verdict.verdict == "no baseline" and not verdict.failed
+    assert verdict.change == pytest.approx(0.186, abs=0.01)
+
+
+# --- history and the console command ---------------------------------------------------------------
+
+@pytest.fixture
+def storage(tmp_path):
+    root = tmp_path / ".benchmarks" / "Linux-CPython-3.12-64bit"
+    root.mkdir(parents=True)
+    template = json.loads(next(H200_HISTORY.rglob("0001_*.json")).read_text())
+    rng = random.Random(5)
+    for i, (level, driver) in enumerate([(600, "570.86")] * 3 + [(600, "580.159")] * 2 + [(540, "580.159")]):
+        data = json.loads(json.dumps(template))
+        data["datetime"] = f"2026-11-{i + 10:02d}T00:00:00"
+        data["commit_info"]["id"] = f"{i:02d}abcdef"
+        data["machine_info"]["gpucolloc"]["driver_version"] = driver
+        for bench in data["benchmarks"]:
+            bench["extra_info"]["aggregate_round_throughputs"] = [level * math.exp(rng.gauss(0, 0.01)) for _ in range(10)]
+            bench["extra_info"]["aggregate_throughput"] = level
+        (root / f"{i + 1:04d}_run.json").write_text(json.dumps(data))
+    (root / "0099_truncated.json").write_text('{"benchmarks": [')
+    (root / "0098_other.json").write_text('{"hello": 1}')
+    return tmp_path / ".benchmarks"
+
+
+def test_corrupt_files_are_reported_by_name_skipped_and_untouched(storage):
+    before = {p: p.read_bytes() for p in storage.rglob("*.json")}
+    history = load(storage)
+    assert len(history.runs) == 6
+    assert any("0099_truncated.json" in p for p in history.problems)
+    assert any("0098_other.json" in p and "not a pytest-benchmark file" in p for p in history.problems)
+    assert before == {p: p.read_bytes() for p in storage.rglob("*.json")}
+
+
+def test_storage_path_understands_pytest_benchmark_urls():
+    assert storage_path("file://./x") == Path("./x")
+    assert storage_path(None) == Path("./.benchmarks")
+    assert storage_path("elasticsearch+http://host/index") is None
+
+
+def test_cli_gate_exit_codes(storage, capsys, tmp_path):
+    newest = sorted((storage / "Linux-CPython-3.12-64bit").glob("0006_*.json"))[0]
+    summary = tmp_path / "summary.md"
+    assert cli.main(["gate", str(newest), "--storage", str(storage), "--markdown", str(summary)]) == 1
+    assert "regressed" in capsys.readouterr().out
+    assert "test_resnet152_imagenet[naive-1-32] | regressed" in summary.read_text()
+    seventh = sorted((storage / "Linux-CPython-3.12-64bit").glob("0004_*.json"))[0]
+    assert cli.main(["gate", str(seventh), "--storage", str(storage)]) == 0
+    assert cli.main(["gate", str(storage / "Linux-CPython-3.12-64bit" / "0099_truncated.json")]) == 2
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"benchmarks": []}))
+    assert cli.main(["gate", str(empty)]) == 3
+
+
+def test_cli_compare_by_driver_in_every_format(storage, capsys):
+    code = cli.main(["compare", "--group-by", "driver_version", "--storage", str(storage), "--format", "markdown"])
+    out = capsys.readouterr().out
+    assert code == 1 and "driver_version=580.159 vs driver_version=570.86 (3 vs 3 runs)" in out
+    assert "| regressed |" in out.replace("  ", " ") or "regressed" in out
+    for fmt, marker in (("csv", "scenario,verdict"), ("json", '"verdict"'), ("table", "verdict")):
+        cli.main(["compare", "--commits", "00", "05", "--storage", str(storage), "--format", fmt, "--min-runs", "1"])
+        assert marker in capsys.readouterr().out
+    assert cli.main(["compare", "--group-by", "nonsense", "--storage", str(storage)]) == 2
+
+
+def test_cli_plot_writes_figures(storage, tmp_path, capsys):
+    out = tmp_path / "plots"
+    assert cli.main(["plot", "--storage", str(storage), "--out", str(out)]) == 0
+    pngs = list(out.glob("*.png"))
+    assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000 for p in pngs)
+    assert cli.main(["plot", "--storage", str(storage), "--out", str(out), "--format", "svg"]) == 0
+    assert all(b"<svg" in p.read_bytes()[:400] for p in out.glob("*.svg"))

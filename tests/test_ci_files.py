@@ -1,0 +1,47 @@
+"""The CI files parse, reference what exists, and ci/gate.sh keeps its documented exit codes."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_github_workflows_are_valid(path):
+    data = yaml.safe_load(path.read_text())
+    assert data["name"] and data["jobs"]
+    assert True in data or "on" in data  # YAML 1.1 reads the key `on` as True
+    for name, job in data["jobs"].items():
+        assert "runs-on" in job and job["steps"], name
+        for step in job["steps"]:
+            assert ("run" in step) != ("uses" in step), (name, step)
+            for script in ("ci/gate.sh", "ci/gpu-check"):
+                if script in step.get("run", ""):
+                    assert (ROOT / script).exists()
+
+
+def test_gitlab_pipeline_is_valid():
+    data = yaml.safe_load((ROOT / ".gitlab-ci.yml").read_text())
+    assert data["gpu-benchmarks"]["script"] and data["gpu-benchmarks"]["tags"] == ["gpu"]
+
+
+@pytest.mark.parametrize("script", ["ci/gate.sh", "ci/gpu-check", "ci/paper-table", ".ci/run"])
+def test_shell_scripts_parse(script):
+    assert subprocess.run(["bash", "-n", str(ROOT / script)]).returncode == 0
+    assert os.access(ROOT / script, os.X_OK)
+
+
+def test_gate_script_exit_codes(tmp_path):
+    usage = subprocess.run(["bash", str(ROOT / "ci" / "gate.sh")], cwd=ROOT, capture_output=True, text=True)
+    assert usage.returncode != 0 and "usage" in usage.stderr
+    nothing = subprocess.run(["bash", str(ROOT / "ci" / "gate.sh"), str(tmp_path / "h"), str(tmp_path / "o"),
+                              "-k", "no_such_scenario_anywhere", "--colloc-device=cpu"],
+                             cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
+    assert nothing.returncode == 3, nothing.stdout[-2000:]
+    assert "no benchmark collected" in nothing.stderr
+    assert "deselected" in (tmp_path / "o" / "pytest.log").read_text()

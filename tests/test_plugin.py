@@ -212,3 +212,33 @@ def test_twice(collocate):
 ''')
     result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", *FAST)
     result.stdout.fnmatch_lines(["*collocate can run one scenario per test*"])
+
+
+def test_gate_fails_the_run_on_an_injected_slowdown(pytester, suite):
+    gated = ["--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-autosave", "--colloc-gate",
+             "--colloc-gate-min-runs=2", "--colloc-rounds=5", "--colloc-round-seconds=0.2",
+             "--colloc-warmup-seconds=0.1", "-p", "no:cacheprovider", "-k", "naive-1"]
+    suite(sleep=0.004)
+    first = pytester.runpytest(*gated)
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 1*", "*test_tiny?naive-1?*no baseline*"])
+    assert pytester.runpytest(*gated).ret == 0
+    suite(sleep=0.008)  # the same scenario, genuinely slower
+    slow = pytester.runpytest(*gated, "--colloc-gate-report=gate.md")
+    assert slow.ret == pytest.ExitCode.TESTS_FAILED
+    slow.stdout.fnmatch_lines(["*gpucolloc gate: 1 regressed of 1*",
+                               "*test_tiny?naive-1?*regressed*slower, beyond the baseline's run-to-run spread*"])
+    assert "| regressed |" in (pytester.path / "gate.md").read_text().replace("  ", " ")
+
+
+def test_gate_marker_threshold_must_be_a_percentage(pytester, suite):
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile('''
+import pytest
+@pytest.mark.quick
+@pytest.mark.colloc_gate(threshold=-5)
+def test_x(collocate):
+    collocate(["tiny_workload:factory"])
+''')
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", *FAST)
+    result.stdout.fnmatch_lines(["*colloc_gate(threshold=...) must be a percentage between 0 and 100, got -5*"])

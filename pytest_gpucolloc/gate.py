@@ -49,6 +49,7 @@ class RunSample:
     throttled: bool | None = None
     datetime: str = ""
     commit: str | None = None
+    contaminated: bool = False
 
     @property
     def log_mean(self) -> float:
@@ -93,9 +94,9 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
     if len(same_model) < len(history):
         others = sorted({r.gpu_name or "unknown GPU" for r in history if r.gpu_name != current.gpu_name})
         notes.append(f"{len(history) - len(same_model)} run(s) on other GPUs left out ({', '.join(others)})")
-    calm = [r for r in same_model if not r.throttled]
+    calm = [r for r in same_model if not r.throttled and not r.contaminated]
     if len(calm) < len(same_model):
-        notes.append(f"{len(same_model) - len(calm)} throttled run(s) left out")
+        notes.append(f"{len(same_model) - len(calm)} throttled or contaminated run(s) left out")
     same_gpu = [r for r in calm if current.gpu_uuid and r.gpu_uuid == current.gpu_uuid]
     if len(same_gpu) >= policy.min_runs:
         chosen = same_gpu
@@ -141,6 +142,9 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
     result = Verdict("unchanged", threshold=policy.threshold, current=current.throughput)
     if current.throttled:
         result.verdict, result.reason = "not comparable", "the GPU throttled during this run"
+        return result
+    if current.contaminated:
+        result.verdict, result.reason = "not comparable", "other processes used the GPU during this run"
         return result
     baseline, result.notes = choose_baseline(current, history, policy)
     result.baseline_runs = [r.run_id for r in baseline]

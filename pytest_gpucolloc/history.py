@@ -26,7 +26,8 @@ class SavedRun:
         if not info or not info.get("aggregate_round_throughputs"):
             return None
         return RunSample(self.run_id, tuple(info["aggregate_round_throughputs"]), self.machine.get("gpu_name"),
-                         self.machine.get("gpu_uuid"), info.get("throttled"), self.datetime, self.commit)
+                         self.machine.get("gpu_uuid"), info.get("throttled"), self.datetime, self.commit,
+                         bool(info.get("foreign_pids")))
 
 
 @dataclass

@@ -14,7 +14,7 @@ from .modes.sequential import SequentialMode
 from .mps import MpsDaemon, MpsError
 from .options import add_options, read_options
 from .scenario import ScenarioFailed, ScenarioResult, run_scenario
-from .session import CollocSession, DeviceUnavailable
+from .session import CollocSession, DeviceUnavailable, clean_stale_scratch
 from .workloads import Workload, WorkloadError, as_workload
 
 session_key = pytest.StashKey[CollocSession]()
@@ -42,6 +42,7 @@ def pytest_configure(config):
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[session_key] = CollocSession(values)
+    config.stash[session_key].stale_removed = clean_stale_scratch()
     if values["colloc_device"] == "cuda":
         try:
             config.stash[session_key].placement()
@@ -88,7 +89,8 @@ def _gate_policy(session: CollocSession, node) -> gate.Policy:
 def _judge(session: CollocSession, node, result: ScenarioResult) -> dict:
     placement = session.placement()
     current = gate.RunSample("current", tuple(result.aggregate_rounds), placement.gpu.name if placement.gpu else None,
-                             placement.gpu.uuid if placement.gpu else None, result.throttled)
+                             placement.gpu.uuid if placement.gpu else None, result.throttled,
+                             contaminated=bool(result.foreign_pids))
     verdict = gate.decide(current, session.history.samples(node.nodeid), _gate_policy(session, node)).to_dict()
     session.verdicts.append((node.name, verdict))
     return verdict
@@ -106,7 +108,11 @@ def pytest_report_header(config):
         where = session.placement().reason
     except DeviceUnavailable as exc:
         where = str(exc)
-    return [f"gpucolloc: modes {', '.join(session.modes)}; {where}"]
+    lines = [f"gpucolloc: modes {', '.join(session.modes)}; {where}"]
+    if session.stale_removed:
+        lines.append(f"gpucolloc: removed {len(session.stale_removed)} directories (and their MPS daemons) left "
+                     f"by killed runs: {', '.join(session.stale_removed)}")
+    return lines
 
 
 def pytest_generate_tests(metafunc):

@@ -9,7 +9,7 @@ from typing import Iterable
 from tabulate import tabulate
 
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
-           "speedup", "efficiency", "SM activity", "mem/worker GB", "samples/J", "throttled"]
+           "speedup", "efficiency", "SM activity", "mem/worker GB", "samples/J", "flags"]
 
 
 def _num(value: float | None, digits: int = 0) -> str:
@@ -31,6 +31,18 @@ def _sm_activity(phases: list[dict]) -> str:
     return ", ".join(f"{v:.0f}%" for v in values)
 
 
+def _flags(info: dict) -> str:
+    """What makes a result incomparable: throttling, other processes on the GPU."""
+    flags = []
+    if info.get("throttled"):
+        flags.append("THROTTLED")
+    if info.get("foreign_pids"):
+        flags.append("FOREIGN PIDS " + ",".join(map(str, info["foreign_pids"])))
+    if not flags:
+        return "-" if info.get("throttled") is None else "ok"
+    return "; ".join(flags)
+
+
 def describe_workers(labels: list[str]) -> str:
     counts = Counter(labels)
     return " + ".join(f"{n}x {label}" if n > 1 else label for label, n in counts.items())
@@ -50,7 +62,7 @@ def rows(entries: Iterable[tuple[str, dict]]) -> list[list[str]]:
             _sm_activity(info.get("telemetry") or []),
             ", ".join(_gb(w.get("device_memory_bytes")) for w in info["workers"]),
             _num(info.get("samples_per_joule"), 1),
-            {None: "-", True: "YES", False: "no"}[info.get("throttled")],
+            _flags(info),
         ])
     return table
 

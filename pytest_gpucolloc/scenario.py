@@ -113,6 +113,11 @@ class ScenarioResult:
         return None if not flags else any(flags)
 
     @property
+    def foreign_pids(self) -> list[int]:
+        """Processes that were not ours but used the GPU during measurement (the result is contaminated)."""
+        return sorted({pid for t in self.telemetry for pid in t.get("foreign_pids", [])})
+
+    @property
     def homogeneous(self) -> bool:
         return len({w.key() for w in self.workloads}) == 1
 
@@ -133,6 +138,7 @@ class ScenarioResult:
             "cpu_placement": self.cpu_note,
             "samples_per_joule": self.samples_per_joule,
             "throttled": self.throttled,
+            "foreign_pids": self.foreign_pids,
             "telemetry": self.telemetry,
             "workers": [w.to_dict() for w in self.workers],
             **self.info,

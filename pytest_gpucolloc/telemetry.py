@@ -71,6 +71,7 @@ class Sampler:
         self.instant: list[dict] = []
         self.memory: dict[int, int] = {}
         self.gpm: dict = {}
+        self.foreign: set[int] = set()
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpucolloc-telemetry", daemon=True)
@@ -93,8 +94,11 @@ class Sampler:
 
     def _sample_memory(self) -> None:
         for pid, info in nvml.gpu_processes(self.uuid).items():
-            if pid in self.pids and info["memory_bytes"] is not None:
-                self.memory[pid] = max(self.memory.get(pid, 0), info["memory_bytes"])
+            if pid in self.pids:
+                if info["memory_bytes"] is not None:
+                    self.memory[pid] = max(self.memory.get(pid, 0), info["memory_bytes"])
+            elif not is_mps_server(pid):
+                self.foreign.add(pid)  # someone else computed on this GPU during the measurement
 
     def _run(self) -> None:
         first = None
@@ -127,9 +131,17 @@ class Sampler:
         result.update(self.gpm or fallback_utilisation(self.instant))
         result["metrics_source"] = "nvml-gpm" if self.gpm else "nvml-utilization-rates"
         result["memory_bytes_by_pid"] = {str(pid): mem for pid, mem in self.memory.items()}
+        result["foreign_pids"] = sorted(self.foreign)
         if self.error:
             result["error"] = self.error
         return result
+
+
+def is_mps_server(pid: int) -> bool:
+    """MPS servers hold the clients' contexts; they are part of the mode, not contamination."""
+    from .mps import _proc_name
+
+    return _proc_name(pid).startswith("nvidia-cuda-mps")
 
 
 def sampler_factory(gpu_uuid: str):

@@ -78,6 +78,12 @@ def test_throttled_runs_are_not_comparable_and_left_out_of_baselines():
     assert "zz-hot" not in verdict.baseline_runs and any("throttled" in n for n in verdict.notes)
 
 
+def test_contaminated_runs_are_not_comparable():
+    dirty = gate.RunSample("now", (1000.0,) * 10, "NVIDIA H200", "GPU-a", False, contaminated=True)
+    verdict = gate.decide(dirty, steady_history())
+    assert verdict.verdict == "not comparable" and "other processes" in verdict.reason
+
+
 def test_other_gpu_models_are_never_a_baseline():
     history = [run([1000.0 + i] * 10, f"h100-{i}", gpu="NVIDIA H100") for i in range(5)]
     verdict = gate.decide(run([800.0] * 10, "now"), history)

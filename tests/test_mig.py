@@ -192,13 +192,16 @@ def test_round_trip_creates_the_plan_and_restores_the_checkpoint(sim, tmp_path):
     assert not (tmp_path / "mig-checkpoint-GPU-sim.json").exists()
 
 
-def test_failure_inside_the_test_still_restores(sim, tmp_path):
+@pytest.mark.parametrize("failure", [RuntimeError("worker exploded"), KeyboardInterrupt("Ctrl-C"),
+                                     TimeoutError("scenario timed out")], ids=["error", "ctrl-c", "timeout"])
+def test_failure_inside_the_test_still_restores(sim, tmp_path, failure):
     before = existing_layout(sim)
     plan = planner.plan(sim.table, planner.default_layout(7))
-    with pytest.raises(RuntimeError, match="worker exploded"):
+    with pytest.raises(type(failure)):
         with provisioner(sim, tmp_path).provision(plan):
-            raise RuntimeError("worker exploded")
+            raise failure
     assert sim.layout() == before
+    assert not (tmp_path / "mig-checkpoint-GPU-sim.json").exists()
 
 
 def test_crash_mid_provisioning_is_followed_by_restore(sim, tmp_path):

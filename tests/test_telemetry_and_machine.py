@@ -58,6 +58,7 @@ def test_sampler_reads_only_inside_the_window(monkeypatch):
     assert readings and min(readings) >= start - 0.01 and max(readings) <= start + 0.6 + 0.05
     summary = sampler.summary()
     assert summary["memory_bytes_by_pid"] == {"42": 7}  # only our workers
+    assert summary["foreign_pids"] == [9]  # someone else on the GPU: the result is contaminated
     assert summary["metrics_source"] == "nvml-utilization-rates"
 
 

@@ -1,0 +1,76 @@
+"""Ctrl-C and SIGTERM to a running pytest, during warm-up and during measurement, for the modes that run
+without a GPU; and the leftovers of a killed run. Checked from outside the pytest process."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucolloc.session import OWNER_FILE, clean_stale_scratch, scratch_base
+
+SCENARIO = '''
+import pytest
+from pytest_gpucolloc import Workload
+@pytest.mark.quick
+def test_long(collocate):
+    collocate([Workload("tests.user_workloads:tiny", batch_size=4, options={"step_sleep": 0.001})] * 2)
+'''
+
+
+def live_workers() -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"pytest_gpucolloc.worker" in (proc / "cmdline").read_bytes():
+                found.append(proc.name)
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("mode", ["sequential", "naive"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("after_s", [1.5, 6.0], ids=["warm-up", "measurement"])
+def test_interrupted_run_leaves_nothing_behind(tmp_path, mode, sig, after_s):
+    (tmp_path / "test_long.py").write_text(SCENARIO)
+    before_dirs = set(scratch_base().glob("gc-*"))
+    before_workers = set(live_workers())
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pytest", str(tmp_path / "test_long.py"), f"--gpu-mode={mode}", "--colloc-device=cpu",
+         "--colloc-rounds=200", "--colloc-round-seconds=0.5", "--colloc-warmup-seconds=3", "-p", "no:cacheprovider"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    time.sleep(after_s)
+    child.send_signal(sig)
+    output, _ = child.communicate(timeout=60)
+    time.sleep(0.5)
+    assert child.returncode != 0
+    assert b"KeyboardInterrupt" in output
+    assert set(live_workers()) - before_workers == set(), output.decode()[-2000:]
+    assert set(scratch_base().glob("gc-*")) - before_dirs == set()
+
+
+def test_a_killed_runs_scratch_directory_is_removed_by_the_next_run(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = Path(scratch_base(), "gc-stale-test")
+    stale.mkdir(mode=0o700, exist_ok=True)
+    (stale / OWNER_FILE).write_text(str(dead.pid))
+    (stale / "mps").mkdir()
+    alive = Path(scratch_base(), "gc-alive-test")
+    alive.mkdir(mode=0o700, exist_ok=True)
+    (alive / OWNER_FILE).write_text(str(os.getpid()))
+    try:
+        removed = clean_stale_scratch()
+        assert str(stale) in removed and not stale.exists()
+        assert alive.exists()  # its owner is still running
+    finally:
+        for path in (stale, alive):
+            if path.exists():
+                (path / OWNER_FILE).unlink()
+                for child in path.iterdir():
+                    child.rmdir()
+                path.rmdir()

@@ -25,8 +25,10 @@ class SavedRun:
         info = self.scenarios.get(fullname)
         if not info or not info.get("aggregate_round_throughputs"):
             return None
-        return RunSample(self.run_id, tuple(info["aggregate_round_throughputs"]), self.machine.get("gpu_name"),
-                         self.machine.get("gpu_uuid"), info.get("throttled"), self.datetime, self.commit,
+        gpu = info.get("gpu") or {}  # the GPU the scenario ran on (xdist runs use several)
+        return RunSample(self.run_id, tuple(info["aggregate_round_throughputs"]),
+                         gpu.get("name", self.machine.get("gpu_name")), gpu.get("uuid", self.machine.get("gpu_uuid")),
+                         info.get("throttled"), self.datetime, self.commit,
                          bool(info.get("foreign_pids")))
 
 

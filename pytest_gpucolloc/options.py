@@ -58,6 +58,19 @@ def parse_gpu_selector(text: str) -> str | int:
     raise ValueError(f"--colloc-gpu must be a GPU index or a GPU-... UUID, got {text!r}")
 
 
+def parse_gpu_list(text: str) -> list[str | int] | None:
+    if not text:
+        return None
+    items = [part.strip() for part in text.split(",")]
+    try:
+        gpus = [parse_gpu_selector(item) for item in items if item]
+    except ValueError:
+        raise ValueError(f"--colloc-gpus must list GPU indexes or GPU-... UUIDs, e.g. '0,1'; got {text!r}") from None
+    if not gpus or len(set(gpus)) != len(gpus):
+        raise ValueError(f"--colloc-gpus must list distinct GPUs, got {text!r}")
+    return gpus
+
+
 def parse_cpus(text: str):
     try:
         return parse_cpu_policy(text)
@@ -121,6 +134,8 @@ OPTIONS = [
     Option("colloc_device", "auto (GPU if NVML sees one, else CPU smoke mode), cuda, or cpu",
            parse_device, "auto"),
     Option("colloc_gpu", "GPU to run on: index or UUID (default 0)", parse_gpu_selector, "0"),
+    Option("colloc_gpus", "with pytest-xdist (-n N): the GPUs to spread over, one xdist worker each, e.g. "
+           "'0,1' or UUIDs (default: every GPU)", parse_gpu_list, ""),
     Option("colloc_rounds", "measurement rounds per scenario (default: 10 on a GPU, 3 on the CPU)",
            _number("--colloc-rounds", 2, 10000, integer=True), None, "10", "3"),
     Option("colloc_round_seconds", "length of one measurement round in seconds (default: 2 GPU, 0.5 CPU)",

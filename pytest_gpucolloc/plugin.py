@@ -7,7 +7,7 @@ from typing import Callable, Iterable
 
 import pytest
 
-from . import gate, history, machine, measure, report, telemetry
+from . import distributed, gate, history, machine, measure, report, telemetry
 from .modes import MODES, ModeConfigError, SharingMode
 from .mig.provision import MigError, MigUnavailable
 from .modes.sequential import SequentialMode
@@ -41,8 +41,16 @@ def pytest_configure(config):
         values = read_options(config)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    config.stash[session_key] = CollocSession(values)
-    config.stash[session_key].stale_removed = clean_stale_scratch()
+    session = config.stash[session_key] = CollocSession(values)
+    session.worker = distributed.worker_index(config)
+    if session.worker is None:  # the controller cleans up; workers start after it
+        session.stale_removed = clean_stale_scratch()
+    if distributed.is_controller_of_workers(config) and values["colloc_device"] != "cpu":
+        try:
+            distributed.check_workers_per_gpu(config.getoption("numprocesses") or 0,
+                                              distributed.selected_gpus(values["colloc_gpus"]))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
     if values["colloc_device"] == "cuda":
         try:
             config.stash[session_key].placement()
@@ -96,9 +104,34 @@ def _judge(session: CollocSession, node, result: ScenarioResult) -> dict:
     return verdict
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    session = config.stash.get(session_key, None)
+    if session is None or session.values["colloc_device"] == "cpu":
+        return None
+    gpus = distributed.selected_gpus(session.values["colloc_gpus"])
+    return len(gpus) or None  # -n auto: one worker per selected GPU
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    session = node.config.stash.get(session_key, None)
+    if session is None:
+        return
+    for entry in distributed.receive(node):
+        distributed.add_to_benchmark_session(node.config, entry)
+        session.forwarded.append((entry["name"], entry["extra_info"]))
+        if entry["extra_info"].get("gate"):
+            session.verdicts.append((entry["name"], entry["extra_info"]["gate"]))
+
+
 def pytest_sessionfinish(session, exitstatus):
     colloc = session.config.stash.get(session_key, None)
-    if colloc and any(v["verdict"] == "regressed" for _, v in colloc.verdicts) and session.exitstatus == 0:
+    if colloc is None:
+        return
+    if colloc.worker is not None:
+        distributed.publish(session.config, colloc.forward)
+    if any(v["verdict"] == "regressed" for _, v in colloc.verdicts) and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -151,14 +184,19 @@ def gpu_mode(request) -> str:
     return getattr(request, "param", _session(request.config).modes[0])
 
 
-def _record(benchmark, result: ScenarioResult) -> None:
+def _record(benchmark, result: ScenarioResult, session: CollocSession) -> None:
     """Store the scenario in pytest-benchmark: timing = seconds per sample of aggregate throughput per
-    round (so --benchmark-compare-fail sees a throughput loss), throughput numbers in extra_info."""
+    round (so --benchmark-compare-fail sees a throughput loss), throughput numbers in extra_info.
+    An xdist worker's pytest-benchmark is off: the controller records it (distributed.py)."""
     benchmark.extra_info.update(result.extra_info())
+    seconds = measure.seconds_per_sample(result.aggregate_rounds)
     if benchmark.disabled:
+        if session.worker is not None:
+            session.forward.append(distributed.forwarded_entry(benchmark, seconds))
+            benchmark._mode = "pytest-gpucolloc (recorded by the xdist controller)"
         return
     stats = benchmark._make_stats(1)
-    for value in measure.seconds_per_sample(result.aggregate_rounds):
+    for value in seconds:
         stats.update(value)
     benchmark._mode = "pytest-gpucolloc"
 
@@ -217,7 +255,7 @@ def collocate(request, gpu_mode, benchmark, tmp_path) -> Callable[..., ScenarioR
             session.release(target)
         if session.history is not None:
             result.info["gate"] = _judge(session, request.node, result)
-        _record(benchmark, result)
+        _record(benchmark, result, session)
         session.results.append((request.node.name, result))
         return result
 
@@ -280,7 +318,7 @@ def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     session = config.stash.get(session_key, None)
-    if not session or not (session.results or session.unfit):
+    if not session or not (session.results or session.unfit or session.forwarded):
         return
     terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
     placement = session.placement()
@@ -289,7 +327,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line("telemetry sampler: off (no GPU)")
     elif not session.values["colloc_telemetry"]:
         terminalreporter.write_line("telemetry sampler: off (--colloc-telemetry=off)")
-    terminalreporter.write_line(report.table((name, r.extra_info()) for name, r in session.results))
+    entries = [(name, r.extra_info()) for name, r in session.results] + session.forwarded
+    terminalreporter.write_line(report.table(entries))
     terminalreporter.write_line(
         "speedup: sum of each job's throughput relative to running alone (sequential, same session); "
         "CV: round-to-round spread of aggregate throughput"

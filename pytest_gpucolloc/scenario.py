@@ -75,6 +75,7 @@ class ScenarioResult:
     device: str
     cpu_note: str
     info: dict = field(default_factory=dict)
+    gpu: dict | None = None  # index, uuid and name of the GPU it ran on
     speedup: float | None = None
     ideal_throughput: float | None = None
 
@@ -127,6 +128,7 @@ class ScenarioResult:
             "gpucolloc": 1,
             "mode": self.mode,
             "device": self.device,
+            "gpu": self.gpu,
             "n_workers": len(self.workloads),
             "workloads": [w.label for w in self.workloads],
             "aggregate_throughput": self.aggregate_throughput,
@@ -228,5 +230,6 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
     else:
         workers = records
         aggregate = measure.concurrent_aggregate([r.stats for r in workers])
+    gpu = {"index": target.gpu.index, "uuid": target.gpu.uuid, "name": target.gpu.name} if target.gpu else None
     return ScenarioResult(mode.name, workloads, workers, aggregate, target.device,
-                          "; ".join(dict.fromkeys(notes)), dict(prov.info))
+                          "; ".join(dict.fromkeys(notes)), dict(prov.info), gpu)

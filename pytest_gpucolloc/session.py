@@ -35,6 +35,9 @@ class CollocSession:
     verdicts: list[tuple[str, dict]] = field(default_factory=list)  # (test, gate verdict)
     history: Any = None  # history.History loaded before this run saved anything
     stale_removed: list[str] = field(default_factory=list)
+    worker: int | None = None  # xdist worker index: this process owns the worker-th selected GPU
+    forward: list[dict] = field(default_factory=list)  # scenarios an xdist worker sends to the controller
+    forwarded: list[tuple[str, dict]] = field(default_factory=list)  # what the controller received
     alone: dict[tuple, float] = field(default_factory=dict)  # sequential throughput per job
     ideal: dict[tuple, float] = field(default_factory=dict)
     _placement: Placement | None = None
@@ -45,7 +48,16 @@ class CollocSession:
 
     def placement(self) -> Placement:
         if self._placement is None:
-            self._placement = detect(self.values["colloc_device"], self.values["colloc_gpu"])
+            selector = self.values["colloc_gpu"]
+            if self.worker is not None and self.values["colloc_device"] != "cpu":
+                from .distributed import selected_gpus
+
+                gpus = selected_gpus(self.values["colloc_gpus"])
+                if gpus:
+                    selector = gpus[self.worker].uuid
+            self._placement = detect(self.values["colloc_device"], selector)
+            if self.worker is not None:
+                self._placement.reason += f" (xdist worker gw{self.worker})"
         return self._placement
 
     def settings(self, config) -> Settings:

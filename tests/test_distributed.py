@@ -1,0 +1,43 @@
+"""pytest-xdist: results of every worker reach the controller's pytest-benchmark session; one GPU per worker."""
+import json
+
+import pytest
+
+from pytest_gpucolloc.distributed import check_workers_per_gpu
+from pytest_gpucolloc.nvml import GpuInfo
+
+from test_plugin import FAST, SCENARIOS, TINY
+
+GPUS = [GpuInfo(i, f"GPU-{i}", "NVIDIA H200", 141 * 2**30, 0) for i in range(2)]
+
+
+def test_more_workers_than_gpus_is_refused():
+    check_workers_per_gpu(2, GPUS)
+    with pytest.raises(ValueError, match="-n 3 asks for 3 xdist workers but 2 GPU"):
+        check_workers_per_gpu(3, GPUS)
+    with pytest.raises(ValueError, match="or run without -n"):
+        check_workers_per_gpu(2, GPUS[:1])
+
+
+@pytest.mark.parametrize("text", ["0,0", "x", ",", "GPU-../../x"])
+def test_gpu_lists_are_checked(pytester, text):
+    result = pytester.runpytest(f"--colloc-gpus={text}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--colloc-gpus*"])
+
+
+def test_xdist_workers_results_are_recorded_by_the_controller(pytester, tmp_path):
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
+    out = tmp_path / "run.json"
+    result = pytester.runpytest_subprocess("-n", "2", "--gpu-mode=sequential,naive", "--colloc-device=cpu",
+                                           f"--benchmark-json={out}", "--benchmark-autosave", *FAST)
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*gpucolloc: collocation scenarios*", "*test_tiny?naive-2?*naive*"])
+    data = json.loads(out.read_text())
+    names = sorted(b["name"] for b in data["benchmarks"])
+    assert names == ["test_tiny[naive-1]", "test_tiny[naive-2]", "test_tiny[sequential-1]", "test_tiny[sequential-2]"]
+    for bench in data["benchmarks"]:
+        assert bench["stats"]["rounds"] == 2 and bench["extra_info"]["mode"] in ("sequential", "naive")
+    saved = list((pytester.path / ".benchmarks").rglob("*.json"))
+    assert len(saved) == 1 and len(json.loads(saved[0].read_text())["benchmarks"]) == 4

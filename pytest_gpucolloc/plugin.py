@@ -281,7 +281,7 @@ def _add_baselines(session: CollocSession, result: ScenarioResult, settings, tar
 
 
 @pytest.fixture
-def mps_daemon(request, tmp_path_factory):
+def mps_daemon(request):
     """A private, running MPS control daemon for the selected GPU, stopped after the test.
 
     ``mps_daemon.client_env()`` is the environment a client process needs; ``clients()``,

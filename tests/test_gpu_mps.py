@@ -227,3 +227,11 @@ def pytester_like_run(tmp_path):
                 "output_tail": output.decode(errors="replace").splitlines()[-5:]}
 
     return run
+
+
+def test_public_mps_daemon_fixture(mps_daemon):
+    env = mps_daemon.client_env()
+    assert Path(env["CUDA_MPS_PIPE_DIRECTORY"]).is_dir() and env["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
+    assert mps_daemon.daemon_pids() and mps_daemon.servers() == []  # servers start with the first client
+    mps_daemon.set_default("set_default_active_thread_percentage", "50")
+    assert "control.log" in mps_daemon.log_tail()

@@ -7,7 +7,7 @@ from typing import Callable, Iterable
 
 import pytest
 
-from . import distributed, gate, history, machine, measure, report, telemetry
+from . import distributed, machine, measure, report, telemetry
 from .modes import MODES, ModeConfigError, SharingMode
 from .mig.provision import MigError, MigUnavailable
 from .modes.sequential import SequentialMode
@@ -76,13 +76,17 @@ def pytest_sessionstart(session):
     colloc = session.config.stash.get(session_key, None)
     if colloc is None or not colloc.values["colloc_gate"]:
         return
+    from . import history  # scipy and the storage reader load only when the gate is on
+
     root = history.storage_path(session.config.getoption("benchmark_storage", None))
     if root is None:
         raise pytest.UsageError("--colloc-gate reads file storage only (--benchmark-storage=file://...)")
     colloc.history = history.load(root)  # before this run saves anything
 
 
-def _gate_policy(session: CollocSession, node) -> gate.Policy:
+def _gate_policy(session: CollocSession, node):
+    from . import gate
+
     threshold = session.values["colloc_gate_threshold"]
     marker = node.get_closest_marker("colloc_gate")
     if marker and "threshold" in marker.kwargs:
@@ -95,6 +99,8 @@ def _gate_policy(session: CollocSession, node) -> gate.Policy:
 
 
 def _judge(session: CollocSession, node, result: ScenarioResult) -> dict:
+    from . import gate
+
     placement = session.placement()
     current = gate.RunSample("current", tuple(result.aggregate_rounds), placement.gpu.name if placement.gpu else None,
                              placement.gpu.uuid if placement.gpu else None, result.throttled,

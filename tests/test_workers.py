@@ -21,13 +21,15 @@ def tiny(**options):
 
 
 def worker_processes() -> list[int]:
+    """Worker processes of this test process (its children: a leftover stays our child until reaped)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if b"pytest_gpucolloc.worker" in (entry / "cmdline").read_bytes():
+                if b"pytest_gpucolloc.worker" in (entry / "cmdline").read_bytes() and \
+                        int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
                     pids.append(int(entry.name))
-            except OSError:
+            except (OSError, ValueError, IndexError):
                 pass
     return pids
 

@@ -2,7 +2,6 @@
 import json
 import math
 import random
-import shutil
 from pathlib import Path
 
 import pytest

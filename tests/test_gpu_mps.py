@@ -121,29 +121,26 @@ def test_naive_workers_do_not_join_a_running_daemon(target, tmp_path):
         system_like.stop()
 
 
-def test_worker_killed_under_mps_fails_cleanly(target, tmp_path):
+def kill_later(find_victims, delay_s: float) -> list[int]:
+    """In the background: once ``find_victims()`` returns pids, wait ``delay_s`` (into the measurement),
+    SIGKILL them, and list them in the returned list."""
     import signal
     import threading
 
-    settings = Settings(rounds=20, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=180)
-    victims = []
+    killed: list[int] = []
 
-    def kill_a_client():
+    def watch():
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not victims:
-            daemon_clients = [p for p in Path("/proc").iterdir() if p.name.isdigit()
-                              and b"pytest_gpucolloc.worker" in _cmdline(p)]
-            if len(daemon_clients) == 2:
-                time.sleep(12)  # well into measurement
-                os.kill(int(daemon_clients[0].name), signal.SIGKILL)
-                victims.append(daemon_clients[0].name)
+        while time.monotonic() < deadline and not killed:
+            if find_victims():
+                time.sleep(delay_s)
+                for pid in find_victims():
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
             time.sleep(0.5)
 
-    threading.Thread(target=kill_a_client, daemon=True).start()
-    with pytest.raises(ScenarioFailed, match="killed by SIGKILL"):
-        run_scenario([SMALL, SMALL], MpsMode(), target, settings, tmp_path)
-    assert victims
-    assert our_mps_processes(target.scratch) == {}
+    threading.Thread(target=watch, daemon=True).start()
+    return killed
 
 
 def _cmdline(proc: Path) -> bytes:
@@ -153,25 +150,30 @@ def _cmdline(proc: Path) -> bytes:
         return b""
 
 
+def test_worker_killed_under_mps_fails_cleanly(target, tmp_path):
+    settings = Settings(rounds=20, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=180)
+
+    def first_of_two_workers():
+        workers = [int(p.name) for p in Path("/proc").iterdir()
+                   if p.name.isdigit() and b"pytest_gpucolloc.worker" in _cmdline(p)]
+        return workers[:1] if len(workers) == 2 else []
+
+    killed = kill_later(first_of_two_workers, delay_s=12)
+    with pytest.raises(ScenarioFailed, match="killed by SIGKILL"):
+        run_scenario([SMALL, SMALL], MpsMode(), target, settings, tmp_path)
+    assert killed
+    assert our_mps_processes(target.scratch) == {}
+
+
 def test_mps_daemon_killed_mid_test_fails_without_hanging_or_leftovers(target, tmp_path):
-    import signal
-    import threading
-
     settings = Settings(rounds=20, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=60)
-    killed = []
 
-    def kill_daemon():
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not killed:
-            ours = our_mps_processes(target.scratch)
-            if any(info["name"] == "nvidia-cuda-mps-server" for info in ours.values()):
-                time.sleep(10)
-                for pid in our_mps_processes(target.scratch):
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-            time.sleep(0.5)
+    def daemon_once_serving():
+        ours = our_mps_processes(target.scratch)
+        serving = any(info["name"] == "nvidia-cuda-mps-server" for info in ours.values())
+        return list(ours) if serving else []
 
-    threading.Thread(target=kill_daemon, daemon=True).start()
+    killed = kill_later(daemon_once_serving, delay_s=10)
     begin = time.monotonic()
     outcome = "passed"
     try:

@@ -1,6 +1,5 @@
 import time
 
-import pytest
 
 from pytest_gpucolloc import machine, nvml, telemetry
 

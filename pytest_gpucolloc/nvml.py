@@ -248,13 +248,6 @@ def mig_profiles(uuid: str) -> list[dict]:
     return profiles
 
 
-def shutdown() -> None:
-    with _lock:
-        if _state["initialised"]:
-            _try(pynvml.nvmlShutdown)
-            _state["initialised"] = False
-
-
 # --- MIG changes (used only with --mig-reconfigure, on a GPU whose MIG mode an admin enabled) --------
 
 _FULL_CI_PROFILE_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}  # GI compute slices -> CI profile index

@@ -182,7 +182,6 @@ OPTIONS = [
     Option("mps_oversubscribe", "allow mps-partitioned shares that add up to more than 100 percent",
            parse_flag, "false", flag=True),
 ]
-BY_NAME = {option.name: option for option in OPTIONS}
 
 
 def add_options(parser) -> None:

@@ -56,10 +56,34 @@ def pytest_configure(config):
             config.stash[session_key].placement()
         except DeviceUnavailable as exc:
             raise pytest.UsageError(str(exc)) from None
+    if session.worker is None:
+        _check_storage_is_writable(config)
     try:
         config.stash[_previous_sigterm] = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     except ValueError:  # not the main thread
         pass
+
+
+def _check_storage_is_writable(config) -> None:
+    """A run that would save must be able to: say so before any GPU time is spent, not after."""
+    import os
+
+    from .history import storage_path
+
+    saving = config.getoption("benchmark_autosave", False) or config.getoption("benchmark_save", None)
+    folders = []
+    if saving:
+        root = storage_path(config.getoption("benchmark_storage", None))
+        if root is not None:
+            folders.append(("--benchmark-storage", root))
+    report_path = config.stash[session_key].values["colloc_gate_report"]
+    if report_path:
+        folders.append(("--colloc-gate-report", Path(report_path).resolve().parent))
+    for option, folder in folders:
+        existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
+        if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise pytest.UsageError(f"{option}: {folder} is not writable, so nothing measured could be saved; "
+                                    "fix its permissions or choose another folder")
 
 
 def pytest_unconfigure(config):

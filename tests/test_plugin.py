@@ -243,3 +243,15 @@ def test_x(collocate):
 ''')
     result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", *FAST)
     result.stdout.fnmatch_lines(["*colloc_gate(threshold=...) must be a percentage between 0 and 100, got -5*"])
+
+
+def test_unwritable_storage_is_refused_before_anything_runs(pytester, suite, tmp_path):
+    suite()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("a file where the storage folder would have to be")
+    result = pytester.runpytest("--colloc-device=cpu", "--benchmark-autosave",
+                                f"--benchmark-storage=file://{blocker}/history", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--benchmark-storage*is not writable, so nothing measured could be saved*"])
+    report = pytester.runpytest("--colloc-device=cpu", "--colloc-gate", f"--colloc-gate-report={blocker}/gate.md")
+    assert report.ret == pytest.ExitCode.USAGE_ERROR

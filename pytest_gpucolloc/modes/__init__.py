@@ -1,7 +1,7 @@
 """Sharing modes, one module each, behind ``base.SharingMode``."""
 from __future__ import annotations
 
-from .base import ModeConfigError, ModeUnavailable, SharingMode, Target, WorkerCheckFailed
+from .base import ModeConfigError, SharingMode, Target, WorkerCheckFailed
 from .mig import MigMode
 from .mps import MpsMode, PartitionedMpsMode
 from .naive import NaiveMode
@@ -23,5 +23,4 @@ def parse_modes(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-__all__ = ["MODES", "parse_modes", "SharingMode", "Target", "ModeConfigError", "ModeUnavailable",
-           "WorkerCheckFailed"]
+__all__ = ["MODES", "parse_modes", "SharingMode", "Target", "ModeConfigError", "WorkerCheckFailed"]

@@ -21,10 +21,6 @@ class ModeConfigError(ValueError):
     """The scenario cannot run in this mode as configured; raised before any GPU state is touched."""
 
 
-class ModeUnavailable(RuntimeError):
-    """The mode cannot run on this machine (the test is skipped with this reason)."""
-
-
 class WorkerCheckFailed(RuntimeError):
     """A worker is not running the way the mode promised (e.g. not attached to the MPS daemon)."""
 

@@ -53,9 +53,16 @@ class WorkerRecord:
         """Device memory NVML saw this process use (MPS clients included)."""
         return self.phase_telemetry.get("memory_bytes_by_pid", {}).get(str(self.ready.get("pid")))
 
+    @property
+    def instance_metrics(self) -> dict | None:
+        """GPM metrics of this worker's own MIG instance."""
+        gi = self.info.get("gpu_instance_id")
+        return self.phase_telemetry.get("per_gpu_instance", {}).get(str(gi)) if gi is not None else None
+
     def to_dict(self) -> dict:
         return {
             "workload": self.workload.label,
+            "gpm_of_its_mig_instance": self.instance_metrics,
             "params": self.workload.to_dict(),
             **self.stats.summary(),
             "peak_memory_bytes": self.ready.get("peak_memory_bytes"),
@@ -179,7 +186,7 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
             check(slots, ready)
             start = time.monotonic() + START_LEAD_S
             window = (start, start + settings.rounds * settings.round_s)
-            sampler = sampler_factory(window, pool.pids) if sampler_factory else contextlib.nullcontext()
+            sampler = sampler_factory(window, pool.pids, slots) if sampler_factory else contextlib.nullcontext()
             with sampler as sampling:
                 results = pool.measure(start, settings.round_s, settings.rounds,
                                        timeout_s=settings.rounds * settings.round_s + settings.timeout_s)

@@ -64,8 +64,11 @@ def fallback_utilisation(instant: Sequence[dict]) -> dict:
 class Sampler:
     """Samples one GPU over [start, end] (time.monotonic) in a background thread."""
 
-    def __init__(self, gpu_uuid: str, window: tuple[float, float], worker_pids: Sequence[int]):
+    def __init__(self, gpu_uuid: str, window: tuple[float, float], worker_pids: Sequence[int],
+                 gpu_instance_ids: Sequence[int] = ()):
         self.uuid = gpu_uuid
+        self.instance_ids = list(gpu_instance_ids)  # under MIG: GPM per GPU instance as well
+        self.per_instance: dict[int, dict] = {}
         self.start, self.end = window
         self.pids = list(worker_pids)
         self.instant: list[dict] = []
@@ -101,12 +104,13 @@ class Sampler:
                 self.foreign.add(pid)  # someone else computed on this GPU during the measurement
 
     def _run(self) -> None:
-        first = None
+        first, firsts = None, {}
         try:
             if not self._wait_until(self.start):
                 return
             use_gpm = nvml.gpm_supported(self.uuid)
             first = nvml.GpmSample(self.uuid) if use_gpm else None
+            firsts = {gi: nvml.GpmSample(self.uuid, gi) for gi in self.instance_ids} if use_gpm else {}
             self._sample()
             next_memory = time.monotonic()
             while time.monotonic() < self.end and self._wait_until(min(self.end, time.monotonic() + INSTANT_INTERVAL_S)):
@@ -115,16 +119,22 @@ class Sampler:
                     self._sample_memory()
                     next_memory += PROCESS_INTERVAL_S
             if first is not None:
-                last = nvml.GpmSample(self.uuid)
-                try:
-                    self.gpm = nvml.gpm_metrics(first, last)
-                finally:
-                    last.free()
+                self.gpm = self._metrics_since(first, None)
+                for gi, start in firsts.items():
+                    self.per_instance[gi] = self._metrics_since(start, gi)
         except Exception as exc:  # telemetry must never fail a measurement; say what went wrong
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
-            if first is not None:
-                first.free()
+            for sample in [first, *firsts.values()]:
+                if sample is not None:
+                    sample.free()
+
+    def _metrics_since(self, start, gpu_instance_id: int | None) -> dict:
+        last = nvml.GpmSample(self.uuid, gpu_instance_id)
+        try:
+            return nvml.gpm_metrics(start, last)
+        finally:
+            last.free()
 
     def summary(self) -> dict:
         result = summarise(self.instant, self.end - self.start)
@@ -132,6 +142,8 @@ class Sampler:
         result["metrics_source"] = "nvml-gpm" if self.gpm else "nvml-utilization-rates"
         result["memory_bytes_by_pid"] = {str(pid): mem for pid, mem in self.memory.items()}
         result["foreign_pids"] = sorted(self.foreign)
+        if self.per_instance:
+            result["per_gpu_instance"] = {str(gi): values for gi, values in self.per_instance.items()}
         if self.error:
             result["error"] = self.error
         return result
@@ -145,5 +157,9 @@ def is_mps_server(pid: int) -> bool:
 
 
 def sampler_factory(gpu_uuid: str):
-    """What ``scenario.run_phase`` calls with (window, worker pids)."""
-    return lambda window, pids: Sampler(gpu_uuid, window, pids)
+    """What ``scenario.run_phase`` calls with (window, worker pids, the phase's slots)."""
+    def make(window, pids, slots=()):
+        instances = [s.info["gpu_instance_id"] for s in slots if "gpu_instance_id" in s.info]
+        return Sampler(gpu_uuid, window, pids, instances)
+
+    return make

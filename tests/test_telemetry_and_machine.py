@@ -87,3 +87,28 @@ def test_identity_without_a_gpu_says_cpu():
     info = machine.identity(None, {"cuda_runtime": "13.0", "cudnn": None})
     assert info["device"] == "cpu" and "plugin_version" in info
     assert torch.__version__.startswith(info["torch"]) and info["cuda_runtime"] == "13.0"
+
+
+def test_under_mig_gpm_is_read_per_gpu_instance(monkeypatch):
+    samples = []
+
+    class FakeSample:
+        def __init__(self, uuid, gpu_instance_id=None):
+            self.gi = gpu_instance_id
+            samples.append(self)
+
+        def free(self):
+            self.freed = True
+
+    monkeypatch.setattr(nvml, "instant_sample", lambda uuid: {"energy_mj": 0})
+    monkeypatch.setattr(nvml, "gpu_processes", lambda uuid: {})
+    monkeypatch.setattr(nvml, "gpm_supported", lambda uuid: True)
+    monkeypatch.setattr(nvml, "GpmSample", FakeSample)
+    monkeypatch.setattr(nvml, "gpm_metrics", lambda a, b: {"sm_activity_pct": 10.0 + (a.gi or 0)})
+    start = time.monotonic()
+    with telemetry.Sampler("GPU-x", (start, start + 0.3), [1, 2], gpu_instance_ids=[3, 5]) as sampler:
+        time.sleep(0.5)
+    summary = sampler.summary()
+    assert summary["sm_activity_pct"] == 10.0
+    assert summary["per_gpu_instance"] == {"3": {"sm_activity_pct": 13.0}, "5": {"sm_activity_pct": 15.0}}
+    assert all(getattr(s, "freed", False) for s in samples)  # NVML samples are always released

@@ -6,6 +6,8 @@ and skipped.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,3 +79,39 @@ def load(root: Path) -> History:
             history.runs.append(run)
     history.runs.sort(key=lambda r: r.datetime)
     return history
+
+
+def guard_saving(storage, problems: list[str]) -> None:
+    """Make pytest-benchmark's file storage save without ever overwriting or losing a run.
+
+    Its own save picks the next number, checks that the name is free, then writes in place: two runs saving at
+    once can collide, and a full disk leaves a truncated file. Here the file is written aside and linked into
+    place atomically (``os.link`` fails if the name was taken meanwhile: the next number is tried); if it cannot
+    be saved at all, the data goes to a temporary file and the reason is appended to ``problems``."""
+    if not (hasattr(storage, "get") and hasattr(type(storage), "_next_num")):
+        return  # not the file storage: leave it alone
+
+    def save(output_json, save_name):
+        from pytest_benchmark.utils import safe_dumps
+
+        data = safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
+        try:
+            for _ in range(1000):
+                path = storage.get(f"{storage._next_num}_{save_name}.json")
+                aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                try:
+                    aside.write_bytes(data)
+                    os.link(aside, path)
+                except FileExistsError:
+                    continue  # another run took this number between our look and our write
+                finally:
+                    aside.unlink(missing_ok=True)
+                storage.logger.info(f"Saved benchmark data in: {path}")
+                return
+            raise OSError("no free run number after 1000 attempts")
+        except OSError as error:
+            fallback = Path(tempfile.mkstemp(prefix="pytest-gpucolloc-unsaved-", suffix=".json")[1])
+            fallback.write_bytes(data)
+            problems.append(f"could not save this run into {storage.path}: {error}; its data is kept at {fallback}")
+
+    storage.save = save

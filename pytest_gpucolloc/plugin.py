@@ -32,6 +32,7 @@ def _sigterm_as_interrupt(signum, frame):
     raise KeyboardInterrupt("SIGTERM")
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark has set up its session and storage
 def pytest_configure(config):
     config.addinivalue_line("markers", "quick: scenario of the quick tier (also run in CPU smoke mode)")
     config.addinivalue_line("markers", "gpu: test needs a real NVIDIA GPU; skipped with the reason without one")
@@ -58,6 +59,11 @@ def pytest_configure(config):
             raise pytest.UsageError(str(exc)) from None
     if session.worker is None:
         _check_storage_is_writable(config)
+        benchmarks = getattr(config, "_benchmarksession", None)
+        if benchmarks is not None and getattr(benchmarks, "storage", None) is not None:
+            from .history import guard_saving
+
+            guard_saving(benchmarks.storage, session.save_problems)
     try:
         config.stash[_previous_sigterm] = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     except ValueError:  # not the main thread
@@ -161,7 +167,8 @@ def pytest_sessionfinish(session, exitstatus):
         return
     if colloc.worker is not None:
         distributed.publish(session.config, colloc.forward)
-    if any(v["verdict"] == "regressed" for _, v in colloc.verdicts) and session.exitstatus == 0:
+    failed = colloc.save_problems or any(v["verdict"] == "regressed" for _, v in colloc.verdicts)
+    if failed and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -348,6 +355,8 @@ def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     session = config.stash.get(session_key, None)
+    for problem in session.save_problems if session else []:
+        terminalreporter.write_line(f"gpucolloc: {problem}", red=True)
     if not session or not (session.results or session.unfit or session.forwarded):
         return
     terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")

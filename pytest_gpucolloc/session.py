@@ -35,6 +35,7 @@ class CollocSession:
     verdicts: list[tuple[str, dict]] = field(default_factory=list)  # (test, gate verdict)
     history: Any = None  # history.History loaded before this run saved anything
     stale_removed: list[str] = field(default_factory=list)
+    save_problems: list[str] = field(default_factory=list)  # runs that could not be saved, and where they went
     worker: int | None = None  # xdist worker index: this process owns the worker-th selected GPU
     forward: list[dict] = field(default_factory=list)  # scenarios an xdist worker sends to the controller
     forwarded: list[tuple[str, dict]] = field(default_factory=list)  # what the controller received

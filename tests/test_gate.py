@@ -176,3 +176,55 @@ def test_cli_plot_writes_figures(storage, tmp_path, capsys):
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000 for p in pngs)
     assert cli.main(["plot", "--storage", str(storage), "--out", str(out), "--format", "svg"]) == 0
     assert all(b"<svg" in p.read_bytes()[:400] for p in out.glob("*.svg"))
+
+
+# --- saving into the history ------------------------------------------------------------------------
+
+class _Logger:
+    def info(self, text):
+        self.last = text
+
+
+def file_storage(path):
+    from pytest_benchmark.storage.file import FileStorage
+
+    return FileStorage(path, _Logger(), default_machine_id="Linux-test")
+
+
+def test_saving_never_overwrites_a_run_that_took_the_number_first(tmp_path, monkeypatch):
+    from pytest_benchmark.storage.file import FileStorage
+
+    from pytest_gpucolloc.history import guard_saving
+
+    storage = file_storage(tmp_path)
+    problems = []
+    guard_saving(storage, problems)
+    storage.save({"run": "A"}, "x")
+    numbers = iter(["0001", "0001", "0002"])  # a second run looked before A was saved: it also chose 0001
+    monkeypatch.setattr(FileStorage, "_next_num", property(lambda self: next(numbers)))
+    storage.save({"run": "B"}, "x")
+    saved = {p.name: json.loads(p.read_text())["run"] for p in (tmp_path / "Linux-test").glob("*.json")}
+    assert saved == {"0001_x.json": "A", "0002_x.json": "B"} and problems == []
+    assert not list((tmp_path / "Linux-test").glob(".*.tmp"))
+
+
+def test_a_run_that_cannot_be_saved_is_kept_elsewhere_and_reported(tmp_path, monkeypatch):
+    from pytest_gpucolloc.history import guard_saving
+
+    storage = file_storage(tmp_path)
+    problems = []
+    guard_saving(storage, problems)
+    real_write = Path.write_bytes
+
+    def disk_full(self, data):
+        if "Linux-test" in str(self):
+            raise OSError(28, "No space left on device")
+        return real_write(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", disk_full)
+    storage.save({"run": "C"}, "x")
+    assert len(problems) == 1 and "No space left on device" in problems[0]
+    kept = Path(problems[0].rsplit("kept at ", 1)[1])
+    assert json.loads(kept.read_text()) == {"run": "C"}
+    kept.unlink()
+    assert list((tmp_path / "Linux-test").glob("*.json")) == []  # no truncated file in the history

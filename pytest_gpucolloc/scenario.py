@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import measure
-from .modes.base import SharingMode, Target
+from .modes.base import SharingMode, Target, WorkerCheckFailed
 from .placement import CpuPolicy, assign_cpus
-from .modes.base import WorkerCheckFailed
 from .pool import ScenarioTimeout, WorkerFailed, WorkerPool, WorkerSlot
 from .workloads import Workload
 

@@ -34,19 +34,24 @@ def cmd_table(args) -> int:
     return 0
 
 
+def _gpu(selector: str, hint: str = ""):
+    """The GPU named by index or UUID, or exit with why not."""
+    reason = nvml.init()
+    gpus = [] if reason else nvml.gpus()
+    if not gpus:
+        raise SystemExit(f"no GPU ({reason or 'NVML sees none'}){hint}")
+    gpu = next((g for g in gpus if str(g.index) == selector or g.uuid == selector), None)
+    if gpu is None:
+        raise SystemExit(f"no GPU {selector!r}; present: " + ", ".join(f"{g.index} ({g.uuid})" for g in gpus))
+    return gpu
+
+
 def _mig_table(args):
     from .mig.profiles import live_table, named_table
 
     if args.table:
         return named_table(args.table)
-    reason = nvml.init()
-    gpus = [] if reason else nvml.gpus()
-    if not gpus:
-        raise SystemExit(f"no GPU to read MIG profiles from ({reason or 'NVML sees none'}); "
-                         "name a table with --table (h200, h100-80gb, a100-40gb, a100-80gb)")
-    gpu = next((g for g in gpus if str(g.index) == args.gpu or g.uuid == args.gpu), None)
-    if gpu is None:
-        raise SystemExit(f"no GPU {args.gpu!r}")
+    gpu = _gpu(args.gpu, "; name a table with --table (h200, h100-80gb, a100-40gb, a100-80gb)")
     return live_table(gpu.uuid, gpu.name)
 
 
@@ -86,10 +91,7 @@ def cmd_mig_restore(args) -> int:
     from .mig.provision import MigProvisioner
     from .modes.mig import DEFAULT_CHECKPOINT_DIR
 
-    reason = nvml.init()
-    if reason:
-        raise SystemExit(reason)
-    gpu = next(g for g in nvml.gpus() if str(g.index) == args.gpu or g.uuid == args.gpu)
+    gpu = _gpu(args.gpu)
     provisioner = MigProvisioner(nvml.NvmlMigBackend(gpu.uuid), live_table(gpu.uuid, gpu.name), gpu.uuid, gpu.index,
                                  allow_reconfigure=True, checkpoint_dir=Path(args.checkpoint_dir or DEFAULT_CHECKPOINT_DIR))
     print("restored the saved MIG layout" if provisioner.recover() else "no saved MIG layout to restore")

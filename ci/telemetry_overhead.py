@@ -1,43 +1,100 @@
-"""Cost of the telemetry sampler on measured throughput: the same scenario with the sampler on and off,
-alternating, several times each.
+"""Cost of the telemetry sampler on measured throughput, paired within one run.
 
-    python ci/telemetry_overhead.py --json OUT.json [--repeats 3]
+Separate runs of the same scenario differ by far more than 0.5% on a shared machine, so comparing a run
+with the sampler against a run without cannot resolve a 0.5% cost. Here one scenario is measured for many
+rounds and the sampler is switched on for every other round (ABBA order, so a slow drift cancels): the
+same workers, processes and cuDNN choices are compared with themselves. A new sampler is started for each
+sampled round, so its start-up is counted as well (the real sampler starts once per scenario).
+
+    python ci/telemetry_overhead.py --json OUT.json [--rounds 80] [--round-seconds 1]
 """
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 from pathlib import Path
 
+from scipy import stats
+
 from pytest_gpucolloc import Workload, telemetry
+from pytest_gpucolloc.modes.mps import MpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
 from pytest_gpucolloc.session import standalone_target
+
+SCENARIOS = {
+    # Launch-bound and CPU-sensitive: the scenarios most exposed to a busy controller and driver.
+    "naive 2x resnet26-cifar10/bs32": (NaiveMode, [Workload("resnet26-cifar10", batch_size=32)] * 2),
+    "mps 7x resnet26-cifar10/bs128": (MpsMode, [Workload("resnet26-cifar10", batch_size=128)] * 7),
+}
+
+
+def sampled(round_index: int) -> bool:
+    """ABBA: off, on, on, off, off, on, on, off, ..."""
+    return (round_index + 1) // 2 % 2 == 1
+
+
+class AlternatingSampler:
+    """One telemetry sampler per sampled round of the measurement window."""
+
+    def __init__(self, gpu_uuid: str, window: tuple[float, float], pids, rounds: int):
+        start, end = window
+        length = (end - start) / rounds
+        self.samplers = [telemetry.Sampler(gpu_uuid, (start + k * length, start + (k + 1) * length), pids)
+                         for k in range(rounds) if sampled(k)]
+        self.stack = contextlib.ExitStack()
+
+    def __enter__(self):
+        for sampler in self.samplers:
+            self.stack.enter_context(sampler)
+        return None  # the scenario records no telemetry of its own
+
+    def __exit__(self, *exc):
+        self.stack.close()
+        errors = [s.error for s in self.samplers if s.error]
+        if errors:
+            raise RuntimeError(f"sampler failed: {errors[0]}")
+        if not all(s.instant for s in self.samplers):
+            raise RuntimeError("a sampled round took no sample: the comparison would be meaningless")
+
+
+def measure(name: str, rounds: int, round_s: float) -> dict:
+    mode, workloads = SCENARIOS[name]
+    settings = Settings(rounds=rounds, round_s=round_s, warmup_s=3.0, warmup_steps=20, timeout_s=300)
+    with standalone_target("cuda") as target:
+        factory = lambda window, pids, slots=(): AlternatingSampler(target.gpu.uuid, window, pids, rounds)  # noqa: E731
+        result = run_scenario(workloads, mode(), target, settings, target.scratch, factory)
+    on = [x for k, x in enumerate(result.aggregate_rounds) if sampled(k)]
+    off = [x for k, x in enumerate(result.aggregate_rounds) if not sampled(k)]
+    test = stats.ttest_ind(off, on, equal_var=False)
+    interval = test.confidence_interval(0.95)
+    mean_off = statistics.fmean(off)
+    return {"scenario": f"{name}, {rounds} rounds x {round_s:g} s, sampler on in rounds 1,2,5,6,...",
+            "mean_off": mean_off, "mean_on": statistics.fmean(on),
+            "cost_pct": 100 * (mean_off - statistics.fmean(on)) / mean_off,
+            "cost_pct_95ci": [100 * interval.low / mean_off, 100 * interval.high / mean_off],
+            "round_cv_off_pct": 100 * statistics.stdev(off) / mean_off, "p_value": test.pvalue,
+            "rounds_on": on, "rounds_off": off}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=80)
+    parser.add_argument("--round-seconds", type=float, default=1.0)
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), action="append")
     args = parser.parse_args()
-    settings = Settings(rounds=5, round_s=1.0, warmup_s=3.0, warmup_steps=20, timeout_s=300)
-    # Launch-bound and CPU-sensitive: the scenario most exposed to a busy controller.
-    workloads = [Workload("resnet26-cifar10", batch_size=32)] * 2
-    runs = {"on": [], "off": []}
-    for _ in range(args.repeats):
-        for state in ("off", "on"):
-            with standalone_target("cuda") as target:
-                sampler = telemetry.sampler_factory(target.gpu.uuid) if state == "on" else None
-                result = run_scenario(workloads, NaiveMode(), target, settings, target.scratch, sampler)
-            runs[state].append(result.aggregate_throughput)
-            print(f"sampler {state}: {result.aggregate_throughput:,.0f} samples/s", flush=True)
-    on, off = statistics.median(runs["on"]), statistics.median(runs["off"])
-    summary = {"scenario": "naive 2x resnet26-cifar10/bs32, 5 rounds x 1 s", "runs": runs,
-               "median_on": on, "median_off": off, "cost_pct": 100 * (off - on) / off,
-               "spread_off_pct": 100 * (max(runs["off"]) - min(runs["off"])) / off}
-    print(json.dumps(summary, indent=2))
+    results = []
+    for name in args.scenario or SCENARIOS:
+        summary = measure(name, args.rounds, args.round_seconds)
+        low, high = summary["cost_pct_95ci"]
+        print(f"{name}: sampler off {summary['mean_off']:,.0f}, on {summary['mean_on']:,.0f} samples/s; "
+              f"cost {summary['cost_pct']:+.2f}% (95% CI {low:+.2f}% .. {high:+.2f}%), "
+              f"round CV {summary['round_cv_off_pct']:.1f}%", flush=True)
+        results.append(summary)
     if args.json:
-        args.json.write_text(json.dumps(summary, indent=2))
+        args.json.write_text(json.dumps(results, indent=2))
     return 0
 
 

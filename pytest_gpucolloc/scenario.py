@@ -68,6 +68,9 @@ class WorkerRecord:
             "device_memory_bytes": self.device_memory_bytes,
             "cpus": list(self.cpus) if self.cpus else None,
             "pid": self.ready.get("pid"),
+            # what the training process itself saw: the GPU behind its CUDA device 0
+            "cuda_visible_devices": self.ready.get("cuda_visible_devices"),
+            "device_uuid_seen": self.ready.get("device_uuid"),
             **self.info,
         }
 

@@ -187,6 +187,27 @@ def test_mps_daemon_killed_mid_test_fails_without_hanging_or_leftovers(target, t
     assert our_mps_processes(target.scratch) == {}
 
 
+def test_fatal_gpu_fault_under_mps_fails_cleanly_and_the_next_test_is_unaffected(target, tmp_path):
+    # A fatal fault in one client puts the MPS server in FAULT: it refuses new clients until all of
+    # its clients have exited. The test must fail with an error, leave nothing, and the next scenario
+    # (a fresh private daemon) must measure normally.
+    faulty = Workload("tests.user_workloads:tiny", batch_size=64,
+                      options={"fail_after": 200, "failure": "device-assert"})
+    settings = Settings(rounds=20, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=120)
+    begin = time.monotonic()
+    with pytest.raises(ScenarioFailed) as failure:
+        run_scenario([SMALL, faulty], MpsMode(), target, settings, tmp_path / "fault")
+    seconds = time.monotonic() - begin
+    assert our_mps_processes(target.scratch) == {}
+    after = run_scenario([SMALL, SMALL], MpsMode(), target, SHORT, tmp_path / "after")
+    evidence("mps_fatal_fault", {"outcome": str(failure.value).splitlines()[:3], "seconds": seconds,
+                                 "log_tail": failure.value.diagnostics.splitlines()[-8:],
+                                 "next_scenario_samples_per_s": after.aggregate_throughput})
+    assert "device-side assert" in str(failure.value) or "fault" in str(failure.value).lower()
+    assert seconds < 120
+    assert after.aggregate_throughput > 0 and our_mps_processes(target.scratch) == {}
+
+
 def test_sigint_during_an_mps_scenario_leaves_nothing(pytester_like_run):
     outcome = pytester_like_run(signal_after_s=12)
     evidence("sigint_during_mps", outcome)

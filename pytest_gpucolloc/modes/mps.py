@@ -30,6 +30,7 @@ class _DaemonProvision(Provision):
                 "they would have run without MPS"
             )
         for slot, report in zip(slots, ready):
+            slot.info["mps_client_verified"] = True
             limit = slot.info.get("sm_percent")
             seen = report.get("sm_count")
             slot.info["sm_count_seen"] = seen

@@ -4,12 +4,13 @@ Separate runs of the same scenario differ by far more than 0.5% on a shared mach
 with the sampler against a run without cannot resolve a 0.5% cost. Here one scenario is measured for many
 rounds and the sampler is switched on for every other round (ABBA order, so a slow drift cancels): the
 same workers, processes and cuDNN choices are compared with themselves. A new sampler is started for each
-sampled round, so its start-up is counted as well (the real sampler starts once per scenario).
+pair of sampled rounds, so its start-up is counted too (the real sampler starts once per scenario).
 
     python ci/telemetry_overhead.py --json OUT.json [--rounds 80] [--round-seconds 1]
 """
 import argparse
 import contextlib
+import faulthandler
 import json
 import statistics
 import sys
@@ -36,13 +37,14 @@ def sampled(round_index: int) -> bool:
 
 
 class AlternatingSampler:
-    """One telemetry sampler per sampled round of the measurement window."""
+    """One telemetry sampler per block of sampled rounds (1-2, 5-6, ...): never two at once."""
 
     def __init__(self, gpu_uuid: str, window: tuple[float, float], pids, rounds: int):
         start, end = window
         length = (end - start) / rounds
-        self.samplers = [telemetry.Sampler(gpu_uuid, (start + k * length, start + (k + 1) * length), pids)
-                         for k in range(rounds) if sampled(k)]
+        blocks = [k for k in range(rounds) if sampled(k) and not (k > 0 and sampled(k - 1))]
+        self.samplers = [telemetry.Sampler(gpu_uuid, (start + k * length, start + min(k + 2, rounds) * length), pids)
+                         for k in blocks]
         self.stack = contextlib.ExitStack()
 
     def __enter__(self):
@@ -79,6 +81,7 @@ def measure(name: str, rounds: int, round_s: float) -> dict:
 
 
 def main() -> int:
+    faulthandler.enable()
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", type=Path)
     parser.add_argument("--rounds", type=int, default=80)

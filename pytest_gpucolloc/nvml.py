@@ -173,21 +173,28 @@ def gpm_supported(uuid: str) -> bool:
     return bool(support and support.isSupportedDevice)
 
 
+# GPM calls from two samplers at once crashed a process on the H200 (segfault; the overlapping samplers
+# of an overhead measurement): they are serialised, which costs nothing at one sampler per scenario.
+_gpm_lock = threading.Lock()
+
+
 class GpmSample:
     """An NVML GPM sample (GPU, or one GPU instance under MIG); free() when done."""
 
     def __init__(self, uuid: str, gpu_instance_id: int | None = None):
         self._h = _handle(uuid)
-        self._sample = pynvml.nvmlGpmSampleAlloc()
-        if gpu_instance_id is None:
-            pynvml.nvmlGpmSampleGet(self._h, self._sample)
-        else:
-            pynvml.nvmlGpmMigSampleGet(self._h, gpu_instance_id, self._sample)
+        with _gpm_lock:
+            self._sample = pynvml.nvmlGpmSampleAlloc()
+            if gpu_instance_id is None:
+                pynvml.nvmlGpmSampleGet(self._h, self._sample)
+            else:
+                pynvml.nvmlGpmMigSampleGet(self._h, gpu_instance_id, self._sample)
 
     def free(self) -> None:
-        if self._sample is not None:
-            pynvml.nvmlGpmSampleFree(self._sample)
-            self._sample = None
+        with _gpm_lock:
+            if self._sample is not None:
+                pynvml.nvmlGpmSampleFree(self._sample)
+                self._sample = None
 
 
 def gpm_metrics(first: GpmSample, second: GpmSample) -> dict[str, float | str]:
@@ -198,7 +205,8 @@ def gpm_metrics(first: GpmSample, second: GpmSample) -> dict[str, float | str]:
     request.sample1, request.sample2 = first._sample, second._sample
     for i, metric_id in enumerate(GPM_METRICS.values()):
         request.metrics[i].metricId = metric_id
-    pynvml.nvmlGpmMetricsGet(request)
+    with _gpm_lock:
+        pynvml.nvmlGpmMetricsGet(request)
     values: dict[str, float | str] = {}
     for i, name in enumerate(GPM_METRICS):
         metric = request.metrics[i]

@@ -194,6 +194,8 @@ def test_fatal_gpu_fault_under_mps_fails_cleanly_and_the_next_test_is_unaffected
     faulty = Workload("tests.user_workloads:tiny", batch_size=64,
                       options={"fail_after": 200, "failure": "device-assert"})
     settings = Settings(rounds=20, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=120)
+    (tmp_path / "fault").mkdir()
+    (tmp_path / "after").mkdir()
     begin = time.monotonic()
     with pytest.raises(ScenarioFailed) as failure:
         run_scenario([SMALL, faulty], MpsMode(), target, settings, tmp_path / "fault")

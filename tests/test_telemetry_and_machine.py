@@ -27,6 +27,16 @@ def test_summary_averages_power_over_the_window_and_flags_throttling():
     assert summary["avg_power_w"] == 500.0
     assert summary["sm_clock_mhz_min"] == 1900
     assert summary["throttled"] is True and summary["throttle_reasons"] == ["sw_thermal"]
+    assert summary["throttle_share"] == {"sw_thermal": 1 / 3}
+
+
+def test_a_limit_that_only_blinks_is_recorded_but_does_not_flag_the_run():
+    samples = [{"t": float(i), "sm_clock_mhz": 1980, "clock_event_reasons": 0x4 if i == 7 else 0} for i in range(50)]
+    summary = telemetry.summarise(samples, 50.0)
+    assert summary["throttle_reasons"] == ["sw_power_cap"] and summary["throttle_share"] == {"sw_power_cap": 0.02}
+    assert summary["throttled"] is False
+    samples[10:15] = [dict(s, clock_event_reasons=0x4) for s in samples[10:15]]
+    assert telemetry.summarise(samples, 50.0)["throttled"] is True  # 6 of 50 samples: 12%
 
 
 def test_missing_energy_counter_falls_back_to_power_readings_and_says_so():

@@ -38,14 +38,15 @@ def two_gpus():
 
 
 def watch_gpus(gpus, stop: threading.Event, seen: dict) -> None:
-    """Every 0.2 s: which pids compute on which GPU, and which MPS daemons run."""
+    """Every 0.2 s: which pids compute on which GPU, and how many private MPS daemons serve at once
+    (counted by pipe directory: a command sent to a daemon runs a short-lived process of the same name)."""
     while not stop.is_set():
         for gpu in gpus:
             for pid in nvml.gpu_processes(gpu.uuid):
                 seen["pids"].setdefault(pid, set()).add(gpu.uuid)
-        daemons = {pid: info["pipe_dir"] for pid, info in mps.mps_processes().items()
-                   if info["name"] == "nvidia-cuda-mps-control" and (info["pipe_dir"] or "").startswith("/tmp/gc-")}
-        seen["max_daemons"] = max(seen["max_daemons"], len(daemons))
+        pipe_dirs = {info["pipe_dir"] for info in mps.mps_processes().values()
+                     if info["name"] == "nvidia-cuda-mps-control" and (info["pipe_dir"] or "").startswith("/tmp/gc-")}
+        seen["max_daemons"] = max(seen["max_daemons"], len(pipe_dirs))
         stop.wait(0.2)
 
 

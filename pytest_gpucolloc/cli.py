@@ -141,7 +141,10 @@ def cmd_gate(args) -> int:
         return 3
     loaded = _history(args)
     policy = _policy(args)
-    rows = [compare.Row(name, gate.decide(run.sample(name), loaded.samples(name, exclude={run.run_id}), policy).to_dict())
+    # Judge the run as the gate would have when it was made: against the runs saved before it.
+    later = {r.run_id for r in loaded.runs if r.datetime >= run.datetime}
+    rows = [compare.Row(name, gate.decide(run.sample(name), loaded.samples(name, exclude={run.run_id} | later),
+                                          policy).to_dict())
             for name in run.scenarios]
     text = compare.render(rows, args.format, f"gate: {run.run_id}")
     print(text)

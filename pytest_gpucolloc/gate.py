@@ -191,6 +191,10 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
     return result
 
 
+MAX_USEFUL_ROUNDS = 1000  # beyond this, "more rounds" is not advice anyone can follow
+MAX_BASELINE_RUNS = 30
+
+
 def too_noisy(current: RunSample, baseline: list[RunSample], spread: float, policy: Policy) -> str:
     """Why the threshold cannot be resolved, and what would make it resolvable."""
     k = len(baseline)
@@ -199,13 +203,17 @@ def too_noisy(current: RunSample, baseline: list[RunSample], spread: float, poli
     within = statistics.fmean(r.log_sd ** 2 for r in baseline)
     n = statistics.fmean(len(r.rounds) for r in baseline)
     between = max(spread ** 2 - within / n, 0.0)
-    # the largest run-mean spread at which the threshold is still caught with the policy's power
-    # the largest run-mean spread at which the statistics still resolve the threshold
+    # the largest run-mean spread at which the statistics still resolve the threshold with k runs
     target = (-math.log(1 - policy.threshold) / _unit_drop(k, policy.alpha, policy.power) * _c4(k)) ** 2
-    if target > between and within > 0:
-        rounds = math.ceil(within / (target - between))
-        text += f"; about {rounds} rounds per run (now {n:.0f}) would resolve it"
-    else:
-        text += (f"; the run-to-run spread alone ({math.sqrt(between):.1%}) is too large for more rounds to help: "
-                 "add baseline runs, steady the machine (CPU pinning, clocks), or raise the threshold")
-    return text
+    rounds = math.ceil(within / (target - between)) if target > between and within > 0 else None
+    if rounds is not None and rounds <= MAX_USEFUL_ROUNDS:
+        return text + f"; about {rounds} rounds per run (now {n:.0f}) would resolve it"
+    sigma = spread / _c4(k)  # the same noise, measured over more baseline runs
+    runs = next((m for m in range(k + 1, MAX_BASELINE_RUNS + 1)
+                 if mde(sigma * _c4(m), m, policy, with_threshold=False) <= policy.threshold), None)
+    more_runs = (f"about {runs} baseline runs would resolve it" if runs else
+                 f"even {MAX_BASELINE_RUNS} baseline runs would not resolve it")
+    more_rounds = (f"more rounds alone would need over {MAX_USEFUL_ROUNDS} per run" if rounds is not None
+                   else "more rounds cannot help")
+    return text + (f"; run-to-run spread {math.sqrt(between):.1%}, {more_rounds}; {more_runs}; "
+                   "or steady the machine (CPU pinning, clocks), or raise the threshold")

@@ -16,6 +16,11 @@ def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _bound(value: float) -> str:
+    """An interval bound; beyond +1000% the number says nothing more than 'unbounded'."""
+    return ">+1000%" if value > 10 else f"{value:+.1%}"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -86,7 +91,7 @@ def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
     table = []
     for name, v in verdicts:
         change = "-" if v.get("change") is None else f"{v['change']:+.1%}"
-        interval = "-" if not v.get("ci") else f"[{v['ci'][0]:+.1%}, {v['ci'][1]:+.1%}]"
+        interval = "-" if not v.get("ci") else f"[{_bound(v['ci'][0])}, {_bound(v['ci'][1])}]"
         mde = "-" if v.get("mde") is None else f"{v['mde']:.1%}"
         why = "; ".join([v.get("reason", "")] + list(v.get("notes", [])))
         table.append([name, v["verdict"], _num(v.get("baseline")), _num(v.get("current")), change, interval, mde,

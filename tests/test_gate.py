@@ -58,16 +58,30 @@ def test_a_drop_below_the_threshold_does_not_fail():
 
 
 def test_too_noisy_says_how_many_rounds_would_help():
-    verdict = gate.decide(run([1000.0] * 10, "now"), steady_history(spread=0.10))
+    verdict = gate.decide(run([1000.0] * 10, "now"), steady_history(spread=0.05))
     assert verdict.verdict == "inconclusive"
-    assert "too noisy for the 2% threshold" in verdict.reason and "rounds per run" in verdict.reason
+    assert "too noisy for the 2% threshold" in verdict.reason and "rounds per run (now 10)" in verdict.reason
+    noisier = gate.decide(run([1000.0] * 10, "now"), steady_history(spread=0.10))
+    assert "more rounds alone would need over 1000 per run" in noisier.reason
 
 
 def test_run_to_run_noise_that_rounds_cannot_fix_is_named():
     rng = random.Random(3)
     history = [synthetic_run(rng, f"b{i}", 1000.0, 0.005, 0.08, 10) for i in range(5)]
     verdict = gate.decide(run([1000.0] * 10, "now"), history)
-    assert verdict.verdict == "inconclusive" and "run-to-run spread alone" in verdict.reason
+    assert verdict.verdict == "inconclusive" and "run-to-run spread" in verdict.reason
+    assert "rounds per run" not in verdict.reason
+    assert "baseline runs would" in verdict.reason
+
+
+def test_advice_never_asks_for_an_absurd_number_of_rounds():
+    # Two baseline runs on the H200 (xdist check): noisy rounds, an almost equal pair of run means.
+    history = [run([14000.0, 12000.0, 16000.0, 13000.0, 15000.0], "a"),
+               run([15000.0, 13000.0, 14000.0, 16000.0, 12500.0], "b")]
+    policy = gate.Policy(min_runs=2)
+    verdict = gate.decide(run([13800.0] * 5, "now"), history, policy)
+    assert verdict.verdict == "inconclusive"
+    assert "more rounds alone would need over 1000" in verdict.reason and "baseline runs" in verdict.reason
 
 
 def test_throttled_runs_are_not_comparable_and_left_out_of_baselines():
@@ -156,6 +170,16 @@ def test_cli_gate_exit_codes(storage, capsys, tmp_path):
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps({"benchmarks": []}))
     assert cli.main(["gate", str(empty)]) == 3
+
+
+def test_cli_gate_judges_an_old_run_against_the_runs_before_it(storage, capsys):
+    fifth = sorted((storage / "Linux-CPython-3.12-64bit").glob("0005_*.json"))[0]
+    capsys.readouterr()
+    assert cli.main(["gate", str(fifth), "--storage", str(storage), "--format", "json"]) == 0
+    verdicts = json.loads(capsys.readouterr().out)
+    for row in verdicts:
+        assert row["baseline_runs"] == ["0001_run", "0002_run", "0003_run", "0004_run"]
+        assert row["verdict"] != "regressed"  # the slowed 6th run, saved later, is not its baseline
 
 
 def test_cli_compare_by_driver_in_every_format(storage, capsys):

@@ -8,7 +8,7 @@ import pytest
 
 from pytest_gpucolloc import cli, gate
 from pytest_gpucolloc.gatesim import detection_rate, synthetic_run
-from pytest_gpucolloc.history import load, storage_path
+from pytest_gpucolloc.history import load, read_run, storage_path
 
 H200_HISTORY = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-30-h200" / "call4" / "history"
 
@@ -89,12 +89,6 @@ def test_throttled_runs_are_not_comparable_and_left_out_of_baselines():
     history = steady_history() + [run([500.0] * 10, "zz-hot", throttled=True)]
     verdict = gate.decide(run([1000.0] * 10, "now"), history)
     assert "zz-hot" not in verdict.baseline_runs and any("throttled" in n for n in verdict.notes)
-
-
-def test_contaminated_runs_are_not_comparable():
-    dirty = gate.RunSample("now", (1000.0,) * 10, "NVIDIA H200", "GPU-a", False, contaminated=True)
-    verdict = gate.decide(dirty, steady_history())
-    assert verdict.verdict == "not comparable" and "other processes" in verdict.reason
 
 
 def test_other_gpu_models_are_never_a_baseline():
@@ -252,3 +246,22 @@ def test_a_run_that_cannot_be_saved_is_kept_elsewhere_and_reported(tmp_path, mon
     assert json.loads(kept.read_text()) == {"run": "C"}
     kept.unlink()
     assert list((tmp_path / "Linux-test").glob("*.json")) == []  # no truncated file in the history
+
+
+def test_contaminated_runs_are_not_comparable_flagged_and_left_out_of_baselines(tmp_path):
+    from pytest_gpucolloc import report
+
+    dirty = gate.RunSample("now", (1000.0,) * 10, "NVIDIA H200", "GPU-a", False, "now", contaminated=True)
+    verdict = gate.decide(dirty, steady_history())
+    assert verdict.verdict == "not comparable" and "other processes used the GPU" in verdict.reason
+    history = steady_history() + [gate.RunSample("zz-dirty", (500.0,) * 10, "NVIDIA H200", "GPU-a", False, "zz-dirty",
+                                                 contaminated=True)]
+    assert "zz-dirty" not in gate.decide(run([1000.0] * 10, "zzz"), history).baseline_runs
+    # In a saved run the flag comes from the foreign pids the sampler saw, and the summary shows them.
+    saved = json.loads(next(H200_HISTORY.rglob("0001_*.json")).read_text())
+    info = dict(saved["benchmarks"][0]["extra_info"], foreign_pids=[4242])
+    assert report.rows([("test_x", info)])[0][-1] == "FOREIGN PIDS 4242"
+    saved["benchmarks"][0]["extra_info"] = info
+    path = tmp_path / "0009_dirty.json"
+    path.write_text(json.dumps(saved))
+    assert read_run(path).sample(saved["benchmarks"][0]["fullname"]).contaminated

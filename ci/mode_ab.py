@@ -1,0 +1,61 @@
+"""Two sharing modes on the same scenario, alternating A, B, A, B, ... in one call, so that a difference
+between them is judged against their own run-to-run spread (single runs of a launch-bound job on a shared
+machine differ by ~10%).
+
+    python ci/mode_ab.py --modes naive,mps --workload resnet26-cifar10 --batch 32 --processes 1 --repeats 4
+"""
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from scipy import stats
+
+from pytest_gpucolloc import Workload
+from pytest_gpucolloc.modes import MODES, parse_modes
+from pytest_gpucolloc.scenario import Settings, run_scenario
+from pytest_gpucolloc.session import standalone_target
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--modes", default="naive,mps", help="two modes, comma-separated")
+    parser.add_argument("--workload", default="resnet26-cifar10")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    try:
+        names = parse_modes(args.modes)
+    except ValueError as error:
+        parser.error(str(error))
+    if len(names) != 2:
+        parser.error("--modes takes exactly two modes")
+    modes = [MODES[name]() for name in names]
+    workloads = [Workload(args.workload, batch_size=args.batch)] * args.processes
+    settings = Settings(rounds=args.rounds, round_s=1.0, warmup_s=2.0, warmup_steps=10, timeout_s=180)
+    runs: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(args.repeats):
+        for name, mode in zip(names, modes):
+            with standalone_target(args.device) as target:
+                result = run_scenario(workloads, mode, target, settings, target.scratch)
+            runs[name].append(result.aggregate_throughput)
+            print(f"{name}: {result.aggregate_throughput:,.0f} samples/s", flush=True)
+    a, b = (runs[name] for name in names)
+    test = stats.mannwhitneyu(a, b, alternative="two-sided")
+    summary = {"scenario": f"{args.processes}x {args.workload}/bs{args.batch}, {args.rounds} rounds x 1 s",
+               "runs": runs, "medians": {name: statistics.median(runs[name]) for name in names},
+               "b_vs_a_pct": 100 * (statistics.median(b) / statistics.median(a) - 1),
+               "mann_whitney_p": test.pvalue}
+    print(json.dumps(summary, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

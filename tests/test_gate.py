@@ -265,3 +265,10 @@ def test_contaminated_runs_are_not_comparable_flagged_and_left_out_of_baselines(
     path = tmp_path / "0009_dirty.json"
     path.write_text(json.dumps(saved))
     assert read_run(path).sample(saved["benchmarks"][0]["fullname"]).contaminated
+
+
+def test_an_unbounded_interval_reads_as_such():
+    from pytest_gpucolloc import report
+
+    row = report.gate_rows([("s", {"verdict": "inconclusive", "change": -0.015, "ci": (-0.999, 36616815.967)})])[0]
+    assert row[5] == "[-99.9%, >+1000%]"

@@ -34,7 +34,8 @@ def target():
         yield where
 
 
-def our_mps_processes(scratch: Path) -> dict:
+def our_mps_processes(scratch: Path | str = "/tmp/gc-") -> dict:
+    """MPS daemons and servers serving from under ``scratch`` (default: any of the plugin's directories)."""
     return {pid: info for pid, info in mps.mps_processes().items()
             if info["pipe_dir"] and info["pipe_dir"].startswith(str(scratch))}
 
@@ -245,8 +246,7 @@ def pytester_like_run(tmp_path):
             output, _ = child.communicate()
         time.sleep(1)
         leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and b"pytest_gpucolloc.worker" in _cmdline(p)]
-        daemons = [pid for pid, info in mps.mps_processes().items()
-                   if info["pipe_dir"] and info["pipe_dir"].startswith("/tmp/gc-")]
+        daemons = list(our_mps_processes())
         return {"returncode": child.returncode, "leftover_processes": [p.name for p in leftovers] + daemons,
                 "leftover_dirs": [str(p) for p in set(Path("/tmp").glob("gc-*")) - before],
                 "output_tail": output.decode(errors="replace").splitlines()[-5:]}

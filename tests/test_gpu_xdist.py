@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucolloc import mps, nvml
+from pytest_gpucolloc import nvml
+
+from test_gpu_mps import our_mps_processes
 
 pytestmark = pytest.mark.gpu
 
@@ -44,8 +46,8 @@ def watch_gpus(gpus, stop: threading.Event, seen: dict) -> None:
         for gpu in gpus:
             for pid in nvml.gpu_processes(gpu.uuid):
                 seen["pids"].setdefault(pid, set()).add(gpu.uuid)
-        pipe_dirs = {info["pipe_dir"] for info in mps.mps_processes().values()
-                     if info["name"] == "nvidia-cuda-mps-control" and (info["pipe_dir"] or "").startswith("/tmp/gc-")}
+        pipe_dirs = {info["pipe_dir"] for info in our_mps_processes().values()
+                     if info["name"] == "nvidia-cuda-mps-control"}
         seen["max_daemons"] = max(seen["max_daemons"], len(pipe_dirs))
         stop.wait(0.2)
 
@@ -91,8 +93,7 @@ def test_each_xdist_worker_owns_one_gpu_with_its_own_mps_daemon(two_gpus, tmp_pa
     time.sleep(1)
     for gpu in two_gpus:
         assert not set(nvml.gpu_processes(gpu.uuid)) & set(worker_pids), f"a worker is still on {gpu.uuid}"
-    leftover = [pid for pid, info in mps.mps_processes().items() if (info["pipe_dir"] or "").startswith("/tmp/gc-")]
-    assert leftover == [], "an MPS daemon or server of the run is still alive"
+    assert our_mps_processes() == {}, "an MPS daemon or server of the run is still alive"
     assert set(Path("/tmp").glob("gc-*")) - before_dirs == set()
 
 

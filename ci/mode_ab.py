@@ -18,23 +18,42 @@ from pytest_gpucolloc.scenario import Settings, run_scenario
 from pytest_gpucolloc.session import standalone_target
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
+def ab_parser(doc: str) -> argparse.ArgumentParser:
+    """The options every A/B script shares: two modes, one workload, repeats, device, JSON output."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modes", default="naive,mps", help="two modes, comma-separated")
     parser.add_argument("--workload", default="resnet26-cifar10")
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    return parser
+
+
+def two_modes(parser: argparse.ArgumentParser, text: str) -> list[str]:
     try:
-        names = parse_modes(args.modes)
+        names = parse_modes(text)
     except ValueError as error:
         parser.error(str(error))
     if len(names) != 2:
         parser.error("--modes takes exactly two modes")
+    return names
+
+
+def compare(runs: dict[str, list[float]]) -> dict:
+    """Medians of the two modes' runs, B relative to A, and a two-sided Mann-Whitney rank test."""
+    (a_name, a), (b_name, b) = runs.items()
+    return {"medians": {a_name: statistics.median(a), b_name: statistics.median(b)},
+            "b_vs_a_pct": 100 * (statistics.median(b) / statistics.median(a) - 1),
+            "mann_whitney_p": stats.mannwhitneyu(a, b, alternative="two-sided").pvalue}
+
+
+def main() -> int:
+    parser = ab_parser(__doc__)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    names = two_modes(parser, args.modes)
     modes = [MODES[name]() for name in names]
     workloads = [Workload(args.workload, batch_size=args.batch)] * args.processes
     settings = Settings(rounds=args.rounds, round_s=1.0, warmup_s=2.0, warmup_steps=10, timeout_s=180)
@@ -45,12 +64,8 @@ def main() -> int:
                 result = run_scenario(workloads, mode, target, settings, target.scratch)
             runs[name].append(result.aggregate_throughput)
             print(f"{name}: {result.aggregate_throughput:,.0f} samples/s", flush=True)
-    a, b = (runs[name] for name in names)
-    test = stats.mannwhitneyu(a, b, alternative="two-sided")
     summary = {"scenario": f"{args.processes}x {args.workload}/bs{args.batch}, {args.rounds} rounds x 1 s",
-               "runs": runs, "medians": {name: statistics.median(runs[name]) for name in names},
-               "b_vs_a_pct": 100 * (statistics.median(b) / statistics.median(a) - 1),
-               "mann_whitney_p": test.pvalue}
+               "runs": runs, **compare(runs)}
     print(json.dumps(summary, indent=2))
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))

@@ -1,4 +1,5 @@
 """The CI files parse, reference what exists, and ci/gate.sh keeps its documented exit codes."""
+import json
 import os
 import subprocess
 import sys
@@ -45,3 +46,17 @@ def test_gate_script_exit_codes(tmp_path):
     assert nothing.returncode == 3, nothing.stdout[-2000:]
     assert "no benchmark collected" in nothing.stderr
     assert "deselected" in (tmp_path / "o" / "pytest.log").read_text()
+
+
+def test_launch_probe_measures_each_mode_in_a_fresh_process(tmp_path):
+    out = tmp_path / "probe.json"
+    run = subprocess.run([sys.executable, str(ROOT / "ci" / "launch_probe.py"), "--modes", "naive,sequential",
+                          "--device", "cpu", "--repeats", "1", "--json", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(out.read_text())
+    assert set(summary["runs"]) == {"naive", "sequential"}
+    for result in (summary["runs"]["naive"][0], summary["runs"]["sequential"][0]):
+        assert 0 < result["enqueue_us"] <= result["per_kernel_us"]
+        assert 0 < result["step_s"] < 60
+    assert summary["metrics"]["step_s"]["medians"]["naive"] == summary["runs"]["naive"][0]["step_s"]

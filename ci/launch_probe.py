@@ -1,0 +1,158 @@
+"""What one kernel launch costs a process under two sharing modes (default naive vs mps), to explain why a
+launch-bound training job alone or with one or two others is not faster under MPS.
+
+Each repeat starts, for each mode in turn, one fresh probe process with exactly the environment that mode gives
+its workers (under mps: a client of a private daemon, verified as the suite verifies workers) and measures:
+- enqueue_us: CPU time per launch of a tiny kernel (x.add_(1) on one element, 20,000 in a row, no sync);
+- per_kernel_us: the same loop until the GPU has finished it (throughput of back-to-back tiny kernels);
+- round_trip_us: one launch plus synchronize (median of 2,000);
+- step_s and kernels_per_step: the training step of --workload alone (median step time over 3 s after warm-up,
+  kernel launches per step counted with torch.profiler), so a per-launch difference can be scaled to a step.
+
+    python ci/launch_probe.py --modes naive,mps --repeats 4 --json OUT.json
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from mode_ab import ab_parser, compare, two_modes  # ci/ is on sys.path when run as a script
+from pytest_gpucolloc import Workload
+from pytest_gpucolloc.modes import MODES
+from pytest_gpucolloc.placement import CpuPolicy, assign_cpus
+from pytest_gpucolloc.pool import base_environment
+from pytest_gpucolloc.session import standalone_target
+
+LAUNCHES = 20_000
+METRICS = ("enqueue_us", "per_kernel_us", "round_trip_us", "step_s", "kernels_per_step")
+
+
+def probe(device: str, workload: Workload, cpus: list[int]) -> None:
+    """The probe process, set up as a worker is (cores, threads, cuDNN autotuning): report readiness, wait
+    until the controller has checked how it is attached, measure."""
+    os.sched_setaffinity(0, cpus)
+    import torch
+
+    from pytest_gpucolloc.models import build
+
+    torch.set_num_threads(len(cpus))
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    torch.backends.cudnn.benchmark = cuda
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    x = torch.zeros(1, device=dev)
+    sync()
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count if cuda else None
+    print(json.dumps({"pid": os.getpid(), "sm_count": sm_count}), flush=True)
+    sys.stdin.readline()
+
+    for _ in range(2_000):  # warm-up
+        x.add_(1)
+    sync()
+    enqueue, per_kernel = [], []
+    for _ in range(5):
+        begin = time.perf_counter()
+        for _ in range(LAUNCHES):
+            x.add_(1)
+        queued = time.perf_counter()
+        sync()
+        done = time.perf_counter()
+        enqueue.append((queued - begin) / LAUNCHES * 1e6)
+        per_kernel.append((done - begin) / LAUNCHES * 1e6)
+    round_trip = []
+    for _ in range(2_000):
+        begin = time.perf_counter()
+        x.add_(1)
+        sync()
+        round_trip.append((time.perf_counter() - begin) * 1e6)
+
+    step = build(workload, dev)
+    warm_until = time.perf_counter() + 2.0
+    while time.perf_counter() < warm_until:
+        step.train_step()
+    sync()
+    step_times = []
+    measure_until = time.perf_counter() + 3.0
+    while time.perf_counter() < measure_until:
+        begin = time.perf_counter()
+        step.train_step()
+        sync()
+        step_times.append(time.perf_counter() - begin)
+    print(json.dumps({"enqueue_us": statistics.median(enqueue), "per_kernel_us": statistics.median(per_kernel),
+                      "round_trip_us": statistics.median(round_trip), "step_s": statistics.median(step_times),
+                      "kernels_per_step": kernels_per_step(step, cuda)}), flush=True)
+
+
+def kernels_per_step(step, cuda: bool) -> float | None:
+    """Kernel launches of one training step, counted from the CUDA runtime/driver calls torch.profiler sees."""
+    if not cuda:
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    steps = 5
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step.train_step()
+    launches = sum(e.count for e in prof.key_averages() if "LaunchKernel" in e.key)
+    return launches / steps
+
+
+def run_probe(mode, device: str, workload: Workload) -> dict:
+    """One probe process under ``mode``, attached as that mode attaches its workers."""
+    with standalone_target(device) as target, mode.provision([workload], target) as prov:
+        slot = prov.phases[0][0]
+        env = {**base_environment(), **slot.env}
+        cpus = assign_cpus(1, CpuPolicy()).cpus[0] or sorted(os.sched_getaffinity(0))  # as a lone worker's
+        child = subprocess.Popen([sys.executable, __file__, "--child", "--device", device, "--workload",
+                                  workload.model, "--batch", str(workload.batch_size),
+                                  "--cpus", ",".join(map(str, cpus))],
+                                 env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            ready = json.loads(child.stdout.readline() or "null")
+            if ready is None:
+                raise RuntimeError(f"the probe exited with code {child.wait()} before it was ready")
+            prov.check_workers([slot], [ready])  # mps: a client of our daemon; naive: of none
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            result = json.loads(child.stdout.readline() or "null")
+            if child.wait(timeout=120) != 0 or result is None:
+                raise RuntimeError(f"the probe failed (exit code {child.returncode})")
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    return result
+
+
+def main() -> int:
+    parser = ab_parser(__doc__)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cpus", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    workload = Workload(args.workload, batch_size=args.batch)
+    if args.child:
+        probe(args.device, workload, [int(c) for c in args.cpus.split(",")])
+        return 0
+    names = two_modes(parser, args.modes)
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for _ in range(args.repeats):
+        for name in names:
+            result = run_probe(MODES[name](), args.device, workload)
+            runs[name].append(result)
+            print(f"{name}: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items() if v is not None), flush=True)
+    summary = {"workload": workload.label, "repeats": args.repeats, "runs": runs, "metrics": {}}
+    for metric in METRICS:
+        values = {name: [r[metric] for r in runs[name] if r[metric] is not None] for name in names}
+        if all(values.values()):
+            summary["metrics"][metric] = compare(values)
+    print(json.dumps(summary["metrics"], indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from scipy import stats
 
-from pytest_gpucolloc import Workload
+from pytest_gpucolloc import Workload, telemetry
 from pytest_gpucolloc.modes import MODES, parse_modes
 from pytest_gpucolloc.scenario import Settings, run_scenario
 from pytest_gpucolloc.session import standalone_target
@@ -58,14 +58,18 @@ def main() -> int:
     workloads = [Workload(args.workload, batch_size=args.batch)] * args.processes
     settings = Settings(rounds=args.rounds, round_s=1.0, warmup_s=2.0, warmup_steps=10, timeout_s=180)
     runs: dict[str, list[float]] = {name: [] for name in names}
+    sm_activity: dict[str, list] = {name: [] for name in names}  # how busy the GPU was (NVML GPM)
     for _ in range(args.repeats):
         for name, mode in zip(names, modes):
             with standalone_target(args.device) as target:
-                result = run_scenario(workloads, mode, target, settings, target.scratch)
+                sampler = telemetry.sampler_factory(target.gpu.uuid) if target.gpu else None
+                result = run_scenario(workloads, mode, target, settings, target.scratch, sampler)
             runs[name].append(result.aggregate_throughput)
-            print(f"{name}: {result.aggregate_throughput:,.0f} samples/s", flush=True)
+            sm_activity[name].append(next((t.get("sm_activity_pct") for t in result.telemetry), None))
+            print(f"{name}: {result.aggregate_throughput:,.0f} samples/s, SM activity {sm_activity[name][-1]}",
+                  flush=True)
     summary = {"scenario": f"{args.processes}x {args.workload}/bs{args.batch}, {args.rounds} rounds x 1 s",
-               "runs": runs, **compare(runs)}
+               "runs": runs, "sm_activity_pct": sm_activity, **compare(runs)}
     print(json.dumps(summary, indent=2))
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))

@@ -70,6 +70,7 @@ class _Worker:
         env[MSG_FD_ENV] = str(write_fd)
         if slot.cpus:
             env["OMP_NUM_THREADS"] = str(len(slot.cpus))
+        self.spawned_at = time.monotonic()
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "pytest_gpucolloc.worker"],
@@ -199,6 +200,7 @@ class WorkerPool:
                         if message["event"] == "error":
                             raise worker.failure(message)
                         if message["event"] == event:
+                            message["since_spawn_s"] = time.monotonic() - worker.spawned_at
                             results[key.data] = message
                             selector.unregister(worker.messages_fd)
         finally:

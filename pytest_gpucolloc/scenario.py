@@ -64,10 +64,15 @@ class WorkerRecord:
             "gpm_of_its_mig_instance": self.instance_metrics,
             "params": self.workload.to_dict(),
             **self.stats.summary(),
+            # PyTorch's allocator: its peak of allocated tensors, and what it held at the end of measurement
             "peak_memory_bytes": self.ready.get("peak_memory_bytes"),
+            "reserved_memory_bytes": self.ready.get("reserved_memory_bytes"),
             "device_memory_bytes": self.device_memory_bytes,
             "cpus": list(self.cpus) if self.cpus else None,
             "pid": self.ready.get("pid"),
+            # from spawning the process until it was warm, and the worker's own split of that time
+            "startup_s": self.ready.get("since_spawn_s"),
+            "startup_phases_s": self.ready.get("startup_phases_s"),
             # what the training process itself saw: the GPU behind its CUDA device 0
             "cuda_visible_devices": self.ready.get("cuda_visible_devices"),
             "device_uuid_seen": self.ready.get("device_uuid"),
@@ -201,6 +206,7 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
             raise ScenarioFailed(str(error)) from error
     for report, result in zip(ready, results):
         report["peak_memory_bytes"] = result.get("peak_memory_bytes")
+        report["reserved_memory_bytes"] = result.get("reserved_memory_bytes")
     return list(zip(ready, results)), assignment.note, telemetry
 
 

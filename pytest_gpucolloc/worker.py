@@ -89,6 +89,15 @@ def device_report(torch, device) -> dict:
 
 
 def run(spec: dict, channel: Channel) -> int:
+    # Where start-up time goes (an MPS client's context, cuDNN autotuning, ...): seconds per phase.
+    phases: dict[str, float] = {}
+    mark = time.monotonic()
+
+    def phase_done(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        phases[name], mark = now - mark, now
+
     if spec.get("cpus"):
         os.sched_setaffinity(0, spec["cpus"])
     import torch
@@ -96,6 +105,7 @@ def run(spec: dict, channel: Channel) -> int:
     from . import models
     from .workloads import Workload
 
+    phase_done("import")
     workload = Workload.from_dict(spec["workload"])
     device = torch.device("cuda", 0) if spec["device"] == "cuda" else torch.device(spec["device"])
     if spec.get("threads"):
@@ -103,10 +113,14 @@ def run(spec: dict, channel: Channel) -> int:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
         torch.cuda.set_device(device)
+        torch.zeros(1, device=device)  # creates the CUDA context (an MPS client connects here)
+        phase_done("cuda_context")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     step = models.build(workload, device, spec.get("image_size"))
     samples_per_step = int(getattr(step, "samples_per_step", workload.batch_size))
+    sync()
+    phase_done("build")
 
     # Warm-up: autotuning, allocator growth, clocks ramping up.
     warmup_start = time.monotonic()
@@ -117,9 +131,10 @@ def run(spec: dict, channel: Channel) -> int:
         if warmup_steps % 8 == 0:
             sync()
     sync()
+    phase_done("warm_up")
     ready = device_report(torch, device)
     ready.update(pid=os.getpid(), cpus=sorted(os.sched_getaffinity(0)), warmup_steps=warmup_steps,
-                 warmup_s=time.monotonic() - warmup_start, samples_per_step=samples_per_step)
+                 samples_per_step=samples_per_step, startup_phases_s=phases)
     channel.send(event="ready", **ready)
 
     # Keep training until told when to measure: all workers stay under load meanwhile.
@@ -149,8 +164,10 @@ def run(spec: dict, channel: Channel) -> int:
             boundary += round_s
             while boundary <= now:  # a step longer than a round: skip boundaries already passed
                 boundary += round_s
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    channel.send(event="result", rounds=rounds, peak_memory_bytes=peak)
+    cuda = device.type == "cuda"
+    channel.send(event="result", rounds=rounds,
+                 peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
+                 reserved_memory_bytes=torch.cuda.memory_reserved(device) if cuda else None)
 
     # Unmeasured cool-down: keep the load on until every worker has finished measuring.
     while channel.poll() is None:

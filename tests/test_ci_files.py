@@ -60,3 +60,18 @@ def test_launch_probe_measures_each_mode_in_a_fresh_process(tmp_path):
         assert 0 < result["enqueue_us"] <= result["per_kernel_us"]
         assert 0 < result["step_s"] < 60
     assert summary["metrics"]["step_s"]["medians"]["naive"] == summary["runs"]["naive"][0]["step_s"]
+
+
+def test_mode_ab_alternates_two_modes_and_compares_them(tmp_path):
+    out = tmp_path / "ab.json"
+    run = subprocess.run([sys.executable, str(ROOT / "ci" / "mode_ab.py"), "--modes", "naive,sequential",
+                          "--device", "cpu", "--repeats", "2", "--rounds", "1", "--json", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(out.read_text())
+    assert [len(summary["runs"][m]) for m in ("naive", "sequential")] == [2, 2]
+    assert summary["sm_activity_pct"]["naive"] == [None, None]  # no GPU: no telemetry, never a fake zero
+    assert 0 <= summary["mann_whitney_p"] <= 1
+    wrong = subprocess.run([sys.executable, str(ROOT / "ci" / "mode_ab.py"), "--modes", "naive"],
+                           cwd=ROOT, capture_output=True, text=True)
+    assert wrong.returncode == 2 and "exactly two modes" in wrong.stderr

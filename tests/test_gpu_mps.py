@@ -1,5 +1,4 @@
 """GPU tier: the real MPS daemon, real clients, real NVML. Skipped with the reason on machines without a GPU."""
-import json
 import os
 import statistics
 import time
@@ -19,15 +18,6 @@ SHORT = Settings(rounds=3, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=
 SMALL = Workload("resnet26-cifar10", batch_size=32)
 
 
-def evidence(name: str, data) -> None:
-    """GPU-check runs keep measured facts in one JSON file (GPUCOLLOC_EVIDENCE), one key per fact."""
-    path = os.environ.get("GPUCOLLOC_EVIDENCE")
-    if path:
-        known = json.loads(Path(path).read_text()) if Path(path).exists() else {}
-        known[name] = data
-        Path(path).write_text(json.dumps(known, indent=2))
-
-
 @pytest.fixture
 def target():
     with standalone_target("cuda") as where:
@@ -40,7 +30,7 @@ def our_mps_processes(scratch: Path | str = "/tmp/gc-") -> dict:
             if info["pipe_dir"] and info["pipe_dir"].startswith(str(scratch))}
 
 
-def test_daemon_start_stop_is_fast_and_leaves_nothing(target):
+def test_daemon_start_stop_is_fast_and_leaves_nothing(target, evidence):
     timings = []
     for i in range(5):
         root = target.scratch / f"d{i}"
@@ -90,7 +80,7 @@ def test_client_that_missed_the_daemon_is_detected(target, tmp_path):
     assert our_mps_processes(target.scratch) == {}
 
 
-def test_partition_limits_take_effect_in_each_worker(target, tmp_path):
+def test_partition_limits_take_effect_in_each_worker(target, tmp_path, evidence):
     result = run_scenario([SMALL, SMALL], PartitionedMpsMode(), target, SHORT, tmp_path)
     total = target.options["gpu_sm_count"]
     seen = [w.info["sm_count_seen"] for w in result.workers]
@@ -166,7 +156,7 @@ def test_worker_killed_under_mps_fails_cleanly(target, tmp_path):
     assert our_mps_processes(target.scratch) == {}
 
 
-def test_mps_daemon_killed_mid_test_fails_without_hanging_or_leftovers(target, tmp_path):
+def test_mps_daemon_killed_mid_test_fails_without_hanging_or_leftovers(target, tmp_path, evidence):
     settings = Settings(rounds=20, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=60)
 
     def daemon_once_serving():
@@ -188,7 +178,7 @@ def test_mps_daemon_killed_mid_test_fails_without_hanging_or_leftovers(target, t
     assert our_mps_processes(target.scratch) == {}
 
 
-def test_fatal_gpu_fault_under_mps_fails_cleanly_and_the_next_test_is_unaffected(target, tmp_path):
+def test_fatal_gpu_fault_under_mps_fails_cleanly_and_the_next_test_is_unaffected(target, tmp_path, evidence):
     # A fatal fault in one client puts the MPS server in FAULT: it refuses new clients until all of
     # its clients have exited. The test must fail with an error, leave nothing, and the next scenario
     # (a fresh private daemon) must measure normally.
@@ -211,7 +201,7 @@ def test_fatal_gpu_fault_under_mps_fails_cleanly_and_the_next_test_is_unaffected
     assert after.aggregate_throughput > 0 and our_mps_processes(target.scratch) == {}
 
 
-def test_sigint_during_an_mps_scenario_leaves_nothing(pytester_like_run):
+def test_sigint_during_an_mps_scenario_leaves_nothing(pytester_like_run, evidence):
     outcome = pytester_like_run(signal_after_s=12)
     evidence("sigint_during_mps", outcome)
     assert outcome["leftover_processes"] == [] and outcome["leftover_dirs"] == []

@@ -120,3 +120,13 @@ def test_named_workload_trains_on_the_cpu(cpu_target, tmp_path):
     result = run_scenario([Workload("resnet26-cifar10", batch_size=128)], NaiveMode(), cpu_target, settings, tmp_path)
     assert result.workloads[0].batch_size == 2  # CPU smoke mode caps the batch, and says so in the label
     assert result.workers[0].stats.throughput > 0
+
+
+def test_start_up_time_is_recorded_with_its_phases(cpu_target, tmp_path):
+    settings = Settings(rounds=2, round_s=0.2, warmup_s=0.5, warmup_steps=2, timeout_s=60)
+    worker = run_scenario([tiny()], NaiveMode(), cpu_target, settings, tmp_path).workers[0].to_dict()
+    phases = worker["startup_phases_s"]
+    assert set(phases) == {"import", "build", "warm_up"}  # no CUDA context on the CPU
+    assert phases["warm_up"] >= 0.5
+    # the controller's clock runs from spawning the process: interpreter start-up comes on top of the phases
+    assert worker["startup_s"] > sum(phases.values())

@@ -1,4 +1,5 @@
-"""GPU tier: a process that is not ours computes on the GPU during a measurement; the result is flagged."""
+"""GPU tier: the sampler on a real GPU. A process that is not ours computing during a measurement flags the
+result; the memory recorded per worker covers what the worker's own allocator holds."""
 import os
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import time
 import pytest
 
 from pytest_gpucolloc import Workload, report, telemetry
+from pytest_gpucolloc.modes.mps import MpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
 from pytest_gpucolloc.session import standalone_target
@@ -38,3 +40,18 @@ def test_a_foreign_process_during_measurement_flags_the_result(tmp_path):
     info = result.extra_info()
     assert info["foreign_pids"] == result.foreign_pids
     assert "FOREIGN PIDS" in report.rows([("test_x", info)])[0][-1]
+
+
+@pytest.mark.parametrize("mode", [NaiveMode, MpsMode], ids=["naive", "mps"])
+def test_memory_per_worker_covers_what_its_allocator_holds(tmp_path, mode, evidence):
+    settings = Settings(rounds=3, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=120)
+    with standalone_target("cuda") as target:
+        result = run_scenario([Workload("resnet26-cifar10", batch_size=32)], mode(), target, settings, tmp_path,
+                              telemetry.sampler_factory(target.gpu.uuid))
+    worker = result.workers[0].to_dict()
+    memory = {key: worker[key] for key in ("device_memory_bytes", "reserved_memory_bytes", "peak_memory_bytes")}
+    evidence(f"memory_accounting_{mode.name}", memory)
+    # NVML's figure for the process (an MPS client's included) is what the summary shows as memory per worker:
+    # it must at least hold the tensors PyTorch's allocator keeps on the device.
+    assert memory["reserved_memory_bytes"] > 0
+    assert memory["device_memory_bytes"] >= memory["reserved_memory_bytes"], memory

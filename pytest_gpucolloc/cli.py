@@ -27,10 +27,15 @@ def cmd_info(args) -> int:
 def cmd_table(args) -> int:
     from . import report
 
-    entries = []
+    entries, sources = [], []
     for path in args.files:
-        entries += report.entries_from_json(path)
-    print(report.table(entries, fmt="github" if args.format == "markdown" else "simple"))
+        found = report.entries_from_json(path)
+        entries += found
+        # Speedups are against the sequential run of the same session and GPU: rows of several files say which.
+        sources += [f"{path.parent.name}/{path.name} on {(info.get('gpu') or {}).get('uuid', 'cpu')[:12]}"
+                    for _, info in found]
+    print(report.table(entries, fmt="github" if args.format == "markdown" else "simple",
+                       sources=sources if len(args.files) > 1 else None))
     return 0
 
 

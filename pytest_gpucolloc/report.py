@@ -72,8 +72,12 @@ def rows(entries: Iterable[tuple[str, dict]]) -> list[list[str]]:
     return table
 
 
-def table(entries: Iterable[tuple[str, dict]], fmt: str = "simple") -> str:
-    return tabulate(rows(entries), headers=HEADERS, tablefmt=fmt, disable_numparse=True)
+def table(entries: Iterable[tuple[str, dict]], fmt: str = "simple", sources: list[str] | None = None) -> str:
+    """The summary table; ``sources`` (one per entry) adds a first column saying which run each row is from."""
+    body, headers = rows(entries), HEADERS
+    if sources is not None:
+        body, headers = [[source, *row] for source, row in zip(sources, body)], ["run", *HEADERS]
+    return tabulate(body, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
 def entries_from_json(path: Path) -> list[tuple[str, dict]]:

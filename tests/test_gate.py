@@ -272,3 +272,21 @@ def test_an_unbounded_interval_reads_as_such():
 
     row = report.gate_rows([("s", {"verdict": "inconclusive", "change": -0.015, "ci": (-0.999, 36616815.967)})])[0]
     assert row[5] == "[-99.9%, >+1000%]"
+
+
+H200_RUNS = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-30-h200"
+
+
+def test_cli_table_of_several_runs_says_which_run_and_gpu_each_row_is_from(capsys):
+    one, other = H200_RUNS / "s2-call1" / "paper.json", H200_RUNS / "s2-call4" / "paper.json"
+    assert cli.main(["table", str(one)]) == 0
+    single = capsys.readouterr().out
+    assert single.splitlines()[0].startswith("| scenario") and "resnet26_cifar10[mps-7-32]" in single
+    assert cli.main(["table", str(one), str(other), "--format", "text"]) == 0
+    merged = capsys.readouterr().out.splitlines()
+    assert merged[0].split()[:2] == ["run", "scenario"]
+    gpus = {json.loads(path.read_text())["benchmarks"][0]["extra_info"]["gpu"]["uuid"][:12] for path in (one, other)}
+    assert len(gpus) == 2  # two different physical GPUs
+    for gpu in gpus:
+        assert any(row.startswith("s2-call") and f"on {gpu}" in row for row in merged[2:])
+    assert len(merged) == 2 + 7 + 8  # header, rule, the rows of both files

@@ -37,12 +37,10 @@ def probe(device: str, workload: Workload, cpus: list[int]) -> None:
     import torch
 
     from pytest_gpucolloc.models import build
+    from pytest_gpucolloc.worker import training_device
 
-    torch.set_num_threads(len(cpus))
-    dev = torch.device(device)
+    dev, sync = training_device(torch, device, len(cpus))
     cuda = dev.type == "cuda"
-    torch.backends.cudnn.benchmark = cuda
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     x = torch.zeros(1, device=dev)
     sync()
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count if cuda else None

@@ -88,6 +88,20 @@ def device_report(torch, device) -> dict:
     return report
 
 
+def training_device(torch, kind: str, threads: int | None):
+    """The device a worker trains on, set up as for every worker (CPU threads, cuDNN autotuning), with its
+    CUDA context created; and the matching synchronise function."""
+    device = torch.device("cuda", 0) if kind == "cuda" else torch.device(kind)
+    if threads:
+        torch.set_num_threads(threads)
+    if device.type != "cuda":
+        return device, (lambda: None)
+    torch.backends.cudnn.benchmark = True
+    torch.cuda.set_device(device)
+    torch.zeros(1, device=device)  # creates the CUDA context (an MPS client connects here)
+    return device, torch.cuda.synchronize
+
+
 def run(spec: dict, channel: Channel) -> int:
     # Where start-up time goes (an MPS client's context, cuDNN autotuning, ...): seconds per phase.
     phases: dict[str, float] = {}
@@ -107,15 +121,9 @@ def run(spec: dict, channel: Channel) -> int:
 
     phase_done("import")
     workload = Workload.from_dict(spec["workload"])
-    device = torch.device("cuda", 0) if spec["device"] == "cuda" else torch.device(spec["device"])
-    if spec.get("threads"):
-        torch.set_num_threads(spec["threads"])
+    device, sync = training_device(torch, spec["device"], spec.get("threads"))
     if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
-        torch.cuda.set_device(device)
-        torch.zeros(1, device=device)  # creates the CUDA context (an MPS client connects here)
         phase_done("cuda_context")
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     step = models.build(workload, device, spec.get("image_size"))
     samples_per_step = int(getattr(step, "samples_per_step", workload.batch_size))

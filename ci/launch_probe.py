@@ -6,8 +6,11 @@ its workers (under mps: a client of a private daemon, verified as the suite veri
 - enqueue_us: CPU time per launch of a tiny kernel (x.add_(1) on one element, 20,000 in a row, no sync);
 - per_kernel_us: the same loop until the GPU has finished it (throughput of back-to-back tiny kernels);
 - round_trip_us: one launch plus synchronize (median of 2,000);
-- step_s and kernels_per_step: the training step of --workload alone (median step time over 3 s after warm-up,
-  kernel launches per step counted with torch.profiler), so a per-launch difference can be scaled to a step.
+- step_s and kernels_per_step: the training step of --workload alone, synchronised after every step (median
+  over 3 s after warm-up; kernel launches per step counted with torch.profiler), so a per-launch difference can
+  be scaled to a step; step_issue_s and step_drain_s split it into the CPU's time to issue the step and the
+  GPU's tail after the last launch;
+- pipelined_step_s: steps issued back to back for 3 s with one synchronise at the end, as workers run.
 
     python ci/launch_probe.py --modes naive,mps --repeats 4 --json OUT.json
 """
@@ -19,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from mode_ab import ab_parser, compare, two_modes  # ci/ is on sys.path when run as a script
+from mode_ab import ab_parser, compare, machine_of, two_modes  # ci/ is on sys.path when run as a script
 from pytest_gpucolloc import Workload
 from pytest_gpucolloc.modes import MODES
 from pytest_gpucolloc.placement import CpuPolicy, assign_cpus
@@ -27,7 +30,8 @@ from pytest_gpucolloc.pool import base_environment
 from pytest_gpucolloc.session import standalone_target
 
 LAUNCHES = 20_000
-METRICS = ("enqueue_us", "per_kernel_us", "round_trip_us", "step_s", "kernels_per_step")
+METRICS = ("enqueue_us", "per_kernel_us", "round_trip_us", "step_s", "step_issue_s", "step_drain_s",
+           "pipelined_step_s", "kernels_per_step")
 
 
 def probe(device: str, workload: Workload, cpus: list[int]) -> None:
@@ -72,15 +76,30 @@ def probe(device: str, workload: Workload, cpus: list[int]) -> None:
     while time.perf_counter() < warm_until:
         step.train_step()
     sync()
-    step_times = []
+    # A step that waits for the GPU at its end (as a loop that reads the loss every step does), split into the
+    # CPU's time to issue it and the GPU's tail after the last launch; then steps issued back to back with one
+    # synchronise at the end (as the suite's workers run).
+    step_times, issue_times, drain_times = [], [], []
     measure_until = time.perf_counter() + 3.0
     while time.perf_counter() < measure_until:
         begin = time.perf_counter()
         step.train_step()
+        issued = time.perf_counter()
         sync()
-        step_times.append(time.perf_counter() - begin)
+        done = time.perf_counter()
+        step_times.append(done - begin)
+        issue_times.append(issued - begin)
+        drain_times.append(done - issued)
+    steps, begin = 0, time.perf_counter()
+    while time.perf_counter() < begin + 3.0:
+        step.train_step()
+        steps += 1
+    sync()
+    pipelined_step_s = (time.perf_counter() - begin) / steps
     print(json.dumps({"enqueue_us": statistics.median(enqueue), "per_kernel_us": statistics.median(per_kernel),
                       "round_trip_us": statistics.median(round_trip), "step_s": statistics.median(step_times),
+                      "step_issue_s": statistics.median(issue_times), "step_drain_s": statistics.median(drain_times),
+                      "pipelined_step_s": pipelined_step_s,
                       "kernels_per_step": kernels_per_step(step, cuda)}), flush=True)
 
 
@@ -145,7 +164,8 @@ def main() -> int:
             result = run_probe(MODES[name](), args.device, workload)
             runs[name].append(result)
             print(f"{name}: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items() if v is not None), flush=True)
-    summary = {"workload": workload.label, "repeats": args.repeats, "runs": runs, "metrics": {}}
+    summary = {"workload": workload.label, "repeats": args.repeats, "machine": machine_of(args.device),
+               "runs": runs, "metrics": {}}
     for metric in METRICS:
         values = {name: [r[metric] for r in runs[name] if r[metric] is not None] for name in names}
         if all(values.values()):

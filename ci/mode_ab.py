@@ -12,7 +12,7 @@ from pathlib import Path
 
 from scipy import stats
 
-from pytest_gpucolloc import Workload, telemetry
+from pytest_gpucolloc import Workload, machine, telemetry
 from pytest_gpucolloc.modes import MODES, parse_modes
 from pytest_gpucolloc.scenario import Settings, run_scenario
 from pytest_gpucolloc.session import standalone_target
@@ -38,6 +38,12 @@ def two_modes(parser: argparse.ArgumentParser, text: str) -> list[str]:
     if len(names) != 2:
         parser.error("--modes takes exactly two modes")
     return names
+
+
+def machine_of(device: str) -> dict:
+    """What the script measured on (GPU, driver, versions), as a saved run's machine_info records it."""
+    with standalone_target(device) as target:
+        return machine.identity(target.gpu, None)
 
 
 def compare(runs: dict[str, list[float]]) -> dict:
@@ -69,6 +75,7 @@ def main() -> int:
             print(f"{name}: {result.aggregate_throughput:,.0f} samples/s, SM activity {sm_activity[name][-1]}",
                   flush=True)
     summary = {"scenario": f"{args.processes}x {args.workload}/bs{args.batch}, {args.rounds} rounds x 1 s",
+               "machine": machine_of(args.device),
                "runs": runs, "sm_activity_pct": sm_activity, **compare(runs)}
     print(json.dumps(summary, indent=2))
     if args.json:

@@ -59,7 +59,11 @@ def test_launch_probe_measures_each_mode_in_a_fresh_process(tmp_path):
     for result in (summary["runs"]["naive"][0], summary["runs"]["sequential"][0]):
         assert 0 < result["enqueue_us"] <= result["per_kernel_us"]
         assert 0 < result["step_s"] < 60
+        # a synchronised step is the CPU issuing it plus the GPU's tail after the last launch
+        assert result["step_issue_s"] + result["step_drain_s"] == pytest.approx(result["step_s"], rel=0.5)
+        assert 0 < result["pipelined_step_s"] < 60
     assert summary["metrics"]["step_s"]["medians"]["naive"] == summary["runs"]["naive"][0]["step_s"]
+    assert summary["machine"]["device"] == "cpu" and "torch" in summary["machine"]
 
 
 def test_mode_ab_alternates_two_modes_and_compares_them(tmp_path):
@@ -72,6 +76,7 @@ def test_mode_ab_alternates_two_modes_and_compares_them(tmp_path):
     assert [len(summary["runs"][m]) for m in ("naive", "sequential")] == [2, 2]
     assert summary["sm_activity_pct"]["naive"] == [None, None]  # no GPU: no telemetry, never a fake zero
     assert 0 <= summary["mann_whitney_p"] <= 1
+    assert summary["machine"]["device"] == "cpu"
     wrong = subprocess.run([sys.executable, str(ROOT / "ci" / "mode_ab.py"), "--modes", "naive"],
                            cwd=ROOT, capture_output=True, text=True)
     assert wrong.returncode == 2 and "exactly two modes" in wrong.stderr

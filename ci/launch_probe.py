@@ -158,13 +158,14 @@ def main() -> int:
         probe(args.device, workload, [int(c) for c in args.cpus.split(",")])
         return 0
     names = two_modes(parser, args.modes)
+    where = machine_of(args.device, names)
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for _ in range(args.repeats):
         for name in names:
             result = run_probe(MODES[name](), args.device, workload)
             runs[name].append(result)
             print(f"{name}: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items() if v is not None), flush=True)
-    summary = {"workload": workload.label, "repeats": args.repeats, "machine": machine_of(args.device),
+    summary = {"workload": workload.label, "repeats": args.repeats, "machine": where,
                "runs": runs, "metrics": {}}
     for metric in METRICS:
         values = {name: [r[metric] for r in runs[name] if r[metric] is not None] for name in names}

@@ -40,9 +40,13 @@ def two_modes(parser: argparse.ArgumentParser, text: str) -> list[str]:
     return names
 
 
-def machine_of(device: str) -> dict:
-    """What the script measured on (GPU, driver, versions), as a saved run's machine_info records it."""
+def machine_of(device: str, names: list[str]) -> dict:
+    """What the script measures on (GPU, driver, versions), as a saved run's machine_info records it; exits
+    with the reason when one of the modes cannot run there, before anything is started."""
     with standalone_target(device) as target:
+        for name in names:
+            if reason := MODES[name]().unavailable_reason(target):
+                sys.exit(f"{name} cannot run here: {reason}")
         return machine.identity(target.gpu, None)
 
 
@@ -60,6 +64,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     names = two_modes(parser, args.modes)
+    where = machine_of(args.device, names)
     modes = [MODES[name]() for name in names]
     workloads = [Workload(args.workload, batch_size=args.batch)] * args.processes
     settings = Settings(rounds=args.rounds, round_s=1.0, warmup_s=2.0, warmup_steps=10, timeout_s=180)
@@ -75,7 +80,7 @@ def main() -> int:
             print(f"{name}: {result.aggregate_throughput:,.0f} samples/s, SM activity {sm_activity[name][-1]}",
                   flush=True)
     summary = {"scenario": f"{args.processes}x {args.workload}/bs{args.batch}, {args.rounds} rounds x 1 s",
-               "machine": machine_of(args.device),
+               "machine": where,
                "runs": runs, "sm_activity_pct": sm_activity, **compare(runs)}
     print(json.dumps(summary, indent=2))
     if args.json:

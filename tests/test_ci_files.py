@@ -80,3 +80,6 @@ def test_mode_ab_alternates_two_modes_and_compares_them(tmp_path):
     wrong = subprocess.run([sys.executable, str(ROOT / "ci" / "mode_ab.py"), "--modes", "naive"],
                            cwd=ROOT, capture_output=True, text=True)
     assert wrong.returncode == 2 and "exactly two modes" in wrong.stderr
+    no_gpu = subprocess.run([sys.executable, str(ROOT / "ci" / "mode_ab.py"), "--modes", "naive,mps", "--device", "cpu"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert no_gpu.returncode == 1 and "mps cannot run here: MPS needs an NVIDIA GPU" in no_gpu.stderr

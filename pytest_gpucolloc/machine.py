@@ -1,9 +1,13 @@
 """Which GPU and software stack produced a run, and what changed between two runs, in words."""
 from __future__ import annotations
 
+import functools
 import importlib.metadata
+import json
 import platform
 import socket
+import subprocess
+import sys
 from typing import Any
 
 from . import nvml
@@ -52,10 +56,25 @@ def identity(gpu: nvml.GpuInfo | None, worker_report: dict | None) -> dict[str, 
             info[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             info[package] = None
-    if worker_report:  # torch's own view, from a worker (known once a scenario has run)
-        info["cuda_runtime"] = worker_report.get("cuda_runtime")
-        info["cudnn"] = worker_report.get("cudnn")
+    # torch's own view: from a worker once a scenario has run, else asked of a short-lived python, so that a
+    # run's identity has the same keys at the start (--benchmark-compare) as when it is saved
+    view = worker_report or torch_view(gpu is not None)
+    info["cuda_runtime"] = view.get("cuda_runtime")
+    info["cudnn"] = view.get("cudnn")
     return info
+
+
+@functools.cache
+def torch_view(cuda: bool) -> dict:
+    """torch's CUDA runtime and cuDNN versions as a worker reports them, read in a separate process (the pytest
+    process does not import torch); neither call touches the GPU."""
+    code = ("import json, torch; print(json.dumps({'cuda_runtime': torch.version.cuda, "
+            f"'cudnn': torch.backends.cudnn.version() if {cuda} else None}}))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        return json.loads(done.stdout) if done.returncode == 0 else {}
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return {}
 
 
 def differences(saved: dict, current: dict) -> list[str]:

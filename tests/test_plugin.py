@@ -1,5 +1,6 @@
 """Plugin behaviour through real pytest runs (pytester), with real worker processes on the CPU."""
 import json
+import warnings
 
 import pytest
 
@@ -133,10 +134,16 @@ def test_benchmark_compare_fail_catches_a_throughput_loss(pytester, suite):
     first = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-autosave", *FAST)
     first.assert_outcomes(passed=2)
     suite(sleep=0.006)  # each step takes longer: throughput drops by well over 5%
-    second = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-compare",
-                                "--benchmark-compare-fail=median:5%", *FAST)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        second = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-compare",
+                                    "--benchmark-compare-fail=median:5%", *FAST)
     assert second.ret != 0
-    assert "Performance has regressed" in second.stdout.str() + second.stderr.str()
+    output = second.stdout.str() + second.stderr.str()
+    assert "Performance has regressed" in output
+    # same machine and stack: the identity read at the start matches the saved one (no false "it changed")
+    assert "machine_info is different" not in output + " ".join(str(w.message) for w in caught)
+    assert "gpucolloc: compared run differs" not in output
 
 
 def test_ideal_reference_gives_efficiency(pytester, suite, tmp_path):

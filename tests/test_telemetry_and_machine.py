@@ -97,6 +97,9 @@ def test_identity_without_a_gpu_says_cpu():
     info = machine.identity(None, {"cuda_runtime": "13.0", "cudnn": None})
     assert info["device"] == "cpu" and "plugin_version" in info
     assert torch.__version__.startswith(info["torch"]) and info["cuda_runtime"] == "13.0"
+    # before any worker has run, torch's view is read in a separate process, with the keys a worker gives
+    before = machine.identity(None, None)
+    assert before["cuda_runtime"] == torch.version.cuda and before["cudnn"] is None
 
 
 def test_under_mig_gpm_is_read_per_gpu_instance(monkeypatch):

@@ -11,6 +11,7 @@ from pytest_gpucolloc.modes.mps import MpsMode, PartitionedMpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
 from pytest_gpucolloc.session import standalone_target
+from tests.ctrl_c import pytest_command
 
 pytestmark = pytest.mark.gpu
 
@@ -213,7 +214,6 @@ def pytester_like_run(tmp_path):
     """Run pytest on a small MPS scenario in a child process group, interrupt it, look from outside."""
     import signal
     import subprocess
-    import sys
 
     def run(signal_after_s: float) -> dict:
         test_file = tmp_path / "test_interrupted.py"
@@ -224,8 +224,8 @@ def pytester_like_run(tmp_path):
             "    collocate([Workload('resnet26-cifar10', batch_size=32)] * 2)\n"
         )
         before = set(Path("/tmp").glob("gc-*"))
-        child = subprocess.Popen([sys.executable, "-m", "pytest", str(test_file), "--gpu-mode=mps",
-                                  "--colloc-rounds=100", "--colloc-round-seconds=1", "-p", "no:cacheprovider"],
+        child = subprocess.Popen(pytest_command(str(test_file), "--gpu-mode=mps", "--colloc-rounds=100",
+                                                "--colloc-round-seconds=1", "-p", "no:cacheprovider"),
                                  cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         time.sleep(signal_after_s)
         child.send_signal(signal.SIGINT)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucolloc.session import OWNER_FILE, clean_stale_scratch, scratch_base
+from tests.ctrl_c import pytest_command
 
 SCENARIO = '''
 import pytest
@@ -18,7 +19,6 @@ from pytest_gpucolloc import Workload
 def test_long(collocate):
     collocate([Workload("tests.user_workloads:tiny", batch_size=4, options={"step_sleep": 0.001})] * 2)
 '''
-
 
 def live_workers(tag: str) -> list[str]:
     """Worker processes started by the run tagged ``tag`` (workers inherit the run's environment), so that
@@ -43,8 +43,9 @@ def test_interrupted_run_leaves_nothing_behind(tmp_path, mode, sig, after_s):
     tag = f"{os.getpid()}-{tmp_path.name}"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "GPUCOLLOC_TEST_TAG": tag}
     child = subprocess.Popen(
-        [sys.executable, "-m", "pytest", str(tmp_path / "test_long.py"), f"--gpu-mode={mode}", "--colloc-device=cpu",
-         "--colloc-rounds=200", "--colloc-round-seconds=0.5", "--colloc-warmup-seconds=3", "-p", "no:cacheprovider"],
+        pytest_command(str(tmp_path / "test_long.py"), f"--gpu-mode={mode}", "--colloc-device=cpu",
+                       "--colloc-rounds=200", "--colloc-round-seconds=0.5", "--colloc-warmup-seconds=3",
+                       "-p", "no:cacheprovider"),
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while not live_workers(tag) and time.monotonic() < deadline:

@@ -66,12 +66,15 @@ def identity(gpu: nvml.GpuInfo | None, worker_report: dict | None) -> dict[str, 
 
 @functools.cache
 def torch_view(cuda: bool) -> dict:
-    """torch's CUDA runtime and cuDNN versions as a worker reports them, read in a separate process (the pytest
-    process does not import torch); neither call touches the GPU."""
-    code = ("import json, torch; print(json.dumps({'cuda_runtime': torch.version.cuda, "
-            f"'cudnn': torch.backends.cudnn.version() if {cuda} else None}}))")
+    """torch's CUDA runtime and cuDNN versions as a worker reports them, read in a short-lived process set up
+    as a worker's (the pytest process does not import torch)."""
+    from .pool import base_environment
+
+    code = ("import json, torch; from pytest_gpucolloc.worker import stack_versions; "
+            f"print(json.dumps(stack_versions(torch, {cuda})))")
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        done = subprocess.run([sys.executable, "-c", code], env=base_environment(), capture_output=True, text=True,
+                              timeout=120)
         return json.loads(done.stdout) if done.returncode == 0 else {}
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return {}

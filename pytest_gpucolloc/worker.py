@@ -63,11 +63,15 @@ class Channel:
             return None
 
 
+def stack_versions(torch, cuda: bool) -> dict:
+    """torch's CUDA runtime and cuDNN versions; neither call touches the GPU (a run's identity reads them too)."""
+    return {"cuda_runtime": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if cuda else None}
+
+
 def device_report(torch, device) -> dict:
     report = {
         "torch": torch.__version__,
-        "cuda_runtime": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+        **stack_versions(torch, device.type == "cuda"),
         "device_type": device.type,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }

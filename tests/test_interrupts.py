@@ -20,6 +20,7 @@ def test_long(collocate):
     collocate([Workload("tests.user_workloads:tiny", batch_size=4, options={"step_sleep": 0.001})] * 2)
 '''
 
+
 def live_workers(tag: str) -> list[str]:
     """Worker processes started by the run tagged ``tag`` (workers inherit the run's environment), so that
     other pytest runs on the machine do not count."""

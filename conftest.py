@@ -3,8 +3,11 @@ import os
 from pathlib import Path
 
 import pytest
+import scipy.stats  # noqa: F401  (see below)
 
-# pytester drives real pytest runs of the plugin in the integration tests.
+# pytester drives real pytest runs of the plugin in the integration tests. Its in-process runs drop the modules
+# they imported afterwards, and a C extension (numpy, under scipy) cannot be imported twice in one process: the
+# gate's statistics are loaded here once, before any in-process run.
 pytest_plugins = ["pytester"]
 
 

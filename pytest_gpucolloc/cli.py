@@ -25,15 +25,17 @@ def cmd_info(args) -> int:
 
 
 def cmd_table(args) -> int:
-    from . import report
+    from . import history, report
 
     entries, sources = [], []
     for path in args.files:
-        found = report.entries_from_json(path)
-        entries += found
+        run = history.read_run(path)
+        for problem in run.problems:
+            print(f"warning: {problem}", file=sys.stderr)
+        entries += [(history.short_name(name), scenario) for name, scenario in run.scenarios.items()]
         # Speedups are against the sequential run of the same session and GPU: rows of several files say which.
-        sources += [f"{path.parent.name}/{path.name} on {(info.get('gpu') or {}).get('uuid', 'cpu')[:12]}"
-                    for _, info in found]
+        sources += [f"{path.parent.name}/{path.name} on {(scenario.gpu_uuid or 'cpu')[:12]}"
+                    for scenario in run.scenarios.values()]
     print(report.table(entries, fmt="github" if args.format == "markdown" else "simple",
                        sources=sources if len(args.files) > 1 else None))
     return 0
@@ -45,9 +47,9 @@ def _gpu(selector: str, hint: str = ""):
     gpus = [] if reason else nvml.gpus()
     if not gpus:
         raise SystemExit(f"no GPU ({reason or 'NVML sees none'}){hint}")
-    gpu = next((g for g in gpus if str(g.index) == selector or g.uuid == selector), None)
+    gpu = nvml.find_gpu(selector, gpus)
     if gpu is None:
-        raise SystemExit(f"no GPU {selector!r}; present: " + ", ".join(f"{g.index} ({g.uuid})" for g in gpus))
+        raise SystemExit(f"no GPU {selector!r}; present: {nvml.describe_gpus(gpus)}")
     return gpu
 
 
@@ -92,12 +94,13 @@ def cmd_mig_plan(args) -> int:
 
 
 def cmd_mig_restore(args) -> int:
+    from .mig.nvml_backend import NvmlMigBackend
     from .mig.profiles import live_table
     from .mig.provision import MigProvisioner
     from .modes.mig import DEFAULT_CHECKPOINT_DIR
 
     gpu = _gpu(args.gpu)
-    provisioner = MigProvisioner(nvml.NvmlMigBackend(gpu.uuid), live_table(gpu.uuid, gpu.name), gpu.uuid, gpu.index,
+    provisioner = MigProvisioner(NvmlMigBackend(gpu.uuid), live_table(gpu.uuid, gpu.name), gpu.uuid, gpu.index,
                                  allow_reconfigure=True, checkpoint_dir=Path(args.checkpoint_dir or DEFAULT_CHECKPOINT_DIR))
     print("restored the saved MIG layout" if provisioner.recover() else "no saved MIG layout to restore")
     return 0
@@ -166,8 +169,7 @@ def cmd_plot(args) -> int:
         print(f"error: no saved pytest-gpucolloc runs under {args.storage}", file=sys.stderr)
         return 3
     out = Path(args.out)
-    run = next((r for r in loaded.runs if r.run_id == args.run or r.run_id.split("_")[0] == args.run), None) \
-        if args.run else loaded.runs[-1]
+    run = loaded.find(args.run) if args.run else loaded.runs[-1]
     if run is None:
         print(f"error: no saved run {args.run!r}", file=sys.stderr)
         return 2
@@ -179,11 +181,17 @@ def cmd_plot(args) -> int:
 
 
 def _gate_arguments(parser) -> None:
+    from . import gate
+
     parser.add_argument("--storage", default=".benchmarks", help="pytest-benchmark storage folder (default .benchmarks)")
-    parser.add_argument("--threshold", type=float, default=2.0, help="smallest drop in percent that counts (default 2)")
-    parser.add_argument("--alpha", type=float, default=0.005, help="false-alarm rate per scenario (default 0.005)")
-    parser.add_argument("--runs", type=int, default=5, help="baseline: most recent N comparable runs (default 5)")
-    parser.add_argument("--min-runs", type=int, default=3, help="fewest baseline runs to decide (default 3)")
+    parser.add_argument("--threshold", type=float, default=100 * gate.DEFAULT_THRESHOLD,
+                        help=f"smallest drop in percent that counts (default {100 * gate.DEFAULT_THRESHOLD:g})")
+    parser.add_argument("--alpha", type=float, default=gate.DEFAULT_ALPHA,
+                        help=f"false-alarm rate per scenario (default {gate.DEFAULT_ALPHA:g})")
+    parser.add_argument("--runs", type=int, default=gate.DEFAULT_RUNS,
+                        help=f"baseline: most recent N comparable runs (default {gate.DEFAULT_RUNS})")
+    parser.add_argument("--min-runs", type=int, default=gate.DEFAULT_MIN_RUNS,
+                        help=f"fewest baseline runs to decide (default {gate.DEFAULT_MIN_RUNS})")
     parser.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table")
 
 

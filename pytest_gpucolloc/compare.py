@@ -23,8 +23,8 @@ def select(history: History, *, runs: list[str] | None = None, commits: list[str
     """Two sets of runs (before, after) and their labels."""
     if runs:
         if len(runs) != 2:
-            raise SelectionError("--runs takes two run ids (file names or their NNNN prefix)")
-        sets = [[r for r in history.runs if r.run_id == wanted or r.run_id.split("_")[0] == wanted] for wanted in runs]
+            raise SelectionError("--runs-ids takes two run ids (file names or their NNNN prefix)")
+        sets = [[r for r in history.runs if r.matches(wanted)] for wanted in runs]
         labels = runs
     elif commits:
         if len(commits) != 2:
@@ -43,7 +43,7 @@ def select(history: History, *, runs: list[str] | None = None, commits: list[str
         sets = [[r for r in history.runs if str(r.machine.get(group_by)) == v] for v in values]
         labels = [f"{group_by}={v}" for v in values]
     else:
-        raise SelectionError("say what to compare: --runs A B, --commits A B or --group-by KEY")
+        raise SelectionError("say what to compare: --runs-ids A B, --commits A B or --group-by KEY")
     for label, chosen in zip(labels, sets):
         if not chosen:
             raise SelectionError(f"no saved run matches {label}")

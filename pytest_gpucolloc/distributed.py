@@ -2,20 +2,21 @@
 
 pytest-benchmark switches itself off under xdist (nothing is measured or saved). Here each worker owns one
 selected GPU for the whole session; its scenarios go back to the controller through xdist's
-``workeroutput`` channel and are added to the controller's pytest-benchmark session, so autosave, JSON,
-compare, compare-fail, the summary and the gate see them exactly as in a single-process run.
+``workeroutput`` channel and are added to the controller's pytest-benchmark session
+(``benchmark_api.add_to_session``), so autosave, JSON, compare, compare-fail, the summary and the gate see them
+exactly as in a single-process run. (Here "worker" means an xdist worker; the training processes a scenario
+starts are ``pool.py``'s.)
 """
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 from . import nvml
 
 OUTPUT_KEY = "gpucolloc"
 
 
-def worker_index(config) -> int | None:
+def xdist_index(config) -> int | None:
     """0 for xdist worker gw0, ...; None in the controller or without xdist."""
     workerinput = getattr(config, "workerinput", None)
     if not workerinput:
@@ -25,23 +26,6 @@ def worker_index(config) -> int | None:
 
 def is_controller_of_workers(config) -> bool:
     return getattr(config, "workerinput", None) is None and config.getoption("dist", "no") != "no"
-
-
-def selected_gpus(spec: list[str | int] | None) -> list[nvml.GpuInfo]:
-    """The GPUs named by --colloc-gpus (all of them when not given); empty without NVML."""
-    if nvml.init():
-        return []
-    gpus = nvml.gpus()
-    if not spec:
-        return gpus
-    chosen = []
-    for item in spec:
-        match = next((g for g in gpus if item in (g.index, g.uuid)), None)
-        if match is None:
-            raise ValueError(f"--colloc-gpus names {item!r}, which matches no GPU; present: "
-                             + ", ".join(f"{g.index} ({g.uuid})" for g in gpus))
-        chosen.append(match)
-    return chosen
 
 
 def check_workers_per_gpu(n_workers: int, gpus: list[nvml.GpuInfo]) -> None:
@@ -73,17 +57,3 @@ def publish(config, entries: list[dict]) -> None:
 
 def receive(node) -> list[dict]:
     return json.loads(getattr(node, "workeroutput", {}).get(OUTPUT_KEY, "[]"))
-
-
-def add_to_benchmark_session(config, entry: dict) -> None:
-    """Rebuild the record in the controller's pytest-benchmark session."""
-    from pytest_benchmark.stats import Metadata
-
-    session = config._benchmarksession
-    fixture = SimpleNamespace(name=entry["name"], fullname=entry["fullname"], group=entry["group"],
-                              param=entry["param"], params=entry["params"], extra_info=entry["extra_info"],
-                              cprofile_stats=None, has_error=False)
-    record = Metadata(fixture, iterations=1, options={"source": "pytest-gpucolloc (xdist worker)"})
-    for value in entry["data"]:
-        record.update(value)
-    session.benchmarks.append(record)

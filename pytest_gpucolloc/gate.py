@@ -20,7 +20,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from scipy import optimize, stats
+# scipy is imported where a decision is computed: the option defaults below load with every pytest session.
 
 DEFAULT_THRESHOLD = 0.02
 DEFAULT_ALPHA = 0.005
@@ -117,6 +117,8 @@ def _c4(k: int) -> float:
 def _unit_drop(k: int, alpha: float, power: float) -> float:
     """The log drop, in units of sigma, that the prediction-bound test catches with ``power``: the spread
     is itself estimated from k runs, so the test statistic follows a noncentral t."""
+    from scipy import optimize, stats
+
     scale = math.sqrt(1 + 1 / k)
     critical = stats.t.ppf(1 - alpha, k - 1)
 
@@ -130,6 +132,8 @@ def mde(spread: float, k: int, policy: Policy, with_threshold: bool = True) -> f
     """Smallest drop (fraction) caught with probability ``power`` for a run-mean spread (log) measured
     over k runs. Without the threshold: what the noise alone lets the statistics resolve; with it, the
     drop must also be estimated at or above the threshold (the larger of the two requirements binds)."""
+    from scipy import stats
+
     sigma = spread / _c4(k)
     drop_log = _unit_drop(k, policy.alpha, policy.power) * sigma
     if with_threshold:
@@ -139,6 +143,8 @@ def mde(spread: float, k: int, policy: Policy, with_threshold: bool = True) -> f
 
 
 def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy()) -> Verdict:
+    from scipy import stats
+
     result = Verdict("unchanged", threshold=policy.threshold, current=current.throughput)
     if current.throttled:
         result.verdict, result.reason = "not comparable", "the GPU throttled during this run"

@@ -1,16 +1,15 @@
 """Saved runs, read from pytest-benchmark's file storage (``.benchmarks/<machine>/NNNN_*.json``).
 
-Read-only: files are never modified. A file that cannot be read or has no benchmarks is reported by name
-and skipped.
+Read-only: files are never modified. A file that cannot be read, or a scenario in it that is not a readable
+record (``record.read``), is reported by name and skipped.
 """
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import record
 from .gate import RunSample
 
 
@@ -21,17 +20,26 @@ class SavedRun:
     datetime: str
     commit: str | None
     machine: dict  # machine_info["gpucolloc"]
-    scenarios: dict[str, dict]  # benchmark fullname -> extra_info (this plugin's scenarios only)
+    scenarios: dict[str, record.ScenarioRecord]  # benchmark fullname -> this plugin's record
+    problems: list[str] = field(default_factory=list)  # scenarios skipped, and why
+
+    def matches(self, wanted: str) -> bool:
+        """The run's id, or its NNNN number."""
+        return self.run_id == wanted or self.run_id.split("_")[0] == wanted
 
     def sample(self, fullname: str) -> RunSample | None:
-        info = self.scenarios.get(fullname)
-        if not info or not info.get("aggregate_round_throughputs"):
+        scenario = self.scenarios.get(fullname)
+        if scenario is None:
             return None
-        gpu = info.get("gpu") or {}  # the GPU the scenario ran on (xdist runs use several)
-        return RunSample(self.run_id, tuple(info["aggregate_round_throughputs"]),
-                         gpu.get("name", self.machine.get("gpu_name")), gpu.get("uuid", self.machine.get("gpu_uuid")),
-                         info.get("throttled"), self.datetime, self.commit,
-                         bool(info.get("foreign_pids")))
+        gpu = scenario.gpu or {}  # the GPU the scenario ran on (xdist runs use several)
+        return RunSample(self.run_id, scenario.rounds, gpu.get("name", self.machine.get("gpu_name")),
+                         gpu.get("uuid", self.machine.get("gpu_uuid")), scenario.throttled, self.datetime,
+                         self.commit, bool(scenario.foreign_pids))
+
+
+def short_name(fullname: str) -> str:
+    """The test's name as pytest-benchmark shows it: ``test_x[naive-2]`` of ``benchmarks/f.py::test_x[naive-2]``."""
+    return fullname.split("::")[-1]
 
 
 @dataclass
@@ -43,26 +51,30 @@ class History:
         found = (run.sample(fullname) for run in self.runs if run.run_id not in exclude)
         return [s for s in found if s is not None]
 
-
-def storage_path(option: str | None) -> Path | None:
-    """The folder behind ``--benchmark-storage`` (file storage only), or None for other backends."""
-    text = option or "file://./.benchmarks"
-    if text.startswith("file://"):
-        return Path(text[len("file://"):])
-    if "://" in text:
-        return None
-    return Path(text)
+    def find(self, wanted: str) -> SavedRun | None:
+        return next((run for run in self.runs if run.matches(wanted)), None)
 
 
 def read_run(path: Path) -> SavedRun:
-    data = json.loads(path.read_text())
+    """One saved file; ValueError (or OSError) when it is not a pytest-benchmark file at all."""
+    data = json.loads(Path(path).read_text())
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise ValueError("not a pytest-benchmark file (no benchmarks list)")
-    scenarios = {b["fullname"]: b["extra_info"] for b in data["benchmarks"]
-                 if isinstance(b, dict) and isinstance(b.get("extra_info"), dict) and b["extra_info"].get("gpucolloc")}
-    commit = (data.get("commit_info") or {}).get("id")
-    return SavedRun(path, path.stem, data.get("datetime", ""), commit,
-                    (data.get("machine_info") or {}).get("gpucolloc", {}), scenarios)
+    scenarios, problems = {}, []
+    for bench in data["benchmarks"]:
+        info = bench.get("extra_info") if isinstance(bench, dict) else None
+        if not record.is_record(info):
+            continue  # another plugin's benchmark
+        name = str(bench.get("fullname") or bench.get("name"))
+        try:
+            scenarios[name] = record.read(info)
+        except record.RecordError as error:
+            problems.append(f"{path}: scenario {name} skipped ({error})")
+    commit_info = data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {}
+    machine_info = data.get("machine_info") if isinstance(data.get("machine_info"), dict) else {}
+    machine = machine_info.get("gpucolloc") if isinstance(machine_info.get("gpucolloc"), dict) else {}
+    return SavedRun(Path(path), Path(path).stem, str(data.get("datetime", "")), commit_info.get("id"), machine,
+                    scenarios, problems)
 
 
 def load(root: Path) -> History:
@@ -72,46 +84,11 @@ def load(root: Path) -> History:
     for path in sorted(root.rglob("*.json")):
         try:
             run = read_run(path)
-        except (OSError, ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
+        except (OSError, ValueError) as error:  # JSONDecodeError is a ValueError
             history.problems.append(f"{path}: skipped ({type(error).__name__}: {str(error)[:120]})")
             continue
+        history.problems += run.problems
         if run.scenarios:
             history.runs.append(run)
     history.runs.sort(key=lambda r: r.datetime)
     return history
-
-
-def guard_saving(storage, problems: list[str]) -> None:
-    """Make pytest-benchmark's file storage save without ever overwriting or losing a run.
-
-    Its own save picks the next number, checks that the name is free, then writes in place: two runs saving at
-    once can collide, and a full disk leaves a truncated file. Here the file is written aside and linked into
-    place atomically (``os.link`` fails if the name was taken meanwhile: the next number is tried); if it cannot
-    be saved at all, the data goes to a temporary file and the reason is appended to ``problems``."""
-    if not (hasattr(storage, "get") and hasattr(type(storage), "_next_num")):
-        return  # not the file storage: leave it alone
-
-    def save(output_json, save_name):
-        from pytest_benchmark.utils import safe_dumps
-
-        data = safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
-        try:
-            for _ in range(1000):
-                path = storage.get(f"{storage._next_num}_{save_name}.json")
-                aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-                try:
-                    aside.write_bytes(data)
-                    os.link(aside, path)
-                except FileExistsError:
-                    continue  # another run took this number between our look and our write
-                finally:
-                    aside.unlink(missing_ok=True)
-                storage.logger.info(f"Saved benchmark data in: {path}")
-                return
-            raise OSError("no free run number after 1000 attempts")
-        except OSError as error:
-            fallback = Path(tempfile.mkstemp(prefix="pytest-gpucolloc-unsaved-", suffix=".json")[1])
-            fallback.write_bytes(data)
-            problems.append(f"could not save this run into {storage.path}: {error}; its data is kept at {fallback}")
-
-    storage.save = save

@@ -1,10 +1,10 @@
 """The only module that imports pynvml (package ``nvidia-ml-py``). Everything it returns is plain data.
 
-NVML needs no CUDA context, so the pytest process can ask it questions without initialising CUDA.
+NVML needs no CUDA context, so the pytest process can ask it questions without initialising CUDA. The MIG
+backend (``mig/nvml_backend.py``) receives the module from ``library()``, so tests can hand it a fake NVML.
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +81,21 @@ class GpuInfo:
     mig_mode: int | None  # 1 enabled, 0 disabled, None unsupported
     compute_capability: tuple[int, int] | None = None
     extra: dict = field(default_factory=dict, compare=False)
+
+
+def library():
+    """The initialised pynvml module (for ``mig.nvml_backend``)."""
+    _require()
+    return pynvml
+
+
+def find_gpu(selector: str | int, gpus: list[GpuInfo]) -> GpuInfo | None:
+    """The GPU named by index (``0`` or ``"0"``) or UUID, or None."""
+    return next((g for g in gpus if selector in (g.index, str(g.index), g.uuid)), None)
+
+
+def describe_gpus(gpus: list[GpuInfo]) -> str:
+    return ", ".join(f"{g.index} ({g.uuid})" for g in gpus)
 
 
 def device_count() -> int:
@@ -215,157 +230,3 @@ def gpm_metrics(first: GpmSample, second: GpmSample) -> dict[str, float | str]:
         else:
             values[name] = f"unsupported (NVML return {metric.nvmlReturn})"
     return values
-
-
-# --- MIG (read-only queries; they answer with MIG mode off too) ----------------------------------
-
-MAX_PROFILE_INDEX = 20
-
-
-def mig_profiles(uuid: str) -> list[dict]:
-    """GPU-instance profiles with their possible placements, as ``mig.table`` wants them."""
-    h = _handle(uuid)
-    profiles = []
-    for index in range(MAX_PROFILE_INDEX):
-        try:
-            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, index)
-        except pynvml.NVMLError:  # NotSupported / InvalidArgument: no such profile here
-            continue
-        # A profile can have more placements than instances (1g.18gb+me: 1 instance, 7 places);
-        # there are at most 8 memory slices, so 8 entries always suffice.
-        placements = (pynvml.c_nvmlGpuInstancePlacement_t * 8)()
-        count = ctypes.c_uint(8)
-        starts, size = [], None
-        try:
-            pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(h, info.id, placements, ctypes.byref(count))
-            starts = [int(placements[i].start) for i in range(count.value)]
-            size = int(placements[0].size) if count.value else None
-        except pynvml.NVMLError:
-            pass
-        name = _text(getattr(info, "name", b"")) or None
-        profiles.append({
-            "nvml_index": index,
-            "profile_id": int(info.id),
-            "name": name,
-            "slice_count": int(info.sliceCount),
-            "instance_count": int(info.instanceCount),
-            "memory_mb": int(info.memorySizeMB),
-            "multiprocessor_count": int(info.multiprocessorCount),
-            "placements": {"starts": starts, "size": size},
-        })
-    return profiles
-
-
-# --- MIG changes (used only with --mig-reconfigure, on a GPU whose MIG mode an admin enabled) --------
-
-_FULL_CI_PROFILE_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}  # GI compute slices -> CI profile index
-_ERROR_CODES = {2: "invalid_argument", 3: "not_supported", 4: "no_permission", 6: "not_found",
-                19: "in_use", 23: "insufficient_resources"}
-
-
-class NvmlMigBackend:
-    """``mig.state.MigBackend`` on a real GPU. Every NVML error becomes a MigBackendError with a code."""
-
-    def __init__(self, gpu_uuid: str):
-        self.uuid = gpu_uuid
-        self._h = _handle(gpu_uuid)
-        self._profiles = {p["profile_id"]: p for p in mig_profiles(gpu_uuid)}
-
-    @staticmethod
-    def _call(function, *args):
-        from .mig.state import MigBackendError
-
-        try:
-            return function(*args)
-        except pynvml.NVMLError as error:
-            code = _ERROR_CODES.get(getattr(error, "value", None), "unknown")
-            raise MigBackendError(code, f"{function.__name__}: {error}") from None
-
-    def mig_mode(self) -> int | None:
-        mode = _try(pynvml.nvmlDeviceGetMigMode, self._h)
-        return mode[0] if mode else None
-
-    def _gi_handles(self) -> list:
-        handles = []
-        for profile_id in self._profiles:
-            array = (pynvml.c_nvmlGpuInstance_t * 8)()
-            count = ctypes.c_uint(0)
-            self._call(pynvml.nvmlDeviceGetGpuInstances, self._h, profile_id, array, ctypes.byref(count))
-            handles += [array[i] for i in range(count.value)]
-        return handles
-
-    def gpu_instances(self) -> list:
-        from .mig.state import ComputeInstance, GpuInstance
-
-        found = []
-        for gi in self._gi_handles():
-            info = self._call(pynvml.nvmlGpuInstanceGetInfo, gi)
-            computes = []
-            for index in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-                ci_profile = _try(pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, index,
-                                  pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-                if ci_profile is None:
-                    continue
-                array = (pynvml.c_nvmlComputeInstance_t * 8)()
-                count = ctypes.c_uint(0)
-                if _try(pynvml.nvmlGpuInstanceGetComputeInstances, gi, ci_profile.id, array, ctypes.byref(count)) is None:
-                    continue
-                for i in range(count.value):
-                    ci_info = self._call(pynvml.nvmlComputeInstanceGetInfo, array[i])
-                    computes.append(ComputeInstance(int(ci_info.id), int(ci_info.profileId)))
-            found.append(GpuInstance(int(info.id), int(info.profileId), int(info.placement.start),
-                                     int(info.placement.size), tuple(computes)))
-        return sorted(found, key=lambda g: g.gi_id)
-
-    def create_gpu_instance(self, profile_id: int, start: int) -> int:
-        placement = pynvml.c_nvmlGpuInstancePlacement_t()
-        placement.start = start
-        placement.size = self._profiles[profile_id]["placements"]["size"]
-        gi = self._call(pynvml.nvmlDeviceCreateGpuInstanceWithPlacement, self._h, profile_id, ctypes.byref(placement))
-        return int(self._call(pynvml.nvmlGpuInstanceGetInfo, gi).id)
-
-    def create_compute_instance(self, gi_id: int) -> int:
-        slices = self._profiles[self._gi_info(gi_id).profileId]["slice_count"]
-        info = self._call(pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, self._gi(gi_id),
-                          _FULL_CI_PROFILE_INDEX[slices], pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-        return self.create_compute_instance_with_profile(gi_id, int(info.id))
-
-    def create_compute_instance_with_profile(self, gi_id: int, ci_profile_id: int) -> int:
-        ci = self._call(pynvml.nvmlGpuInstanceCreateComputeInstance, self._gi(gi_id), ci_profile_id)
-        return int(self._call(pynvml.nvmlComputeInstanceGetInfo, ci).id)
-
-    def destroy_compute_instance(self, gi_id: int, ci_id: int) -> None:
-        ci = self._call(pynvml.nvmlGpuInstanceGetComputeInstanceById, self._gi(gi_id), ci_id)
-        self._call(pynvml.nvmlComputeInstanceDestroy, ci)
-
-    def destroy_gpu_instance(self, gi_id: int) -> None:
-        self._call(pynvml.nvmlGpuInstanceDestroy, self._gi(gi_id))
-
-    def _gi(self, gi_id: int):
-        return self._call(pynvml.nvmlDeviceGetGpuInstanceById, self._h, gi_id)
-
-    def _gi_info(self, gi_id: int):
-        return self._call(pynvml.nvmlGpuInstanceGetInfo, self._gi(gi_id))
-
-    def _mig_devices(self) -> list:
-        devices = []
-        for index in range(self._call(pynvml.nvmlDeviceGetMaxMigDeviceCount, self._h)):
-            device = _try(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, self._h, index)  # sparse: gaps are normal
-            if device is not None:
-                devices.append(device)
-        return devices
-
-    def device_uuid(self, gi_id: int) -> str:
-        from .mig.state import MigBackendError
-
-        for device in self._mig_devices():
-            if _try(pynvml.nvmlDeviceGetGpuInstanceId, device) == gi_id:
-                return _text(pynvml.nvmlDeviceGetUUID(device))
-        raise MigBackendError("not_found", f"no MIG device for GPU instance {gi_id}")
-
-    def processes(self) -> list[int]:
-        pids = set()
-        for device in [self._h] + self._mig_devices():
-            for query in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetMPSComputeRunningProcesses):
-                pids.update(int(p.pid) for p in (_try(query, device, default=[]) or []))
-        return sorted(pids)

@@ -10,8 +10,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from . import gate
+from .cpu_affinity import CpuListError, parse_cpu_policy
 from .modes import parse_modes
-from .placement import PlacementError, parse_cpu_policy
 
 
 def _number(name: str, low: float, high: float, integer: bool = False) -> Callable[[str], Any]:
@@ -74,7 +75,7 @@ def parse_gpu_list(text: str) -> list[str | int] | None:
 def parse_cpus(text: str):
     try:
         return parse_cpu_policy(text)
-    except PlacementError as exc:
+    except CpuListError as exc:
         raise ValueError(f"--colloc-cpus: {exc}") from None
 
 
@@ -169,14 +170,14 @@ OPTIONS = [
     Option("colloc_gate", "regression gate: compare each scenario with its saved history (benchmark storage) and "
            "fail the run on a throughput regression", parse_flag, "false", flag=True),
     Option("colloc_gate_threshold", "smallest throughput drop, in percent, that counts as a regression "
-           "(default 2; per scenario: @pytest.mark.colloc_gate(threshold=5))",
-           _number("--colloc-gate-threshold", 0, 100), "2"),
-    Option("colloc_gate_runs", "baseline: the most recent N comparable saved runs (default 5)",
-           _number("--colloc-gate-runs", 2, 1000, integer=True), "5"),
-    Option("colloc_gate_min_runs", "fewest comparable runs the gate needs to decide (default 3)",
-           _number("--colloc-gate-min-runs", 2, 1000, integer=True), "3"),
-    Option("colloc_gate_alpha", "false-alarm rate of the gate per scenario (default 0.005)",
-           _number("--colloc-gate-alpha", 1e-6, 0.2), "0.005"),
+           f"(default {100 * gate.DEFAULT_THRESHOLD:g}; per scenario: @pytest.mark.colloc_gate(threshold=5))",
+           _number("--colloc-gate-threshold", 0, 100), f"{100 * gate.DEFAULT_THRESHOLD:g}"),
+    Option("colloc_gate_runs", f"baseline: the most recent N comparable saved runs (default {gate.DEFAULT_RUNS})",
+           _number("--colloc-gate-runs", 2, 1000, integer=True), str(gate.DEFAULT_RUNS)),
+    Option("colloc_gate_min_runs", f"fewest comparable runs the gate needs to decide (default {gate.DEFAULT_MIN_RUNS})",
+           _number("--colloc-gate-min-runs", 2, 1000, integer=True), str(gate.DEFAULT_MIN_RUNS)),
+    Option("colloc_gate_alpha", f"false-alarm rate of the gate per scenario (default {gate.DEFAULT_ALPHA:g})",
+           _number("--colloc-gate-alpha", 1e-6, 0.2), f"{gate.DEFAULT_ALPHA:g}"),
     Option("colloc_gate_report", "also write the gate's verdicts as Markdown to this file (CI job summaries)",
            _path("--colloc-gate-report"), ""),
     Option("mps_oversubscribe", "allow mps-partitioned shares that add up to more than 100 percent",
@@ -196,25 +197,33 @@ def add_options(parser) -> None:
         parser.addini(option.name, option.help, default=None)
 
 
-def read_options(config, on_gpu: bool | None = None) -> dict[str, Any]:
-    """Parsed values: command line first, then ini, then the default (device-dependent ones need on_gpu)."""
+def _parse(option: Option, raw: Any) -> Any:
+    try:
+        return option.parse(raw)
+    except ValueError as exc:
+        message = str(exc)
+        if option.flag_name not in message:
+            message = f"{option.flag_name}: {message}"
+        raise ValueError(message) from None
+
+
+def read_options(config) -> dict[str, Any]:
+    """Parsed values: command line first, then ini, then the default. Options whose default depends on the
+    device (GPU or CPU smoke mode) are None when not given: ``with_device_defaults`` fills them in."""
     values = {}
     for option in OPTIONS:
         raw = config.getoption(option.name)  # an explicit empty value on the command line is an error
         if raw is None:
             raw = config.getini(option.name) or None
         if raw is None:
-            if option.default is not None:
-                raw = option.default
-            elif on_gpu is None:
-                raw = option.gpu_default
-            else:
-                raw = option.gpu_default if on_gpu else option.cpu_default
-        try:
-            values[option.name] = option.parse(raw)
-        except ValueError as exc:
-            message = str(exc)
-            if option.flag_name not in message:
-                message = f"{option.flag_name}: {message}"
-            raise ValueError(message) from None
+            raw = option.default
+        values[option.name] = None if raw is None else _parse(option, raw)
     return values
+
+
+def with_device_defaults(values: dict[str, Any], on_gpu: bool) -> dict[str, Any]:
+    filled = dict(values)
+    for option in OPTIONS:
+        if filled[option.name] is None and option.default is None:
+            filled[option.name] = _parse(option, option.gpu_default if on_gpu else option.cpu_default)
+    return filled

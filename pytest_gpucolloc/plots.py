@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
-from .history import History, SavedRun  # noqa: E402
+from .history import History, SavedRun, short_name  # noqa: E402
 
 MARKERS = {"regressed": ("v", "tab:red"), "improved": ("^", "tab:green"), "unchanged": ("o", "tab:blue"),
            "inconclusive": ("o", "tab:orange")}
@@ -23,7 +23,7 @@ def _slug(text: str) -> str:
 
 def _family(name: str) -> str:
     """Scenario name without its parameters: test_resnet26_cifar10[mps-7-128] -> test_resnet26_cifar10."""
-    return name.split("::")[-1].split("[")[0]
+    return short_name(name).split("[")[0]
 
 
 def scaling(run: SavedRun, out: Path, fmt: str) -> list[Path]:
@@ -31,13 +31,13 @@ def scaling(run: SavedRun, out: Path, fmt: str) -> list[Path]:
     and first workload label; the 'ideal' reference where it was recorded."""
     curves: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     ideal: dict[tuple[str, str], list] = defaultdict(list)
-    for name, info in run.scenarios.items():
-        key = (_family(name), info["workloads"][0])
-        if len(set(info["workloads"])) > 1:
+    for name, scenario in run.scenarios.items():
+        key = (_family(name), scenario.workloads[0])
+        if not scenario.homogeneous:
             continue  # mixed scenarios have no process-count axis
-        curves[key][info["mode"]].append((info["n_workers"], info["aggregate_throughput"]))
-        if info.get("ideal_throughput"):
-            ideal[key].append((info["n_workers"], info["ideal_throughput"]))
+        curves[key][scenario.mode].append((scenario.n_workers, scenario.throughput))
+        if scenario.ideal_throughput:
+            ideal[key].append((scenario.n_workers, scenario.ideal_throughput))
     written = []
     for (family, label), modes in curves.items():
         figure, axes = plt.subplots(figsize=(6, 4))
@@ -57,17 +57,17 @@ def scaling(run: SavedRun, out: Path, fmt: str) -> list[Path]:
 def slowdown(run: SavedRun, out: Path, fmt: str) -> list[Path]:
     """Each worker's throughput relative to the same job alone (sequential run of the same file)."""
     alone = {}
-    for info in run.scenarios.values():
-        if info["mode"] == "sequential":
-            for worker in info["workers"]:
-                alone[worker["workload"]] = worker["throughput"]
+    for scenario in run.scenarios.values():
+        if scenario.mode == "sequential":
+            for worker in scenario.workers:
+                alone[worker.workload] = worker.throughput
     bars = []
-    for name, info in sorted(run.scenarios.items()):
-        if info["mode"] == "sequential":
+    for name, scenario in sorted(run.scenarios.items()):
+        if scenario.mode == "sequential":
             continue
-        for i, worker in enumerate(info["workers"]):
-            if worker["workload"] in alone:
-                bars.append((f"{name.split('::')[-1]} w{i}", worker["throughput"] / alone[worker["workload"]]))
+        for i, worker in enumerate(scenario.workers):
+            if alone.get(worker.workload):
+                bars.append((f"{short_name(name)} w{i}", worker.throughput / alone[worker.workload]))
     if not bars:
         return []
     figure, axes = plt.subplots(figsize=(8, max(3, 0.25 * len(bars))))
@@ -84,10 +84,10 @@ def history(hist: History, out: Path, fmt: str) -> list[Path]:
     where the run was gated."""
     series: dict[str, list] = defaultdict(list)
     for index, run in enumerate(hist.runs):
-        for name, info in run.scenarios.items():
-            verdict = (info.get("gate") or {}).get("verdict", "unchanged")
+        for name, scenario in run.scenarios.items():
+            verdict = (scenario.gate or {}).get("verdict", "unchanged")
             label = (run.commit or run.run_id)[:8]
-            series[name].append((index, info["aggregate_throughput"], verdict, label))
+            series[name].append((index, scenario.throughput, verdict, label))
     written = []
     for name, points in series.items():
         figure, axes = plt.subplots(figsize=(7, 3.5))
@@ -97,9 +97,9 @@ def history(hist: History, out: Path, fmt: str) -> list[Path]:
             marker, colour = MARKERS.get(verdict, ("o", "tab:grey"))
             axes.scatter([x], [y], marker=marker, color=colour, zorder=2)
         axes.set_xticks(xs, [p[3] for p in points], rotation=45, fontsize=7)
-        axes.set(ylabel="aggregate samples/s", title=name.split("::")[-1])
+        axes.set(ylabel="aggregate samples/s", title=short_name(name))
         axes.grid(alpha=0.3)
-        written.append(_save(figure, out / f"history-{_slug(name.split('::')[-1])}.{fmt}"))
+        written.append(_save(figure, out / f"history-{_slug(short_name(name))}.{fmt}"))
     return written
 
 

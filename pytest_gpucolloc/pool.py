@@ -1,9 +1,10 @@
-"""Controller side of the workers: spawn with an explicit environment, start measurement together,
-collect, and always stop every process (success, failure, timeout, Ctrl-C)."""
+"""Controller side of the workers (training processes): spawn with an explicit environment, start
+measurement together, collect, and always stop every process (success, failure, timeout, Ctrl-C).
+What is said to a worker and what it answers is ``protocol.py``."""
 from __future__ import annotations
 
 import atexit
-import json
+import dataclasses
 import os
 import selectors
 import signal
@@ -15,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import protocol
+from .logs import tail
+from .protocol import MSG_FD_ENV
 from .workloads import Workload
-
-MSG_FD_ENV = "GPUCOLLOC_MSG_FD"  # names the fd of the worker's message pipe
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 # Variables a worker must never inherit: the mode decides them.
@@ -26,8 +28,8 @@ _LIVE_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
 
 
 class WorkerFailed(RuntimeError):
-    def __init__(self, label: str, summary: str, log_tail: str = "", error: dict | None = None):
-        self.label, self.summary, self.log_tail, self.error = label, summary, log_tail, error or {}
+    def __init__(self, label: str, summary: str, log_tail: str = "", error: protocol.Error | None = None):
+        self.label, self.summary, self.log_tail, self.error = label, summary, log_tail, error
         text = f"worker {label} failed: {summary}\n--- last lines of {label}'s output ---\n"
         text += log_tail or "(it printed nothing)"
         super().__init__(text)
@@ -44,7 +46,7 @@ class WorkerSlot:
     workload: Workload
     env: dict[str, str] = field(default_factory=dict)
     cpus: tuple[int, ...] | None = None
-    info: dict[str, Any] = field(default_factory=dict)  # mode-specific facts recorded with the result
+    mode_facts: dict[str, Any] = field(default_factory=dict)  # the mode's limits and checks, recorded with the result
 
 
 def base_environment() -> dict[str, str]:
@@ -54,15 +56,8 @@ def base_environment() -> dict[str, str]:
     return env
 
 
-def tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
 class _Worker:
-    def __init__(self, label: str, slot: WorkerSlot, spec: dict, log_path: Path):
+    def __init__(self, label: str, slot: WorkerSlot, spec: protocol.Spec, log_path: Path):
         self.label, self.slot, self.log_path = label, slot, log_path
         read_fd, write_fd = os.pipe()
         env = base_environment()
@@ -86,38 +81,42 @@ class _Worker:
     def pid(self) -> int:
         return self.process.pid
 
-    def send(self, message: dict) -> None:
+    def send(self, command: protocol.Spec | protocol.Measure | protocol.Stop) -> None:
         try:
-            self.process.stdin.write((json.dumps(message) + "\n").encode())
+            self.process.stdin.write(protocol.encode_command(command))
             self.process.stdin.flush()
         except (BrokenPipeError, ValueError):
             pass  # it died; the message loop reports why
 
-    def read_messages(self) -> list[dict] | None:
-        """Messages that have arrived (call when the fd is readable); None once the worker closed it."""
+    def read_messages(self) -> list[protocol.Ready | protocol.Result | protocol.Error] | None:
+        """Messages that have arrived (call when the fd is readable); None once the worker closed it.
+        Raises ProtocolError for anything on the channel that is not a message."""
         chunk = os.read(self.messages_fd, 65536)
         if not chunk:
             return None
         self._buffer += chunk
         *lines, self._buffer = self._buffer.split(b"\n")
-        return [json.loads(line) for line in lines if line.strip()]
+        if len(self._buffer) > protocol.MAX_MESSAGE_BYTES:
+            raise protocol.ProtocolError(f"an unterminated message of over {protocol.MAX_MESSAGE_BYTES:,} bytes")
+        return [protocol.decode_event(line) for line in lines if line.strip()]
 
-    def failure(self, error: dict | None = None) -> WorkerFailed:
+    def failure(self, error: protocol.Error | None = None, summary: str | None = None) -> WorkerFailed:
+        """Why the worker failed: its error message, a summary the caller knows, or how it ended."""
         try:  # let it finish writing its log before the tail is taken
-            code = self.process.wait(timeout=5 if error else 10)
+            code = self.process.wait(timeout=1 if summary else 5 if error else 10)
         except subprocess.TimeoutExpired:
             code = None
-        if error:
-            summary = f"{error.get('type')}: {error.get('message')}"
-        elif code is None:
+        if summary is None and error is not None:
+            summary = f"{error.type}: {error.message}"
+        elif summary is None and code is None:
             summary = "closed its message pipe but kept running"
-        else:
+        elif summary is None:
             summary = f"exited with code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
         return WorkerFailed(self.label, summary, tail(self.log_path), error)
 
     def stop(self, grace_s: float) -> None:
         if self.process.poll() is None:
-            self.send({"cmd": "stop"})
+            self.send(protocol.Stop())
         for sig, wait_s in ((None, grace_s), (signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
             if sig is not None:
                 try:
@@ -148,7 +147,7 @@ class WorkerPool:
     def __init__(self, slots: list[WorkerSlot], *, device: str, warmup_s: float, warmup_steps: int,
                  log_dir: Path, image_size: int | None = None, label_offset: int = 0):
         self.slots = slots
-        self.spec = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps, image_size=image_size)
+        self.spec = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps, image_size=image_size)  # shared
         self.log_dir = Path(log_dir)
         self.label_offset = label_offset
         self.workers: list[_Worker] = []
@@ -158,9 +157,8 @@ class WorkerPool:
         try:
             for i, slot in enumerate(self.slots):
                 label = f"w{self.label_offset + i}"
-                spec = dict(self.spec, workload=slot.workload.to_dict(),
-                            cpus=list(slot.cpus) if slot.cpus else None,
-                            threads=len(slot.cpus) if slot.cpus else None)
+                spec = protocol.Spec(workload=slot.workload.to_dict(), cpus=list(slot.cpus) if slot.cpus else None,
+                                     threads=len(slot.cpus) if slot.cpus else None, **self.spec)
                 self.workers.append(_Worker(label, slot, spec, self.log_dir / f"{label}.log"))
         except BaseException:
             self.close()
@@ -174,9 +172,10 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [w.pid for w in self.workers]
 
-    def _collect(self, event: str, timeout_s: float, what: str) -> list[dict]:
-        """Wait for ``event`` from every worker; any worker's error or death fails at once."""
-        results: dict[int, dict] = {}
+    def _collect(self, event: type, timeout_s: float, what: str) -> list:
+        """Wait for an ``event`` message from every worker; any worker's error, death or malformed message
+        fails at once."""
+        results: dict[int, object] = {}
         selector = selectors.DefaultSelector()
         for i, worker in enumerate(self.workers):
             selector.register(worker.messages_fd, selectors.EVENT_READ, i)
@@ -193,32 +192,37 @@ class WorkerPool:
                     )
                 for key, _ in selector.select(timeout=min(remaining, 1.0)):
                     worker = self.workers[key.data]
-                    messages = worker.read_messages()
+                    try:
+                        messages = worker.read_messages()
+                    except protocol.ProtocolError as error:
+                        raise worker.failure(summary=f"wrote on its message channel what is not a message: {error}")
                     if messages is None:
                         raise worker.failure()
                     for message in messages:
-                        if message["event"] == "error":
+                        if isinstance(message, protocol.Error):
                             raise worker.failure(message)
-                        if message["event"] == event:
-                            message["since_spawn_s"] = time.monotonic() - worker.spawned_at
+                        if isinstance(message, event):
+                            if isinstance(message, protocol.Ready):  # its start-up time, spawn to warm
+                                message = dataclasses.replace(message,
+                                                              since_spawn_s=time.monotonic() - worker.spawned_at)
                             results[key.data] = message
                             selector.unregister(worker.messages_fd)
         finally:
             selector.close()
         return [results[i] for i in range(len(self.workers))]
 
-    def wait_ready(self, timeout_s: float) -> list[dict]:
-        return self._collect("ready", timeout_s, "warm-up")
+    def wait_ready(self, timeout_s: float) -> list[protocol.Ready]:
+        return self._collect(protocol.Ready, timeout_s, "warm-up")
 
-    def measure(self, start: float, round_s: float, rounds: int, timeout_s: float) -> list[dict]:
+    def measure(self, start: float, round_s: float, rounds: int, timeout_s: float) -> list[protocol.Result]:
         for worker in self.workers:
-            worker.send({"cmd": "measure", "start": start, "round_s": round_s, "rounds": rounds})
-        return self._collect("result", timeout_s, "measurement")
+            worker.send(protocol.Measure(start, round_s, rounds))
+        return self._collect(protocol.Result, timeout_s, "measurement")
 
     def close(self, grace_s: float = 5.0) -> None:
         for worker in self.workers:
             if worker.process.poll() is None:
-                worker.send({"cmd": "stop"})
+                worker.send(protocol.Stop())
         for worker in self.workers:
             worker.stop(grace_s)
         _LIVE_POOLS.discard(self)

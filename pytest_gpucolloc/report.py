@@ -1,12 +1,13 @@
-"""Tables of measured scenarios: the terminal summary, and the same from saved benchmark JSON."""
+"""Tables of measured scenarios (the terminal summary, ``pytest-gpucolloc table``) and of gate verdicts,
+from saved records (``record.ScenarioRecord``)."""
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Iterable
 
 from tabulate import tabulate
+
+from .record import ScenarioRecord
 
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
            "speedup", "efficiency", "SM activity", "mem/worker GB", "samples/J", "flags"]
@@ -29,22 +30,22 @@ def _gb(value: int | None) -> str:
     return "-" if value is None else f"{value / 1e9:.1f}"
 
 
-def _sm_activity(phases: list[dict]) -> str:
+def _sm_activity(phases: Iterable[dict]) -> str:
     values = [p.get("sm_activity_pct") for p in phases]
     if not values or not all(isinstance(v, (int, float)) for v in values):
         return "-"
     return ", ".join(f"{v:.0f}%" for v in values)
 
 
-def _flags(info: dict) -> str:
+def _flags(scenario: ScenarioRecord) -> str:
     """What makes a result incomparable: throttling, other processes on the GPU."""
     flags = []
-    if info.get("throttled"):
+    if scenario.throttled:
         flags.append("THROTTLED")
-    if info.get("foreign_pids"):
-        flags.append("FOREIGN PIDS " + ",".join(map(str, info["foreign_pids"])))
+    if scenario.foreign_pids:
+        flags.append("FOREIGN PIDS " + ",".join(map(str, scenario.foreign_pids)))
     if not flags:
-        return "-" if info.get("throttled") is None else "ok"
+        return "-" if scenario.throttled is None else "ok"
     return "; ".join(flags)
 
 
@@ -53,38 +54,30 @@ def describe_workers(labels: list[str]) -> str:
     return " + ".join(f"{n}x {label}" if n > 1 else label for label, n in counts.items())
 
 
-def rows(entries: Iterable[tuple[str, dict]]) -> list[list[str]]:
-    """One row per scenario from (test name, extra_info) pairs."""
+def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
+    """One row per scenario from (test name, record) pairs."""
     table = []
-    for name, info in entries:
-        speedup = info.get("speedup_vs_sequential")
+    for name, scenario in entries:
         table.append([
-            name, info["mode"], describe_workers(info["workloads"]),
-            ", ".join(_num(w["throughput"]) for w in info["workers"]),
-            _num(info["aggregate_throughput"]), _pct(info.get("aggregate_cv")),
-            "-" if speedup is None else f"{speedup:.2f}x",
-            _pct(info.get("efficiency")),
-            _sm_activity(info.get("telemetry") or []),
-            ", ".join(_gb(w.get("device_memory_bytes")) for w in info["workers"]),
-            _num(info.get("samples_per_joule"), 1),
-            _flags(info),
+            name, scenario.mode, describe_workers(list(scenario.workloads)),
+            ", ".join(_num(w.throughput) for w in scenario.workers),
+            _num(scenario.throughput), _pct(scenario.cv),
+            "-" if scenario.speedup is None else f"{scenario.speedup:.2f}x",
+            _pct(scenario.efficiency),
+            _sm_activity(scenario.telemetry),
+            ", ".join(_gb(w.device_memory_bytes) for w in scenario.workers),
+            _num(scenario.samples_per_joule, 1),
+            _flags(scenario),
         ])
     return table
 
 
-def table(entries: Iterable[tuple[str, dict]], fmt: str = "simple", sources: list[str] | None = None) -> str:
+def table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple", sources: list[str] | None = None) -> str:
     """The summary table; ``sources`` (one per entry) adds a first column saying which run each row is from."""
     body, headers = rows(entries), HEADERS
     if sources is not None:
         body, headers = [[source, *row] for source, row in zip(sources, body)], ["run", *HEADERS]
     return tabulate(body, headers=headers, tablefmt=fmt, disable_numparse=True)
-
-
-def entries_from_json(path: Path) -> list[tuple[str, dict]]:
-    """Scenarios recorded by this plugin in a pytest-benchmark JSON file (others are ignored)."""
-    data = json.loads(Path(path).read_text())
-    return [(b["name"], b["extra_info"]) for b in data.get("benchmarks", [])
-            if b.get("extra_info", {}).get("gpucolloc")]
 
 
 GATE_HEADERS = ["scenario", "verdict", "baseline samples/s", "current samples/s", "change", "interval",

@@ -6,11 +6,11 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from . import measure
+from . import measure, protocol
+from .cpu_affinity import CpuPolicy, assign_cpus
 from .modes.base import SharingMode, Target, WorkerCheckFailed
-from .placement import CpuPolicy, assign_cpus
 from .pool import ScenarioTimeout, WorkerFailed, WorkerPool, WorkerSlot
 from .workloads import Workload
 
@@ -39,56 +39,40 @@ class Settings:
 
 
 @dataclass
-class WorkerRecord:
+class MeasuredWorker:
+    """One training process of a scenario as measured: what it said (``protocol``) and what was seen of it."""
+
     workload: Workload
     stats: measure.WorkerStats
-    ready: dict
+    ready: protocol.Ready
+    result: protocol.Result
     cpus: tuple[int, ...] | None
-    info: dict
+    mode_facts: dict  # the mode's limits and checks for this worker (MPS share, MIG instance, ...)
     phase_telemetry: dict = field(default_factory=dict)  # of the phase this worker ran in
 
     @property
     def device_memory_bytes(self) -> int | None:
         """Device memory NVML saw this process use (MPS clients included)."""
-        return self.phase_telemetry.get("memory_bytes_by_pid", {}).get(str(self.ready.get("pid")))
+        return self.phase_telemetry.get("memory_bytes_by_pid", {}).get(str(self.ready.pid))
 
     @property
     def instance_metrics(self) -> dict | None:
         """GPM metrics of this worker's own MIG instance."""
-        gi = self.info.get("gpu_instance_id")
+        gi = self.mode_facts.get("gpu_instance_id")
         return self.phase_telemetry.get("per_gpu_instance", {}).get(str(gi)) if gi is not None else None
-
-    def to_dict(self) -> dict:
-        return {
-            "workload": self.workload.label,
-            "gpm_of_its_mig_instance": self.instance_metrics,
-            "params": self.workload.to_dict(),
-            **self.stats.summary(),
-            # PyTorch's allocator: its peak of allocated tensors, and what it held at the end of measurement
-            "peak_memory_bytes": self.ready.get("peak_memory_bytes"),
-            "reserved_memory_bytes": self.ready.get("reserved_memory_bytes"),
-            "device_memory_bytes": self.device_memory_bytes,
-            "cpus": list(self.cpus) if self.cpus else None,
-            "pid": self.ready.get("pid"),
-            # from spawning the process until it was warm, and the worker's own split of that time
-            "startup_s": self.ready.get("since_spawn_s"),
-            "startup_phases_s": self.ready.get("startup_phases_s"),
-            # what the training process itself saw: the GPU behind its CUDA device 0
-            "cuda_visible_devices": self.ready.get("cuda_visible_devices"),
-            "device_uuid_seen": self.ready.get("device_uuid"),
-            **self.info,
-        }
 
 
 @dataclass
 class ScenarioResult:
+    """A measured scenario; ``record.write`` turns it into what is saved."""
+
     mode: str
     workloads: list[Workload]
-    workers: list[WorkerRecord]  # one per workload, in scenario order
+    workers: list[MeasuredWorker]  # one per workload, in scenario order
     aggregate_rounds: list[float]
     device: str
     cpu_note: str
-    info: dict = field(default_factory=dict)
+    mode_facts: dict = field(default_factory=dict)  # what the mode recorded (MPS daemon, MIG layout)
     gpu: dict | None = None  # index, uuid and name of the GPU it ran on
     speedup: float | None = None
     ideal_throughput: float | None = None
@@ -136,30 +120,6 @@ class ScenarioResult:
     def homogeneous(self) -> bool:
         return len({w.key() for w in self.workloads}) == 1
 
-    def extra_info(self) -> dict[str, Any]:
-        """What goes into pytest-benchmark's extra_info (JSON-able)."""
-        return {
-            "gpucolloc": 1,
-            "mode": self.mode,
-            "device": self.device,
-            "gpu": self.gpu,
-            "n_workers": len(self.workloads),
-            "workloads": [w.label for w in self.workloads],
-            "aggregate_throughput": self.aggregate_throughput,
-            "aggregate_round_throughputs": self.aggregate_rounds,
-            "aggregate_cv": self.cv,
-            "speedup_vs_sequential": self.speedup,
-            "ideal_throughput": self.ideal_throughput,
-            "efficiency": self.efficiency,
-            "cpu_placement": self.cpu_note,
-            "samples_per_joule": self.samples_per_joule,
-            "throttled": self.throttled,
-            "foreign_pids": self.foreign_pids,
-            "telemetry": self.telemetry,
-            "workers": [w.to_dict() for w in self.workers],
-            **self.info,
-        }
-
 
 class ScenarioFailed(RuntimeError):
     def __init__(self, message: str, diagnostics: str = ""):
@@ -169,9 +129,9 @@ class ScenarioFailed(RuntimeError):
 
 def _explain(error: WorkerFailed, slot: WorkerSlot) -> str:
     """Make an out-of-memory under a memory partition read as what it is."""
-    limit = slot.info.get("memory_limit_mb")
-    if limit and error.error.get("type") == "OutOfMemoryError":
-        peak = error.error.get("max_memory_allocated_bytes")
+    limit = slot.mode_facts.get("memory_limit_mb")
+    if limit and error.error is not None and error.error.type == "OutOfMemoryError":
+        peak = error.error.details.get("max_memory_allocated_bytes")
         peak_text = f"; it had allocated {peak / 2**20:.0f} MB at its peak" if peak else ""
         return (f"{slot.workload.label} does not fit in its partition: pinned device memory limit "
                 f"{limit} MB{peak_text}\n{error}")
@@ -179,8 +139,10 @@ def _explain(error: WorkerFailed, slot: WorkerSlot) -> str:
 
 
 def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_dir: Path,
-              check: Callable[[list[WorkerSlot], list[dict]], None], label_offset: int,
-              sampler_factory: Callable | None = None) -> tuple[list[tuple[dict, dict]], str, dict]:
+              check: Callable[[list[WorkerSlot], list[protocol.Ready]], None], label_offset: int,
+              sampler_factory: Callable | None = None
+              ) -> tuple[list[tuple[protocol.Ready, protocol.Result]], str, dict]:
+    """Start one phase's workers, wait until all are warm, measure them together, stop them."""
     assignment = assign_cpus(len(slots), settings.cpu_policy)
     for slot, cpus in zip(slots, assignment.cpus):
         slot.cpus = cpus
@@ -204,18 +166,17 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
             raise ScenarioFailed(_explain(error, slot)) from error
         except (ScenarioTimeout, WorkerCheckFailed) as error:
             raise ScenarioFailed(str(error)) from error
-    for report, result in zip(ready, results):
-        report["peak_memory_bytes"] = result.get("peak_memory_bytes")
-        report["reserved_memory_bytes"] = result.get("reserved_memory_bytes")
     return list(zip(ready, results)), assignment.note, telemetry
 
 
 def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, settings: Settings,
                  log_dir: Path, sampler_factory: Callable | None = None) -> ScenarioResult:
+    """Provision ``mode`` for the workloads, run its phases, and compute the scenario's numbers; every
+    process and piece of mode state is gone when it returns or raises."""
     workloads = [settings.adapt(w) for w in workloads]
     mode.validate(workloads, target)
-    by_key: dict[tuple, WorkerRecord] = {}
-    records: list[WorkerRecord] = []
+    by_key: dict[tuple, MeasuredWorker] = {}
+    records: list[MeasuredWorker] = []
     notes: list[str] = []
     with mode.provision(workloads, target) as prov:
         try:
@@ -226,8 +187,9 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
                 offset += len(slots)
                 notes.append(note)
                 for slot, (ready, result) in zip(slots, outcomes):
-                    stats = measure.WorkerStats([tuple(r) for r in result["rounds"]], ready["samples_per_step"])
-                    record = WorkerRecord(slot.workload, stats, ready, slot.cpus, dict(slot.info), phase_telemetry)
+                    stats = measure.WorkerStats(list(result.rounds), ready.samples_per_step)
+                    record = MeasuredWorker(slot.workload, stats, ready, result, slot.cpus, dict(slot.mode_facts),
+                                            phase_telemetry)
                     records.append(record)
                     by_key.setdefault(slot.workload.key(), record)
         except ScenarioFailed as failure:
@@ -247,4 +209,4 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
         aggregate = measure.concurrent_aggregate([r.stats for r in workers])
     gpu = {"index": target.gpu.index, "uuid": target.gpu.uuid, "name": target.gpu.name} if target.gpu else None
     return ScenarioResult(mode.name, workloads, workers, aggregate, target.device,
-                          "; ".join(dict.fromkeys(notes)), dict(prov.info), gpu)
+                          "; ".join(dict.fromkeys(notes)), dict(prov.mode_facts), gpu)

@@ -1,169 +1,279 @@
-"""Run-level state: where scenarios run, their settings, baselines measured so far, results."""
+"""One pytest session's collocation state, registered as a plugin by ``plugin.py``: where scenarios run, their
+settings (options read once), the alone baselines measured so far, verdicts and results; and the hooks that
+act on the whole run (history, ordering, GPU marker, xdist hand-over, machine identity, summary)."""
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import os
-import shutil
-import tempfile
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+import pytest
 
-from . import nvml
-from .modes.base import Target
-from .options import read_options
+from . import benchmark_api, distributed, machine, record, report, telemetry
+from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
+from .modes import MODES
+from .modes.base import ModeOptions, Target
+from .options import with_device_defaults
 from .scenario import ScenarioResult, Settings
+from .scratch import clean_stale_scratch
 
 # CPU smoke mode: real processes and real training, small enough for a laptop or a CI runner.
 CPU_IMAGE_SIZE = 32
 CPU_BATCH_CAP = 4
+MODE_ORDER = list(MODES)  # sequential first: its results are the baselines of the other modes
 
 
 @dataclass
-class Placement:
-    device: str  # "cuda" or "cpu"
-    gpu: nvml.GpuInfo | None
-    reason: str  # why this device (shown in the header and summary)
+class ScenarioContext:
+    """What one scenario needs from its session, handed down in one piece."""
+
+    settings: Settings
+    target: Target
+    sampler_factory: Callable | None  # NVML telemetry over the measurement window; None: off
+    policy: Any  # gate.Policy when the run is gated, else None
 
 
 @dataclass
+class Baselines:
+    """Throughput measured earlier in the session, per (workload key, device key)."""
+
+    alone: dict[tuple, float] = field(default_factory=dict)  # each job alone (sequential mode)
+    ideal: dict[tuple, float] = field(default_factory=dict)  # one process training the summed batch
+
+
+def _sigterm_as_interrupt(signum, frame):
+    # pytest ignores SIGTERM by default; turn it into Ctrl-C so every cleanup path runs.
+    raise KeyboardInterrupt("SIGTERM")
+
+
 class CollocSession:
-    values: dict[str, Any]
-    results: list[tuple[str, ScenarioResult]] = field(default_factory=list)
-    unfit: list[tuple[str, str]] = field(default_factory=list)  # (test, why its layout does not fit)
-    verdicts: list[tuple[str, dict]] = field(default_factory=list)  # (test, gate verdict)
-    history: Any = None  # history.History loaded before this run saved anything
-    stale_removed: list[str] = field(default_factory=list)
-    save_problems: list[str] = field(default_factory=list)  # runs that could not be saved, and where they went
-    worker: int | None = None  # xdist worker index: this process owns the worker-th selected GPU
-    forward: list[dict] = field(default_factory=list)  # scenarios an xdist worker sends to the controller
-    forwarded: list[tuple[str, dict]] = field(default_factory=list)  # what the controller received
-    alone: dict[tuple, float] = field(default_factory=dict)  # sequential throughput per job
-    ideal: dict[tuple, float] = field(default_factory=dict)
-    _placement: Placement | None = None
+    def __init__(self, config, options: dict[str, Any]):
+        self.config = config
+        self.options = options
+        self.xdist_index = distributed.xdist_index(config)  # this xdist worker owns the index-th selected GPU
+        self.results: list[tuple[str, ScenarioResult, dict | None]] = []  # (test, result, gate verdict)
+        self.unfit: list[tuple[str, str]] = []  # (test, why its MIG layout does not fit)
+        self.verdicts: list[tuple[str, dict]] = []  # (test, gate verdict)
+        self.history = None  # history.History, loaded before this run saved anything
+        self.stale_removed: list[str] = []
+        self.save_problems: list[str] = []  # runs that could not be saved, and where they went
+        self.forward: list[dict] = []  # scenarios an xdist worker sends to the controller
+        self.forwarded: list[tuple[str, dict]] = []  # what the controller received
+        self.baselines = Baselines()
+        self._device: DeviceChoice | None = None
+        self._settings: Settings | None = None
+        self._previous_sigterm = None
 
+    # --- set-up and tear-down (called from plugin.py) ------------------------------------------------
+    def start(self) -> None:
+        """Check what can be checked before anything runs (usage errors), clean up after killed runs, and
+        make saving safe."""
+        config = self.config
+        if self.xdist_index is None:  # the controller cleans up; xdist workers start after it
+            self.stale_removed = clean_stale_scratch()
+        try:
+            if distributed.is_controller_of_workers(config) and self.options["colloc_device"] != "cpu":
+                distributed.check_workers_per_gpu(config.getoption("numprocesses") or 0,
+                                                  selected_gpus(self.options["colloc_gpus"]))
+            if self.options["colloc_device"] == "cuda":
+                self.device()
+        except (ValueError, DeviceUnavailable) as exc:
+            raise pytest.UsageError(str(exc)) from None
+        if self.xdist_index is None:
+            self._check_writable()
+            storage = benchmark_api.file_storage(config)
+            if storage is not None:
+                benchmark_api.guard_saving(storage, self.save_problems)
+        try:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+        except ValueError:  # not the main thread
+            pass
+
+    def stop(self) -> None:
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+    def _check_writable(self) -> None:
+        """A run that would save must be able to: say so before any GPU time is spent, not after."""
+        config = self.config
+        folders = []
+        if config.getoption("benchmark_autosave", False) or config.getoption("benchmark_save", None):
+            root = benchmark_api.storage_path(config.getoption("benchmark_storage", None))
+            if root is not None:
+                folders.append(("--benchmark-storage", root))
+        if self.options["colloc_gate_report"]:
+            folders.append(("--colloc-gate-report", Path(self.options["colloc_gate_report"]).resolve().parent))
+        for option, folder in folders:
+            existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
+            if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+                raise pytest.UsageError(f"{option}: {folder} is not writable, so nothing measured could be saved; "
+                                        "fix its permissions or choose another folder")
+
+    # --- what scenarios get ----------------------------------------------------------------------------
     @property
     def modes(self) -> list[str]:
-        return self.values["gpu_mode"]
+        return self.options["gpu_mode"]
 
-    def placement(self) -> Placement:
-        if self._placement is None:
-            selector = self.values["colloc_gpu"]
-            if self.worker is not None and self.values["colloc_device"] != "cpu":
-                from .distributed import selected_gpus
-
-                gpus = selected_gpus(self.values["colloc_gpus"])
+    def device(self) -> DeviceChoice:
+        if self._device is None:
+            selector = self.options["colloc_gpu"]
+            if self.xdist_index is not None and self.options["colloc_device"] != "cpu":
+                gpus = selected_gpus(self.options["colloc_gpus"])
                 if gpus:
-                    selector = gpus[self.worker].uuid
-            self._placement = detect(self.values["colloc_device"], selector)
-            if self.worker is not None:
-                self._placement.reason += f" (xdist worker gw{self.worker})"
-        return self._placement
+                    selector = gpus[self.xdist_index].uuid
+            self._device = detect(self.options["colloc_device"], selector)
+            if self.xdist_index is not None:
+                self._device.reason += f" (xdist worker gw{self.xdist_index})"
+        return self._device
 
-    def settings(self, config) -> Settings:
-        on_gpu = self.placement().device == "cuda"
-        values = read_options(config, on_gpu=on_gpu)
-        return Settings(
-            rounds=values["colloc_rounds"],
-            round_s=values["colloc_round_seconds"],
-            warmup_s=values["colloc_warmup_seconds"],
-            warmup_steps=values["colloc_warmup_steps"],
-            timeout_s=values["colloc_timeout"],
-            cpu_policy=values["colloc_cpus"],
-            image_size=None if on_gpu else CPU_IMAGE_SIZE,
-            batch_cap=None if on_gpu else CPU_BATCH_CAP,
-            extra_step_every=values["colloc_extra_step_every"],
-        )
+    def settings(self) -> Settings:
+        if self._settings is None:
+            on_gpu = self.device().device == "cuda"
+            values = with_device_defaults(self.options, on_gpu)
+            self._settings = Settings(
+                rounds=values["colloc_rounds"],
+                round_s=values["colloc_round_seconds"],
+                warmup_s=values["colloc_warmup_seconds"],
+                warmup_steps=values["colloc_warmup_steps"],
+                timeout_s=values["colloc_timeout"],
+                cpu_policy=values["colloc_cpus"],
+                image_size=None if on_gpu else CPU_IMAGE_SIZE,
+                batch_cap=None if on_gpu else CPU_BATCH_CAP,
+                extra_step_every=values["colloc_extra_step_every"],
+            )
+        return self._settings
 
-    def new_target(self) -> Target:
-        return make_target(self.placement(), **{key: self.values[key] for key in (
-            "mps_oversubscribe", "mig_layout", "mig_reconfigure", "mig_checkpoint_dir")})
+    def mode_options(self) -> ModeOptions:
+        return ModeOptions(mps_oversubscribe=self.options["mps_oversubscribe"], mig_layout=self.options["mig_layout"],
+                           mig_reconfigure=self.options["mig_reconfigure"],
+                           mig_checkpoint_dir=self.options["mig_checkpoint_dir"])
 
-    @staticmethod
-    def release(target: Target) -> None:
-        shutil.rmtree(target.scratch, ignore_errors=True)
+    def gate_policy(self, node):
+        """The gate's policy for this test (its colloc_gate marker may set the threshold), or None when the
+        run is not gated."""
+        if self.history is None:
+            return None
+        from . import gate
 
-    def device_key(self) -> str:
-        placement = self.placement()
-        return placement.gpu.uuid if placement.gpu else "cpu"
+        threshold = self.options["colloc_gate_threshold"]
+        marker = node.get_closest_marker("colloc_gate")
+        if marker and "threshold" in marker.kwargs:
+            threshold = marker.kwargs["threshold"]
+            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 100:
+                pytest.fail(f"colloc_gate(threshold=...) must be a percentage between 0 and 100, got {threshold!r}",
+                            pytrace=False)
+        return gate.Policy(threshold=threshold / 100, alpha=self.options["colloc_gate_alpha"],
+                           runs=self.options["colloc_gate_runs"], min_runs=self.options["colloc_gate_min_runs"])
 
+    def context(self, node) -> ScenarioContext:
+        """A scenario's context; its target has a new scratch directory that the caller releases."""
+        options = self.mode_options()
+        marker = node.get_closest_marker("mig_layout")
+        if marker:
+            options = dataclasses.replace(options, mig_layout=marker.args[0] if marker.args else None)
+        policy = self.gate_policy(node)
+        target = make_target(self.device(), options)
+        sampler = telemetry.sampler_factory(target.gpu.uuid) \
+            if target.gpu is not None and self.options["colloc_telemetry"] else None
+        return ScenarioContext(self.settings(), target, sampler, policy)
 
-SCRATCH_PREFIX = "gc-"
-OWNER_FILE = "owner.pid"
+    # --- hooks ---------------------------------------------------------------------------------------
+    def pytest_sessionstart(self, session):
+        if not self.options["colloc_gate"]:
+            return
+        from . import history  # the storage reader and scipy load only when the gate is on
 
+        root = benchmark_api.storage_path(self.config.getoption("benchmark_storage", None))
+        if root is None:
+            raise pytest.UsageError("--colloc-gate reads file storage only (--benchmark-storage=file://...)")
+        self.history = history.load(root)  # before this run saves anything
 
-def scratch_base() -> Path:
-    return Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
-
-
-def private_scratch() -> Path:
-    """A new 0700 directory with a short path (MPS pipe sockets must fit in 108 bytes), marked with the
-    pid of the process that owns it so that a later run can tell a killed run's leftovers."""
-    path = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=scratch_base()))
-    (path / OWNER_FILE).write_text(str(os.getpid()))
-    return path
-
-
-def clean_stale_scratch() -> list[str]:
-    """Remove what killed runs of this user left: scratch directories whose owner process is gone,
-    after stopping any MPS daemon still serving from them. Returns what was removed."""
-    from . import mps
-
-    removed = []
-    for path in scratch_base().glob(f"{SCRATCH_PREFIX}*"):
+    def pytest_report_header(self, config):
         try:
-            if not path.is_dir() or path.stat().st_uid != os.getuid():
-                continue
-            owner = int((path / OWNER_FILE).read_text().strip())
-        except (OSError, ValueError):
-            continue  # not ours, or not a scratch directory of this plugin
-        if Path(f"/proc/{owner}").exists():
-            continue  # its run is still going
-        for pid, info in mps.mps_processes().items():
-            if info["pipe_dir"] and info["pipe_dir"].startswith(str(path) + "/"):
-                try:
-                    os.kill(pid, 9)
-                except OSError:
-                    pass
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(str(path))
-    return removed
+            where = self.device().reason
+        except DeviceUnavailable as exc:
+            where = str(exc)
+        lines = [f"gpucolloc: modes {', '.join(self.modes)}; {where}"]
+        if self.stale_removed:
+            lines.append(f"gpucolloc: removed {len(self.stale_removed)} directories (and their MPS daemons) left "
+                         f"by killed runs: {', '.join(self.stale_removed)}")
+        return lines
 
+    def pytest_collection_modifyitems(self, config, items):
+        def mode_rank(item) -> int:
+            mode = getattr(item, "callspec", None) and item.callspec.params.get("gpu_mode")
+            return MODE_ORDER.index(mode) if mode in MODE_ORDER else -1
 
-@contextlib.contextmanager
-def standalone_target(device: str = "cuda", gpu: str | int = 0, **options):
-    """A Target outside pytest (scripts, GPU-tier tests); its scratch directory is removed afterwards."""
-    target = make_target(detect(device, gpu), **options)
-    try:
-        yield target
-    finally:
-        shutil.rmtree(target.scratch, ignore_errors=True)
+        items.sort(key=mode_rank)  # stable: the file order is kept within a mode
 
+    def pytest_runtest_setup(self, item):
+        if item.get_closest_marker("gpu") and self.device().gpu is None:
+            pytest.skip(f"needs an NVIDIA GPU: {self.device().reason}")
 
-def make_target(placement: Placement, **options) -> Target:
-    sm_count = placement.gpu.extra.get("sm_count") if placement.gpu else None
-    return Target(placement.device, placement.gpu, private_scratch(), {"gpu_sm_count": sm_count, **options})
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        for entry in distributed.receive(node):
+            benchmark_api.add_to_session(node.config, entry)
+            self.forwarded.append((entry["name"], entry["extra_info"]))
+            if entry["extra_info"].get("gate"):
+                self.verdicts.append((entry["name"], entry["extra_info"]["gate"]))
 
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.xdist_index is not None:
+            distributed.publish(session.config, self.forward)
+        failed = self.save_problems or any(v["verdict"] == "regressed" for _, v in self.verdicts)
+        if failed and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-class DeviceUnavailable(RuntimeError):
-    pass
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_benchmark_update_machine_info(self, config, machine_info):
+        ready = self.results[0][1].workers[0].ready if self.results else None
+        machine_info["gpucolloc"] = machine.identity(self.device().gpu, dataclasses.asdict(ready) if ready else None)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_benchmark_compare_machine_info(self, config, benchmarksession, machine_info, compared_benchmark):
+        saved = compared_benchmark.get("machine_info", {}).get("gpucolloc", {})
+        changes = machine.differences(saved, machine_info.get("gpucolloc", {}))
+        if changes:
+            benchmarksession.logger.warning("gpucolloc: compared run differs: " + "; ".join(changes))
 
-def detect(device: str, selector: str | int) -> Placement:
-    if device == "cpu":
-        return Placement("cpu", None, "CPU smoke mode (--colloc-device=cpu)")
-    reason = nvml.init()
-    gpus = [] if reason else nvml.gpus()
-    if not gpus:
-        why = reason or "NVML sees no GPU"
-        if device == "cuda":
-            raise DeviceUnavailable(f"--colloc-device=cuda but no GPU is usable: {why}")
-        return Placement("cpu", None, f"CPU smoke mode: no CUDA GPU ({why})")
-    for gpu in gpus:
-        if selector in (gpu.index, gpu.uuid):
-            return Placement("cuda", gpu, f"GPU {gpu.index}: {gpu.name} ({gpu.uuid})")
-    raise DeviceUnavailable(
-        f"--colloc-gpu={selector} matches no GPU; present: "
-        + ", ".join(f"{g.index} ({g.uuid})" for g in gpus)
-    )
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
+        for problem in self.save_problems:
+            terminalreporter.write_line(f"gpucolloc: {problem}", red=True)
+        if not (self.results or self.unfit or self.forwarded):
+            return
+        terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
+        device = self.device()
+        terminalreporter.write_line(device.reason)
+        if device.gpu is None:
+            terminalreporter.write_line("telemetry sampler: off (no GPU)")
+        elif not self.options["colloc_telemetry"]:
+            terminalreporter.write_line("telemetry sampler: off (--colloc-telemetry=off)")
+        # the summary shows exactly what is saved: each result through the record's writer and reader
+        entries = [(name, record.read(record.write(result, verdict))) for name, result, verdict in self.results]
+        entries += [(name, record.read(info)) for name, info in self.forwarded]
+        terminalreporter.write_line(report.table(entries))
+        terminalreporter.write_line(
+            "speedup: sum of each job's throughput relative to running alone (sequential, same session); "
+            "CV: round-to-round spread of aggregate throughput"
+        )
+        for name, why in self.unfit:
+            terminalreporter.write_line(f"{name}: {why}")
+        if self.history is not None:
+            self._gate_summary(terminalreporter)
+
+    def _gate_summary(self, terminalreporter) -> None:
+        regressed = [name for name, v in self.verdicts if v["verdict"] == "regressed"]
+        terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(self.verdicts)}")
+        for problem in self.history.problems:
+            terminalreporter.write_line(f"history: {problem}")
+        terminalreporter.write_line(report.gate_table(self.verdicts))
+        path = self.options["colloc_gate_report"]
+        if path:
+            try:
+                Path(path).write_text(f"### Collocation regression gate\n\n{report.gate_table(self.verdicts, 'github')}\n")
+            except OSError as error:
+                terminalreporter.write_line(f"could not write the gate report to {path}: {error}", red=True)

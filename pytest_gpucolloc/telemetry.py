@@ -157,7 +157,7 @@ class Sampler:
 
 def is_mps_server(pid: int) -> bool:
     """MPS servers hold the clients' contexts; they are part of the mode, not contamination."""
-    from .mps import _proc_name
+    from .mps_daemon import _proc_name
 
     return _proc_name(pid).startswith("nvidia-cuda-mps")
 
@@ -165,7 +165,7 @@ def is_mps_server(pid: int) -> bool:
 def sampler_factory(gpu_uuid: str):
     """What ``scenario.run_phase`` calls with (window, worker pids, the phase's slots)."""
     def make(window, pids, slots=()):
-        instances = [s.info["gpu_instance_id"] for s in slots if "gpu_instance_id" in s.info]
+        instances = [s.mode_facts["gpu_instance_id"] for s in slots if "gpu_instance_id" in s.mode_facts]
         return Sampler(gpu_uuid, window, pids, instances)
 
     return make

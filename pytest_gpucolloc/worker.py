@@ -1,24 +1,13 @@
-"""Worker process: one training job of a scenario.
+"""Worker process: one training job of a scenario, started by ``pool.py`` as
+``python -m pytest_gpucolloc.worker`` with an explicit environment; it speaks ``protocol.py``.
 
-Started by ``pool.py`` as ``python -m pytest_gpucolloc.worker`` with an explicit environment.
-Protocol: the first stdin line is the job spec (JSON); messages go out as JSON lines on the file
-descriptor named by ``GPUCOLLOC_MSG_FD``; further stdin lines are commands.
-
-    -> {"event": "ready", ...}        after warm-up; the worker keeps training while it waits
-    <- {"cmd": "measure", "start": T, "round_s": S, "rounds": R}   T is a time.monotonic() instant
-    -> {"event": "result", "rounds": [[seconds, samples], ...], ...}
-       the worker keeps training (unmeasured) so the others are measured under the same load
-    <- {"cmd": "stop"}                or stdin closing: exit
-    -> {"event": "error", ...}        on any failure, then exit 1
-
-Rounds share absolute boundaries T + k*S across all workers; at each boundary the worker
+Rounds share absolute boundaries start + k*round_s across all workers; at each boundary the worker
 synchronises the device once, so every sample counted in a round has really completed.
 """
 from __future__ import annotations
 
 import ctypes
 import faulthandler
-import json
 import os
 import queue
 import signal
@@ -27,7 +16,7 @@ import threading
 import time
 import traceback
 
-from .pool import MSG_FD_ENV  # the controller side owns the protocol's names; it never imports this module
+from . import protocol
 
 
 def _die_with_parent() -> None:
@@ -49,14 +38,14 @@ class Channel:
         for line in sys.stdin:
             line = line.strip()
             if line:
-                self.commands.put(json.loads(line))
-        self.commands.put({"cmd": "stop"})  # controller gone: stop
+                self.commands.put(protocol.decode_command(line))
+        self.commands.put(protocol.Stop())  # controller gone: stop
 
-    def send(self, **message) -> None:
-        self._out.write(json.dumps(message) + "\n")
+    def send(self, event: protocol.Ready | protocol.Result | protocol.Error) -> None:
+        self._out.write(protocol.encode_event(event))
         self._out.flush()
 
-    def poll(self) -> dict | None:
+    def poll(self) -> protocol.Measure | protocol.Stop | None:
         try:
             return self.commands.get_nowait()
         except queue.Empty:
@@ -106,8 +95,10 @@ def training_device(torch, kind: str, threads: int | None):
     return device, torch.cuda.synchronize
 
 
-def run(spec: dict, channel: Channel) -> int:
-    # Where start-up time goes (an MPS client's context, cuDNN autotuning, ...): seconds per phase.
+def warm_up(spec: protocol.Spec):
+    """Build the job and warm it up (autotuning, allocator growth, clocks ramping up). Returns the training
+    step, the synchronise function, the device and the Ready message, which says where start-up time went
+    (an MPS client's context, cuDNN autotuning, ...)."""
     phases: dict[str, float] = {}
     mark = time.monotonic()
 
@@ -116,105 +107,111 @@ def run(spec: dict, channel: Channel) -> int:
         now = time.monotonic()
         phases[name], mark = now - mark, now
 
-    if spec.get("cpus"):
-        os.sched_setaffinity(0, spec["cpus"])
+    if spec.cpus:
+        os.sched_setaffinity(0, spec.cpus)
     import torch
 
     from . import models
     from .workloads import Workload
 
     phase_done("import")
-    workload = Workload.from_dict(spec["workload"])
-    device, sync = training_device(torch, spec["device"], spec.get("threads"))
+    workload = Workload.from_dict(spec.workload)
+    device, sync = training_device(torch, spec.device, spec.threads)
     if device.type == "cuda":
         phase_done("cuda_context")
-
-    step = models.build(workload, device, spec.get("image_size"))
+    step = models.build(workload, device, spec.image_size)
     samples_per_step = int(getattr(step, "samples_per_step", workload.batch_size))
     sync()
     phase_done("build")
 
-    # Warm-up: autotuning, allocator growth, clocks ramping up.
     warmup_start = time.monotonic()
     warmup_steps = 0
-    while warmup_steps < spec["warmup_steps"] or time.monotonic() - warmup_start < spec["warmup_s"]:
+    while warmup_steps < spec.warmup_steps or time.monotonic() - warmup_start < spec.warmup_s:
         step.train_step()
         warmup_steps += 1
         if warmup_steps % 8 == 0:
             sync()
     sync()
     phase_done("warm_up")
-    ready = device_report(torch, device)
-    ready.update(pid=os.getpid(), cpus=sorted(os.sched_getaffinity(0)), warmup_steps=warmup_steps,
-                 samples_per_step=samples_per_step, startup_phases_s=phases)
-    channel.send(event="ready", **ready)
+    ready = protocol.Ready(pid=os.getpid(), cpus=sorted(os.sched_getaffinity(0)), warmup_steps=warmup_steps,
+                           samples_per_step=samples_per_step, startup_phases_s=phases, **device_report(torch, device))
+    return step, sync, device, ready
 
-    # Keep training until told when to measure: all workers stay under load meanwhile.
-    command = None
-    while command is None:
-        step.train_step()
-        command = channel.poll()
-    if command["cmd"] == "stop":
-        return 0
 
-    start, round_s, n_rounds = command["start"], command["round_s"], command["rounds"]
-    while time.monotonic() < start:
+def measure_rounds(step, sync, command: protocol.Measure, samples_per_step: int) -> list[tuple[float, int]]:
+    """Train through the rounds of ``command``; at each shared boundary synchronise once and count."""
+    while time.monotonic() < command.start:
         step.train_step()
     sync()
-    rounds: list[list[float]] = []
+    rounds: list[tuple[float, int]] = []
     last = time.monotonic()
-    boundary = start + round_s
+    boundary = command.start + command.round_s
     steps = 0
-    while len(rounds) < n_rounds:
+    while len(rounds) < command.rounds:
         step.train_step()
         steps += 1
         if time.monotonic() >= boundary:
             sync()
             now = time.monotonic()
-            rounds.append([now - last, steps * samples_per_step])
+            rounds.append((now - last, steps * samples_per_step))
             last, steps = now, 0
-            boundary += round_s
+            boundary += command.round_s
             while boundary <= now:  # a step longer than a round: skip boundaries already passed
-                boundary += round_s
-    cuda = device.type == "cuda"
-    channel.send(event="result", rounds=rounds,
-                 peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
-                 reserved_memory_bytes=torch.cuda.memory_reserved(device) if cuda else None)
+                boundary += command.round_s
+    return rounds
 
+
+def run(spec: protocol.Spec, channel: Channel) -> int:
+    step, sync, device, ready = warm_up(spec)  # imports torch after setting the CPU affinity
+    channel.send(ready)
+    # Keep training until told when to measure: all workers stay under load meanwhile.
+    command = None
+    while command is None:
+        step.train_step()
+        command = channel.poll()
+    if isinstance(command, protocol.Stop):
+        return 0
+    rounds = measure_rounds(step, sync, command, ready.samples_per_step)
+    import torch
+
+    cuda = device.type == "cuda"
+    channel.send(protocol.Result(rounds=rounds,
+                                 peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
+                                 reserved_memory_bytes=torch.cuda.memory_reserved(device) if cuda else None))
     # Unmeasured cool-down: keep the load on until every worker has finished measuring.
     while channel.poll() is None:
         step.train_step()
     return 0
 
 
-def describe_error(exc: BaseException) -> dict:
-    info = {"type": type(exc).__name__, "message": str(exc)[-2000:], "traceback": traceback.format_exc()[-4000:]}
+def describe_error(exc: BaseException) -> protocol.Error:
+    details = {}
     if type(exc).__name__ == "OutOfMemoryError":
         try:
             import torch
 
-            info["memory_allocated_bytes"] = torch.cuda.memory_allocated()
-            info["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
+            details["memory_allocated_bytes"] = torch.cuda.memory_allocated()
+            details["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
             free, total = torch.cuda.mem_get_info()
-            info["device_free_bytes"], info["device_total_bytes"] = free, total
+            details["device_free_bytes"], details["device_total_bytes"] = free, total
         except Exception:  # the report must go out even if the device is unusable
             pass
-    return info
+    return protocol.Error(type(exc).__name__, str(exc)[-2000:], traceback.format_exc()[-4000:], details)
 
 
 def main() -> int:
     _die_with_parent()
     faulthandler.enable()  # a crash in native code (segfault) still leaves a Python traceback in the log
-    channel = Channel(int(os.environ[MSG_FD_ENV]))
+    channel = Channel(int(os.environ[protocol.MSG_FD_ENV]))
     try:
         spec = channel.commands.get(timeout=60)
-        if "workload" not in spec:  # closed before a job arrived
+        if not isinstance(spec, protocol.Spec):  # closed before a job arrived
             return 0
         return run(spec, channel)
     except BaseException as exc:  # report everything, including KeyboardInterrupt, to the controller
         traceback.print_exc()  # into the worker's log first, so the controller's tail of it is complete
         sys.stderr.flush()
-        channel.send(event="error", **describe_error(exc))
+        channel.send(describe_error(exc))
         return 1
 
 

@@ -8,9 +8,10 @@ import pytest
 
 from pytest_gpucolloc import cli, gate
 from pytest_gpucolloc.gatesim import detection_rate, synthetic_run
-from pytest_gpucolloc.history import load, read_run, storage_path
+from pytest_gpucolloc.benchmark_api import storage_path
+from pytest_gpucolloc.history import load, read_run
 
-H200_HISTORY = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-30-h200" / "call4" / "history"
+H200_HISTORY = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-30-h200" / "gpu-tier-fidelity-overhead-aa-runs" / "history"
 
 
 def run(rounds, run_id="r", gpu="NVIDIA H200", uuid="GPU-a", throttled=False):
@@ -212,7 +213,7 @@ def file_storage(path):
 def test_saving_never_overwrites_a_run_that_took_the_number_first(tmp_path, monkeypatch):
     from pytest_benchmark.storage.file import FileStorage
 
-    from pytest_gpucolloc.history import guard_saving
+    from pytest_gpucolloc.benchmark_api import guard_saving
 
     storage = file_storage(tmp_path)
     problems = []
@@ -227,7 +228,7 @@ def test_saving_never_overwrites_a_run_that_took_the_number_first(tmp_path, monk
 
 
 def test_a_run_that_cannot_be_saved_is_kept_elsewhere_and_reported(tmp_path, monkeypatch):
-    from pytest_gpucolloc.history import guard_saving
+    from pytest_gpucolloc.benchmark_api import guard_saving
 
     storage = file_storage(tmp_path)
     problems = []
@@ -249,7 +250,7 @@ def test_a_run_that_cannot_be_saved_is_kept_elsewhere_and_reported(tmp_path, mon
 
 
 def test_contaminated_runs_are_not_comparable_flagged_and_left_out_of_baselines(tmp_path):
-    from pytest_gpucolloc import report
+    from pytest_gpucolloc import record, report
 
     dirty = gate.RunSample("now", (1000.0,) * 10, "NVIDIA H200", "GPU-a", False, "now", contaminated=True)
     verdict = gate.decide(dirty, steady_history())
@@ -260,7 +261,7 @@ def test_contaminated_runs_are_not_comparable_flagged_and_left_out_of_baselines(
     # In a saved run the flag comes from the foreign pids the sampler saw, and the summary shows them.
     saved = json.loads(next(H200_HISTORY.rglob("0001_*.json")).read_text())
     info = dict(saved["benchmarks"][0]["extra_info"], foreign_pids=[4242])
-    assert report.rows([("test_x", info)])[0][-1] == "FOREIGN PIDS 4242"
+    assert report.rows([("test_x", record.read(info))])[0][-1] == "FOREIGN PIDS 4242"
     saved["benchmarks"][0]["extra_info"] = info
     path = tmp_path / "0009_dirty.json"
     path.write_text(json.dumps(saved))
@@ -278,7 +279,7 @@ H200_RUNS = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-
 
 
 def test_cli_table_of_several_runs_says_which_run_and_gpu_each_row_is_from(capsys):
-    one, other = H200_RUNS / "s2-call1" / "paper.json", H200_RUNS / "s2-call4" / "paper.json"
+    one, other = H200_RUNS / "gpu-tests-and-resnet26-bs32-rows" / "paper.json", H200_RUNS / "xdist-tests-partitioned-and-mixed-rows" / "paper.json"
     assert cli.main(["table", str(one)]) == 0
     single = capsys.readouterr().out
     assert single.splitlines()[0].startswith("| scenario") and "resnet26_cifar10[mps-7-32]" in single
@@ -288,5 +289,5 @@ def test_cli_table_of_several_runs_says_which_run_and_gpu_each_row_is_from(capsy
     gpus = {json.loads(path.read_text())["benchmarks"][0]["extra_info"]["gpu"]["uuid"][:12] for path in (one, other)}
     assert len(gpus) == 2  # two different physical GPUs
     for gpu in gpus:
-        assert any(row.startswith("s2-call") and f"on {gpu}" in row for row in merged[2:])
+        assert any(row.startswith(("gpu-tests-", "xdist-tests-")) and f"on {gpu}" in row for row in merged[2:])
     assert len(merged) == 2 + 7 + 8  # header, rule, the rows of both files

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucolloc import Workload, mps
+from pytest_gpucolloc import Workload
+from pytest_gpucolloc import mps_daemon as mps
 from pytest_gpucolloc.modes.mps import MpsMode, PartitionedMpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
-from pytest_gpucolloc.session import standalone_target
+from pytest_gpucolloc.device import standalone_target
 from tests.ctrl_c import pytest_command
 
 pytestmark = pytest.mark.gpu
@@ -51,7 +52,7 @@ def test_daemon_start_stop_is_fast_and_leaves_nothing(target, evidence):
 def test_mps_workers_are_verified_clients_of_our_daemon(target, tmp_path):
     result = run_scenario([SMALL, SMALL], MpsMode(), target, SHORT, tmp_path)
     assert len(result.workers) == 2
-    assert all(w.info["sm_count_seen"] == target.options["gpu_sm_count"] for w in result.workers)
+    assert all(w.mode_facts["sm_count_seen"] == target.gpu_sm_count for w in result.workers)
     assert our_mps_processes(target.scratch) == {}, "daemon must be gone after the scenario"
 
 
@@ -83,11 +84,11 @@ def test_client_that_missed_the_daemon_is_detected(target, tmp_path):
 
 def test_partition_limits_take_effect_in_each_worker(target, tmp_path, evidence):
     result = run_scenario([SMALL, SMALL], PartitionedMpsMode(), target, SHORT, tmp_path)
-    total = target.options["gpu_sm_count"]
-    seen = [w.info["sm_count_seen"] for w in result.workers]
+    total = target.gpu_sm_count
+    seen = [w.mode_facts["sm_count_seen"] for w in result.workers]
     evidence("mps_partition_limits", {
         "gpu_sm_count": total,
-        "workers": [{k: w.info.get(k) for k in ("sm_percent", "memory_limit_mb", "sm_count_seen",
+        "workers": [{k: w.mode_facts.get(k) for k in ("sm_percent", "memory_limit_mb", "sm_count_seen",
                                                    "device_memory_seen_bytes")} for w in result.workers],
     })
     assert all(0 < s <= total // 2 + 1 for s in seen), seen
@@ -108,7 +109,7 @@ def test_naive_workers_do_not_join_a_running_daemon(target, tmp_path):
     try:
         result = run_scenario([SMALL, SMALL], NaiveMode(), target, SHORT, tmp_path)
         assert system_like.clients() == []
-        assert all(w.info == {} for w in result.workers)
+        assert all(w.mode_facts == {} for w in result.workers)
     finally:
         system_like.stop()
 

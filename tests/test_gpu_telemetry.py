@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from pytest_gpucolloc import Workload, report, telemetry
+from pytest_gpucolloc import Workload, record, report, telemetry
 from pytest_gpucolloc.modes.mps import MpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
-from pytest_gpucolloc.session import standalone_target
+from pytest_gpucolloc.device import standalone_target
 
 pytestmark = pytest.mark.gpu
 
@@ -37,9 +37,9 @@ def test_a_foreign_process_during_measurement_flags_the_result(tmp_path):
             intruder.kill()
             intruder.wait()
     assert intruder.pid in result.foreign_pids
-    info = result.extra_info()
+    info = record.write(result)
     assert info["foreign_pids"] == result.foreign_pids
-    assert "FOREIGN PIDS" in report.rows([("test_x", info)])[0][-1]
+    assert "FOREIGN PIDS" in report.rows([("test_x", record.read(info))])[0][-1]
 
 
 @pytest.mark.parametrize("mode", [NaiveMode, MpsMode], ids=["naive", "mps"])
@@ -48,7 +48,7 @@ def test_memory_per_worker_covers_what_its_allocator_holds(tmp_path, mode, evide
     with standalone_target("cuda") as target:
         result = run_scenario([Workload("resnet26-cifar10", batch_size=32)], mode(), target, settings, tmp_path,
                               telemetry.sampler_factory(target.gpu.uuid))
-    worker = result.workers[0].to_dict()
+    worker = record.write(result)["workers"][0]
     memory = {key: worker[key] for key in ("device_memory_bytes", "reserved_memory_bytes", "peak_memory_bytes")}
     evidence(f"memory_accounting_{mode.name}", memory)
     # NVML's figure for the process (an MPS client's included) is what the summary shows as memory per worker:

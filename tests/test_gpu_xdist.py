@@ -81,7 +81,7 @@ def test_each_xdist_worker_owns_one_gpu_with_its_own_mps_daemon(two_gpus, tmp_pa
             # Inside: the training process saw exactly the scenario's GPU, through our MPS daemon.
             assert worker["cuda_visible_devices"] == gpu
             assert "GPU-" + worker["device_uuid_seen"].removeprefix("GPU-") == gpu
-            assert worker["mps_client_verified"] is True
+            assert worker["mode_facts"]["mps_client_verified"] is True
             worker_pids[worker["pid"]] = gpu
     # xdist hands the two tests to the two workers: one scenario per GPU, at the same time.
     assert {b["extra_info"]["gpu"]["uuid"] for b in benchmarks} == uuids
@@ -103,3 +103,15 @@ def test_more_xdist_workers_than_gpus_is_a_usage_error_before_anything_starts(tw
                           "-p", "no:cacheprovider", "-q"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
     assert "each worker needs a GPU of its own" in run.stdout + run.stderr
+
+
+def test_n_auto_starts_one_xdist_worker_per_gpu(pytester):
+    """xdist asks how many workers -n auto means before pytest_configure; the answer is the GPU count, not
+    the CPU count (which would make the run a usage error: more xdist workers than GPUs)."""
+    if nvml.init():
+        pytest.skip("no NVML: no GPU on this machine")
+    count = len(nvml.gpus())
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("-n", "auto", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stderr.str()
+    result.stdout.fnmatch_lines([f"*created: {count}/{count} worker*"])

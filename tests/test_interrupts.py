@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucolloc.session import OWNER_FILE, clean_stale_scratch, scratch_base
+from pytest_gpucolloc.scratch import OWNER_FILE, clean_stale_scratch, scratch_base
 from tests.ctrl_c import pytest_command
 
 SCENARIO = '''

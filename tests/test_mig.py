@@ -11,7 +11,7 @@ from pytest_gpucolloc.mig.profiles import NAMED_TABLES, named_table, table_from_
 from pytest_gpucolloc.mig.provision import MigError, MigProvisioner, MigUnavailable
 from pytest_gpucolloc.mig.simulator import SimulatedMig
 from pytest_gpucolloc.mig.state import Checkpoint, MigBackendError
-from pytest_gpucolloc.modes.base import Target
+from pytest_gpucolloc.modes.base import ModeOptions, Target
 from pytest_gpucolloc.modes.mig import MigMode
 from pytest_gpucolloc.nvml import GpuInfo
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
@@ -272,24 +272,24 @@ TINY = Workload("tests.user_workloads:tiny", batch_size=4)
 
 
 def sim_target(tmp_path, sim, **options):
-    return Target("cpu", SIM_GPU, tmp_path, {"mig_backend": sim, "mig_table": sim.table,
-                                             "mig_reconfigure": True, "mig_checkpoint_dir": tmp_path, **options})
+    return Target("cpu", SIM_GPU, tmp_path, ModeOptions(mig_reconfigure=True, mig_checkpoint_dir=tmp_path, **options),
+                  mig_backend=sim, mig_table=sim.table)
 
 
 def test_mig_mode_runs_each_worker_in_its_own_instance_and_restores(sim, tmp_path):
     before = existing_layout(sim)
     result = run_scenario([TINY] * 3, MigMode(), sim_target(tmp_path, sim), FAST, tmp_path)
-    assert [w.info["profile"] for w in result.workers] == ["2g.35gb"] * 3  # the paper's 3-process layout
-    assert len({w.ready["cuda_visible_devices"] for w in result.workers}) == 3
-    assert all(w.ready["cuda_visible_devices"].startswith("MIG-sim-") for w in result.workers)
-    assert [i["placement"] for i in result.info["mig_layout"]] == ["0:2", "2:2", "4:2"]
+    assert [w.mode_facts["profile"] for w in result.workers] == ["2g.35gb"] * 3  # the paper's 3-process layout
+    assert len({w.ready.cuda_visible_devices for w in result.workers}) == 3
+    assert all(w.ready.cuda_visible_devices.startswith("MIG-sim-") for w in result.workers)
+    assert [i["placement"] for i in result.mode_facts["mig_layout"]] == ["0:2", "2:2", "4:2"]
     assert sim.layout() == before
 
 
 def test_mig_mode_uses_per_workload_profiles(sim, tmp_path):
     jobs = [Workload("tests.user_workloads:tiny", batch_size=4, mig="4g"), Workload("tests.user_workloads:tiny", mig="3g")]
     result = run_scenario(jobs, MigMode(), sim_target(tmp_path, sim), FAST, tmp_path)
-    assert [w.info["profile"] for w in result.workers] == ["4g.71gb", "3g.71gb"]
+    assert [w.mode_facts["profile"] for w in result.workers] == ["4g.71gb", "3g.71gb"]
 
 
 def test_infeasible_scenario_is_unavailable_with_the_reason(sim, tmp_path):

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucolloc import mps
-from pytest_gpucolloc.modes.base import ModeConfigError, Target
+from pytest_gpucolloc import mps_daemon as mps
+from pytest_gpucolloc.modes.base import ModeConfigError, ModeOptions, Target
 from pytest_gpucolloc.modes.mps import MpsMode, PartitionedMpsMode
 from pytest_gpucolloc.nvml import GpuInfo
 from pytest_gpucolloc.workloads import Workload
@@ -13,7 +13,7 @@ GPU = GpuInfo(0, "GPU-00000000-0000-0000-0000-000000000000", "NVIDIA H200", 141 
 
 
 def target(tmp_path=Path("/tmp/gc-x"), **options):
-    return Target("cuda", GPU, tmp_path, options)
+    return Target("cuda", GPU, tmp_path, ModeOptions(**options))
 
 
 def test_default_partition_is_kubernetes_equal_shares():

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucolloc import Workload
+from pytest_gpucolloc import Workload, record
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.modes.sequential import SequentialMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
-from pytest_gpucolloc.session import standalone_target
+from pytest_gpucolloc.device import standalone_target
 
 FAST = Settings(rounds=3, round_s=0.2, warmup_s=0.1, warmup_steps=2, timeout_s=60)
 
@@ -46,7 +46,7 @@ def cpu_target():
 def test_collocated_workers_are_measured_in_common_rounds(cpu_target, tmp_path):
     result = run_scenario([tiny(), tiny()], NaiveMode(), cpu_target, FAST, tmp_path)
     assert len(result.workers) == 2 and len(result.aggregate_rounds) == 3
-    pids = {w.ready["pid"] for w in result.workers}
+    pids = {w.ready.pid for w in result.workers}
     assert len(pids) == 2 and os.getpid() not in pids  # real, separate processes
     for worker in result.workers:
         assert len(worker.stats.rounds) == 3
@@ -59,13 +59,13 @@ def test_collocated_workers_are_measured_in_common_rounds(cpu_target, tmp_path):
 def test_workers_get_an_explicit_environment(cpu_target, tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")  # would attach to a system daemon
     result = run_scenario([tiny()], NaiveMode(), cpu_target, FAST, tmp_path)
-    assert result.workers[0].ready["cuda_visible_devices"] == ""
+    assert result.workers[0].ready.cuda_visible_devices == ""
 
 
 def test_sequential_runs_each_distinct_job_alone(cpu_target, tmp_path):
     result = run_scenario([tiny(), tiny(), tiny(step_sleep=0.01)], SequentialMode(), cpu_target, FAST, tmp_path)
     # two distinct jobs, measured one at a time; the duplicate reuses its measurement
-    assert len({w.ready["pid"] for w in result.workers}) == 2
+    assert len({w.ready.pid for w in result.workers}) == 2
     assert result.workers[0] is result.workers[1]
 
 
@@ -124,7 +124,7 @@ def test_named_workload_trains_on_the_cpu(cpu_target, tmp_path):
 
 def test_start_up_time_is_recorded_with_its_phases(cpu_target, tmp_path):
     settings = Settings(rounds=2, round_s=0.2, warmup_s=0.5, warmup_steps=2, timeout_s=60)
-    worker = run_scenario([tiny()], NaiveMode(), cpu_target, settings, tmp_path).workers[0].to_dict()
+    worker = record.write(run_scenario([tiny()], NaiveMode(), cpu_target, settings, tmp_path))["workers"][0]
     phases = worker["startup_phases_s"]
     assert set(phases) == {"import", "build", "warm_up"}  # no CUDA context on the CPU
     assert phases["warm_up"] >= 0.5

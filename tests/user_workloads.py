@@ -30,6 +30,8 @@ class TinyStep:
             if self.failure == "hang":
                 while True:
                     time.sleep(1)
+            if self.failure == "channel":  # writes on the worker's message channel, which is not the workload's
+                os.write(int(os.environ["GPUCOLLOC_MSG_FD"]), b"progress: 50%\n")
             if self.failure == "device-assert":  # an out-of-bounds index: a fatal fault in the GPU kernel
                 self.x[torch.tensor([10**6], device=self.x.device)].sum().item()
         self.optimizer.zero_grad()

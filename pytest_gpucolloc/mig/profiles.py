@@ -1,4 +1,4 @@
-"""MIG GPU-instance profile tables: read from NVML (``nvml.mig_profiles``) or one of the named tables
+"""MIG GPU-instance profile tables: read from NVML (``nvml_backend.read_profiles``) or one of the named tables
 shipped in ``tables/`` (the captured H200 table and NVIDIA's MIG user guide for A100 and H100)."""
 from __future__ import annotations
 
@@ -102,9 +102,9 @@ def named_table(name: str) -> ProfileTable:
 
 def live_table(gpu_uuid: str, gpu_name: str) -> ProfileTable:
     """The profile table the GPU itself reports (read-only NVML queries; work with MIG mode off)."""
-    from .. import nvml
+    from .nvml_backend import read_profiles
 
-    profiles = nvml.mig_profiles(gpu_uuid)
+    profiles = read_profiles(gpu_uuid)
     memory_slices = max((max(p["placements"]["starts"], default=0) + (p["placements"]["size"] or 0)
                          for p in profiles), default=8)
     return table_from_dict({"gpu": gpu_name, "source": "NVML (live)", "memory_slices": memory_slices,

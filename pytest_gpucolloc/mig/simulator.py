@@ -10,7 +10,7 @@ import itertools
 from dataclasses import replace
 
 from .profiles import ProfileTable
-from .state import ComputeInstance, GpuInstance, MigBackendError
+from .state import FULL_CI_PROFILE_INDEX, ComputeInstance, GpuInstance, MigBackendError
 
 
 class SimulatedMig:
@@ -93,8 +93,7 @@ class SimulatedMig:
         return ci_id
 
     def _full_ci_profile(self, gi_id: int) -> int:
-        # NVML's compute-instance profile index equals (slice count - 1) for full-size profiles.
-        return self.table.by_id(self._instance(gi_id).profile_id).slice_count - 1
+        return FULL_CI_PROFILE_INDEX[self.table.by_id(self._instance(gi_id).profile_id).slice_count]
 
     def destroy_compute_instance(self, gi_id: int, ci_id: int) -> None:
         self._mutating("destroy_compute_instance")

@@ -1,7 +1,8 @@
 """MIG state as plain data, and the small backend interface that reads and changes it.
 
-Two backends implement ``MigBackend``: ``nvml.NvmlMigBackend`` (a real GPU) and ``simulator.SimulatedMig``
-(tests; it enforces NVIDIA's rules). The provisioner only ever talks to this interface.
+Two backends implement ``MigBackend``: ``nvml_backend.NvmlMigBackend`` (a real GPU, or the simulator behind
+``fake_pynvml`` in tests) and ``simulator.SimulatedMig`` (tests; it enforces NVIDIA's rules). The provisioner
+only ever talks to this interface.
 """
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
+
+
+# NVML_COMPUTE_INSTANCE_PROFILE_*_SLICE: the full-size compute-instance profile index of a GPU instance with
+# this many compute slices.
+FULL_CI_PROFILE_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 
 
 class MigBackendError(RuntimeError):

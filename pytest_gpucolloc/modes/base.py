@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
+from .. import protocol
 from ..nvml import GpuInfo
 from ..pool import WorkerSlot
 from ..workloads import Workload
@@ -25,6 +26,16 @@ class WorkerCheckFailed(RuntimeError):
     """A worker is not running the way the mode promised (e.g. not attached to the MPS daemon)."""
 
 
+@dataclass(frozen=True)
+class ModeOptions:
+    """The user's settings for the modes (from the command line or ini)."""
+
+    mps_oversubscribe: bool = False  # mps-partitioned shares may add up to more than 100%
+    mig_layout: str | None = None  # --mig-layout or the test's mig_layout marker
+    mig_reconfigure: bool = False
+    mig_checkpoint_dir: str | None = None
+
+
 @dataclass
 class Target:
     """Where a scenario runs: a GPU (``device='cuda'``) or the CPU smoke mode (``gpu=None``)."""
@@ -32,16 +43,22 @@ class Target:
     device: str
     gpu: GpuInfo | None
     scratch: Path  # a private, short directory for this scenario's files
-    options: dict[str, Any] = field(default_factory=dict)
+    options: ModeOptions = field(default_factory=ModeOptions)
+    mig_backend: Any = None  # a mig.state.MigBackend to use instead of the GPU's own (the simulator in tests)
+    mig_table: Any = None  # the GPU's MIG profile table, once read (mig.profiles.ProfileTable)
+
+    @property
+    def gpu_sm_count(self) -> int | None:
+        return self.gpu.extra.get("sm_count") if self.gpu else None
 
 
 @dataclass
 class Provision:
     phases: list[list[WorkerSlot]]  # workers of a phase run together; phases run one after another
-    info: dict[str, Any] = field(default_factory=dict)  # recorded with the result
+    mode_facts: dict[str, Any] = field(default_factory=dict)  # recorded with the result
     one_at_a_time: bool = False  # phases are the workloads run alone (the sequential baseline)
 
-    def check_workers(self, slots: list[WorkerSlot], ready: list[dict]) -> None:
+    def check_workers(self, slots: list[WorkerSlot], ready: list[protocol.Ready]) -> None:
         """Called once the workers of a phase are warm, before measuring."""
 
     def diagnostics(self) -> str:
@@ -75,13 +92,13 @@ def isolated_from_mps(target: Target) -> dict[str, str]:
     return env
 
 
-def check_not_mps_clients(target: Target, ready: list[dict]) -> None:
+def check_not_mps_clients(target: Target, ready: list[protocol.Ready]) -> None:
     if target.gpu is None:
         return
     from .. import nvml
 
     processes = nvml.gpu_processes(target.gpu.uuid)
-    attached = [r["pid"] for r in ready if processes.get(r["pid"], {}).get("mps")]
+    attached = [r.pid for r in ready if processes.get(r.pid, {}).get("mps")]
     if attached:
         raise WorkerCheckFailed(f"workers {attached} attached to an MPS server although the mode forbids it")
 

@@ -10,7 +10,9 @@ import contextlib
 from pathlib import Path
 from typing import Iterator
 
+from .. import protocol
 from ..mig import planner
+from ..mig.nvml_backend import NvmlMigBackend
 from ..mig.profiles import ProfileTable, live_table
 from ..mig.provision import MigProvisioner
 from ..pool import WorkerSlot
@@ -20,12 +22,13 @@ DEFAULT_CHECKPOINT_DIR = Path.home() / ".cache" / "pytest-gpucolloc"
 
 
 class _MigProvision(Provision):
-    def check_workers(self, slots: list[WorkerSlot], ready: list[dict]) -> None:
+    def check_workers(self, slots: list[WorkerSlot], ready: list[protocol.Ready]) -> None:
         for slot, report in zip(slots, ready):
-            seen, expected = report.get("sm_count"), slot.info.get("sm_count")
+            seen, expected = report.sm_count, slot.mode_facts.get("sm_count")
             if seen is not None and expected and seen != expected:
-                raise WorkerCheckFailed(f"worker pid {report['pid']} sees {seen} SMs, but its MIG instance "
-                                        f"{slot.info['profile']} has {expected}: it is not running in that instance")
+                raise WorkerCheckFailed(f"worker pid {report.pid} sees {seen} SMs, but its MIG instance "
+                                        f"{slot.mode_facts['profile']} has {expected}: it is not running in that "
+                                        "instance")
 
 
 class MigMode(SharingMode):
@@ -35,14 +38,14 @@ class MigMode(SharingMode):
     def unavailable_reason(self, target: Target) -> str | None:
         if target.gpu is None:
             return "MIG needs an NVIDIA A100, H100 or H200-class GPU (running in CPU smoke mode)"
-        if target.gpu.mig_mode is None and "mig_backend" not in target.options:
+        if target.gpu.mig_mode is None and target.mig_backend is None:
             return f"GPU {target.gpu.index} ({target.gpu.name}) does not support MIG"
         return None
 
     def table(self, target: Target) -> ProfileTable:
-        if "mig_table" not in target.options:
-            target.options["mig_table"] = live_table(target.gpu.uuid, target.gpu.name)
-        return target.options["mig_table"]
+        if target.mig_table is None:
+            target.mig_table = live_table(target.gpu.uuid, target.gpu.name)
+        return target.mig_table
 
     def layout(self, workloads, target: Target) -> list[str]:
         given = [w.mig for w in workloads]
@@ -50,7 +53,7 @@ class MigMode(SharingMode):
             return given
         if any(given):
             raise ModeConfigError("give every workload a MIG profile, or none (then a layout or the default applies)")
-        text = target.options.get("mig_layout")
+        text = target.options.mig_layout
         try:
             layout = planner.parse_layout(text) if text else planner.default_layout(len(workloads))
         except planner.LayoutError as error:
@@ -67,19 +70,17 @@ class MigMode(SharingMode):
 
     @contextlib.contextmanager
     def provision(self, workloads, target: Target) -> Iterator[Provision]:
-        from .. import nvml
-
         plan = self.plan(workloads, target)
-        backend = target.options.get("mig_backend") or nvml.NvmlMigBackend(target.gpu.uuid)
+        backend = target.mig_backend or NvmlMigBackend(target.gpu.uuid)
         provisioner = MigProvisioner(
             backend, self.table(target), target.gpu.uuid, target.gpu.index,
-            allow_reconfigure=target.options.get("mig_reconfigure", False),
-            checkpoint_dir=target.options.get("mig_checkpoint_dir") or DEFAULT_CHECKPOINT_DIR,
+            allow_reconfigure=target.options.mig_reconfigure,
+            checkpoint_dir=target.options.mig_checkpoint_dir or DEFAULT_CHECKPOINT_DIR,
         )
         with provisioner.provision(plan) as instances:
             slots = []
             for workload, instance in zip(workloads, instances):
                 env = isolated_from_mps(target)
                 env["CUDA_VISIBLE_DEVICES"] = instance.uuid
-                slots.append(WorkerSlot(workload, env, info=instance.to_dict()))
+                slots.append(WorkerSlot(workload, env, mode_facts=instance.to_dict()))
             yield _MigProvision([slots], {"mig_layout": [i.to_dict() for i in instances]})

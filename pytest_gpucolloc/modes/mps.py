@@ -9,39 +9,40 @@ import contextlib
 import math
 from typing import Iterator
 
-from .. import mps
+from .. import mps_daemon as mps
+from .. import protocol
 from ..pool import WorkerSlot
 from .base import ModeConfigError, Provision, SharingMode, Target, WorkerCheckFailed
 
 
 class _DaemonProvision(Provision):
-    def __init__(self, phases, info, daemon: mps.MpsDaemon, gpu_sm_count: int | None):
-        super().__init__(phases, info)
+    def __init__(self, phases, mode_facts, daemon: mps.MpsDaemon, gpu_sm_count: int | None):
+        super().__init__(phases, mode_facts)
         self.daemon = daemon
         self.gpu_sm_count = gpu_sm_count
 
-    def check_workers(self, slots: list[WorkerSlot], ready: list[dict]) -> None:
+    def check_workers(self, slots: list[WorkerSlot], ready: list[protocol.Ready]) -> None:
         # A client that cannot reach the daemon silently runs without MPS: prove each one is ours.
         clients = set(self.daemon.clients())
-        strays = [r["pid"] for r in ready if r["pid"] not in clients]
+        strays = [r.pid for r in ready if r.pid not in clients]
         if strays:
             raise WorkerCheckFailed(
                 f"workers {strays} are not clients of this test's MPS daemon (its clients: {sorted(clients)}); "
                 "they would have run without MPS"
             )
         for slot, report in zip(slots, ready):
-            slot.info["mps_client_verified"] = True
-            limit = slot.info.get("sm_percent")
-            seen = report.get("sm_count")
-            slot.info["sm_count_seen"] = seen
-            slot.info["device_memory_seen_bytes"] = report.get("total_memory")
+            slot.mode_facts["mps_client_verified"] = True
+            limit = slot.mode_facts.get("sm_percent")
+            seen = report.sm_count
+            slot.mode_facts["sm_count_seen"] = seen
+            slot.mode_facts["device_memory_seen_bytes"] = report.total_memory
             if limit is None or not self.gpu_sm_count or seen is None:
                 continue
             expected = self.gpu_sm_count * limit / 100
             # The driver hands out SMs in pairs (TPCs), rounding the share down.
             if not (expected - 2 <= seen <= math.ceil(expected) + 1) or (limit < 100 and seen >= self.gpu_sm_count):
                 raise WorkerCheckFailed(
-                    f"worker pid {report['pid']} sees {seen} SMs but its limit of {limit:g}% of "
+                    f"worker pid {report.pid} sees {seen} SMs but its limit of {limit:g}% of "
                     f"{self.gpu_sm_count} SMs should give about {expected:.0f}: the limit did not take effect"
                 )
 
@@ -94,9 +95,8 @@ class MpsMode(SharingMode):
                     env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = f"{limit['sm_percent']:g}"
                 if "memory_limit_mb" in limit:
                     env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={limit['memory_limit_mb']}M"
-                slots.append(WorkerSlot(workload, env, info=dict(limit)))
-            yield _DaemonProvision([slots], {"mps_daemon": str(daemon.root)}, daemon,
-                                   target.options.get("gpu_sm_count"))
+                slots.append(WorkerSlot(workload, env, mode_facts=dict(limit)))
+            yield _DaemonProvision([slots], {"mps_daemon": str(daemon.root)}, daemon, target.gpu_sm_count)
         finally:
             daemon.stop()
 
@@ -111,7 +111,7 @@ class PartitionedMpsMode(MpsMode):
 
     def limits(self, workloads, target: Target) -> list[dict]:
         total_mb = target.gpu.memory_total_bytes // 2**20 if target.gpu else None
-        oversubscribe = target.options.get("mps_oversubscribe", False)
+        oversubscribe = target.options.mps_oversubscribe
         given_sm = [w.sm_percent for w in workloads]
         given_mem = [w.memory_limit_mb for w in workloads]
         sm = _fill_shares(given_sm, 100.0, "sm_percent", "percent of SMs", oversubscribe)

@@ -2,7 +2,7 @@
 between them is judged against their own run-to-run spread (single runs of a launch-bound job on a shared
 machine differ by ~10%).
 
-    python ci/mode_ab.py --modes naive,mps --workload resnet26-cifar10 --batch 32 --processes 1 --repeats 4
+    python studies/mode_ab.py --modes naive,mps --workload resnet26-cifar10 --batch 32 --processes 1 --repeats 4
 """
 import argparse
 import json
@@ -15,7 +15,7 @@ from scipy import stats
 from pytest_gpucolloc import Workload, machine, telemetry
 from pytest_gpucolloc.modes import MODES, parse_modes
 from pytest_gpucolloc.scenario import Settings, run_scenario
-from pytest_gpucolloc.session import standalone_target
+from pytest_gpucolloc.device import standalone_target
 
 
 def ab_parser(doc: str) -> argparse.ArgumentParser:

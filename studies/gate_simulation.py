@@ -1,6 +1,6 @@
 """How the regression gate behaves on synthetic histories shaped like the H200 machine's noise.
 
-    python ci/gate_simulation.py [--trials 2000] [--markdown]
+    python studies/gate_simulation.py [--trials 2000] [--markdown]
 Noise profiles: within-run CV of rounds and between-run CV of run means. 'gpu-bound' and 'launch-bound'
 use FIELD_NOTES' round-to-round CVs (1%, 5-15%); 'h200-measured' uses call 3's numbers (rounds 5-7%,
 runs of one job 18% apart, i.e. a between-run CV near 9%).

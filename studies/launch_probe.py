@@ -12,7 +12,7 @@ its workers (under mps: a client of a private daemon, verified as the suite veri
   GPU's tail after the last launch;
 - pipelined_step_s: steps issued back to back for 3 s with one synchronise at the end, as workers run.
 
-    python ci/launch_probe.py --modes naive,mps --repeats 4 --json OUT.json
+    python studies/launch_probe.py --modes naive,mps --repeats 4 --json OUT.json
 """
 import argparse
 import json
@@ -22,12 +22,12 @@ import subprocess
 import sys
 import time
 
-from mode_ab import ab_parser, compare, machine_of, two_modes  # ci/ is on sys.path when run as a script
-from pytest_gpucolloc import Workload
+from mode_ab import ab_parser, compare, machine_of, two_modes  # studies/ is on sys.path when run as a script
+from pytest_gpucolloc import Workload, protocol
 from pytest_gpucolloc.modes import MODES
-from pytest_gpucolloc.placement import CpuPolicy, assign_cpus
+from pytest_gpucolloc.cpu_affinity import CpuPolicy, assign_cpus
 from pytest_gpucolloc.pool import base_environment
-from pytest_gpucolloc.session import standalone_target
+from pytest_gpucolloc.device import standalone_target
 
 LAUNCHES = 20_000
 METRICS = ("enqueue_us", "per_kernel_us", "round_trip_us", "step_s", "step_issue_s", "step_drain_s",
@@ -135,7 +135,9 @@ def run_probe(mode, device: str, workload: Workload) -> dict:
             ready = json.loads(child.stdout.readline() or "null")
             if ready is None:
                 raise RuntimeError(f"the probe exited with code {child.wait()} before it was ready")
-            prov.check_workers([slot], [ready])  # mps: a client of our daemon; naive: of none
+            report = protocol.Ready(pid=ready["pid"], samples_per_step=1, warmup_steps=0, cpus=cpus,
+                                    startup_phases_s={}, sm_count=ready["sm_count"])
+            prov.check_workers([slot], [report])  # mps: a client of our daemon; naive: of none
             child.stdin.write("go\n")
             child.stdin.flush()
             result = json.loads(child.stdout.readline() or "null")

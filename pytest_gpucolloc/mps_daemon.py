@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from .logs import tail
+
 CONTROL = "nvidia-cuda-mps-control"
 MAX_CLIENTS = 48  # per GPU on Volta and newer; the 49th client fails at context creation
 # sun_path holds 108 bytes including the NUL; the daemon adds file names below the pipe directory.
@@ -159,8 +161,7 @@ class MpsDaemon:
         for name in ("control.log", "server.log"):
             path = self.log_dir / name
             if path.exists():
-                text = path.read_text(errors="replace").splitlines()[-lines:]
-                parts.append(f"--- MPS {name} ({path}) ---\n" + "\n".join(text))
+                parts.append(f"--- MPS {name} ({path}) ---\n" + tail(path, lines))
         return "\n".join(parts)
 
     def stop(self, timeout: float = 10.0) -> None:

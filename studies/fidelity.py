@@ -1,7 +1,7 @@
-"""Harness fidelity: one worker measured through the suite vs the hand-written loop (ci/raw_loop.py),
+"""Harness fidelity: one worker measured through the suite vs the hand-written loop (studies/raw_loop.py),
 same model, same GPU, same call, alternating so drift hits both alike.
 
-    python ci/fidelity.py --json OUT.json [--repeats 2]
+    python studies/fidelity.py --json OUT.json [--repeats 2]
 """
 import argparse
 import json
@@ -13,7 +13,7 @@ from pathlib import Path
 from pytest_gpucolloc import Workload
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
-from pytest_gpucolloc.session import standalone_target
+from pytest_gpucolloc.device import standalone_target
 
 CASES = [("resnet26", "resnet26-cifar10", 128), ("resnet50", "resnet50-imagenet64", 32)]
 

@@ -1,6 +1,6 @@
 import pytest
 
-from pytest_gpucolloc.placement import CpuPolicy, PlacementError, assign_cpus, parse_cpu_policy
+from pytest_gpucolloc.cpu_affinity import CpuPolicy, CpuListError, assign_cpus, parse_cpu_policy
 
 
 def test_auto_gives_disjoint_cores_and_keeps_one_for_the_controller():
@@ -26,15 +26,15 @@ def test_explicit_lists_may_overlap():
 
 
 def test_explicit_lists_must_cover_every_worker_and_exist():
-    with pytest.raises(PlacementError, match="2 core lists for 3 workers"):
+    with pytest.raises(CpuListError, match="2 core lists for 3 workers"):
         assign_cpus(3, parse_cpu_policy("0;1"), available=[0, 1])
-    with pytest.raises(PlacementError, match="may not use"):
+    with pytest.raises(CpuListError, match="may not use"):
         assign_cpus(1, parse_cpu_policy("7"), available=[0, 1])
 
 
 @pytest.mark.parametrize("text", ["x", "3-1", "-1", "1;;2", "0-99999", "1,a", "$(reboot)"])
 def test_malformed_lists(text):
-    with pytest.raises(PlacementError):
+    with pytest.raises(CpuListError):
         parse_cpu_policy(text)
 
 

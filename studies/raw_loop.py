@@ -1,6 +1,6 @@
 """A minimal hand-written training loop: the reference the harness must not fall behind.
 
-    python ci/raw_loop.py resnet26 128 --warmup 5 --seconds 10
+    python studies/raw_loop.py resnet26 128 --warmup 5 --seconds 10
 prints one JSON line: {"model", "batch_size", "samples_per_s", "seconds", "steps"}.
 """
 import argparse

@@ -6,7 +6,7 @@ rounds and the sampler is switched on for every other round (ABBA order, so a sl
 same workers, processes and cuDNN choices are compared with themselves. A new sampler is started for each
 pair of sampled rounds, so its start-up is counted too (the real sampler starts once per scenario).
 
-    python ci/telemetry_overhead.py --json OUT.json [--rounds 80] [--round-seconds 1]
+    python studies/telemetry_overhead.py --json OUT.json [--rounds 80] [--round-seconds 1]
 """
 import argparse
 import contextlib
@@ -22,7 +22,7 @@ from pytest_gpucolloc import Workload, telemetry
 from pytest_gpucolloc.modes.mps import MpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
-from pytest_gpucolloc.session import standalone_target
+from pytest_gpucolloc.device import standalone_target
 
 SCENARIOS = {
     # GPU-bound: rounds agree to ~0.2%, so a small cost on the GPU side is resolved.

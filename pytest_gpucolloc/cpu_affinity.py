@@ -1,4 +1,4 @@
-"""Which CPU cores each worker may use.
+"""CPU affinity: which cores each worker (training process) may use.
 
 CPU placement is part of what is measured for launch-bound workloads, so it is decided here,
 explicitly, and recorded with every result.
@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 
 
-class PlacementError(ValueError):
+class CpuListError(ValueError):
     pass
 
 
@@ -43,12 +43,12 @@ def parse_cpu_policy(text: str) -> CpuPolicy:
                 else:
                     cores.add(int(part))
             except ValueError:
-                raise PlacementError(
+                raise CpuListError(
                     f"invalid CPU list {group!r} in {text!r}: expected 'auto', 'none' or core lists "
                     "such as '0-3;4-7'"
                 ) from None
         if not cores or min(cores) < 0 or max(cores) > 4095:
-            raise PlacementError(f"invalid CPU list {group!r}: cores must be between 0 and 4095")
+            raise CpuListError(f"invalid CPU list {group!r}: cores must be between 0 and 4095")
         sets.append(tuple(sorted(cores)))
     return CpuPolicy("explicit", tuple(sets))
 
@@ -65,12 +65,12 @@ def assign_cpus(n_workers: int, policy: CpuPolicy, available: list[int] | None =
         return Assignment([None] * n_workers, "not pinned (--colloc-cpus=none)")
     if policy.kind == "explicit":
         if len(policy.explicit) < n_workers:
-            raise PlacementError(
+            raise CpuListError(
                 f"--colloc-cpus gives {len(policy.explicit)} core lists for {n_workers} workers"
             )
         missing = sorted({c for s in policy.explicit for c in s} - set(available))
         if missing:
-            raise PlacementError(f"--colloc-cpus names cores {missing} that this process may not use")
+            raise CpuListError(f"--colloc-cpus names cores {missing} that this process may not use")
         return Assignment(list(policy.explicit[:n_workers]), "explicit (--colloc-cpus)")
     if len(available) < n_workers:
         return Assignment(

@@ -1,0 +1,92 @@
+"""Every use of pytest-benchmark's private API, in one place: when its version changes, this file does.
+
+pytest-benchmark measures by calling a function; a scenario is measured by worker processes instead, so its
+rounds are put into the ``benchmark`` fixture's statistics directly. Under pytest-xdist pytest-benchmark is
+off in the workers: their scenarios are rebuilt in the controller's session. Saving goes through its file
+storage, made atomic here.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+MODE = "pytest-gpucolloc"
+
+
+def storage_path(option: str | None) -> Path | None:
+    """The folder behind ``--benchmark-storage`` (file storage only), or None for other backends."""
+    text = option or "file://./.benchmarks"
+    if text.startswith("file://"):
+        return Path(text[len("file://"):])
+    if "://" in text:
+        return None
+    return Path(text)
+
+
+def record_rounds(benchmark, seconds_per_sample: list[float]) -> None:
+    """Put one value per measurement round into the fixture's statistics."""
+    stats = benchmark._make_stats(1)
+    for value in seconds_per_sample:
+        stats.update(value)
+    benchmark._mode = MODE
+
+
+def mark_recorded_by_controller(benchmark) -> None:
+    benchmark._mode = f"{MODE} (recorded by the xdist controller)"
+
+
+def add_to_session(config, entry: dict) -> None:
+    """Rebuild a scenario an xdist worker measured in the controller's pytest-benchmark session."""
+    from pytest_benchmark.stats import Metadata
+
+    fixture = SimpleNamespace(name=entry["name"], fullname=entry["fullname"], group=entry["group"],
+                              param=entry["param"], params=entry["params"], extra_info=entry["extra_info"],
+                              cprofile_stats=None, has_error=False)
+    record = Metadata(fixture, iterations=1, options={"source": f"{MODE} (xdist worker)"})
+    for value in entry["data"]:
+        record.update(value)
+    config._benchmarksession.benchmarks.append(record)
+
+
+def file_storage(config):
+    """pytest-benchmark's storage of this session, or None (not set up, or pytest-benchmark is off)."""
+    benchmarks = getattr(config, "_benchmarksession", None)
+    return getattr(benchmarks, "storage", None) if benchmarks is not None else None
+
+
+def guard_saving(storage, problems: list[str]) -> None:
+    """Make pytest-benchmark's file storage save without ever overwriting or losing a run.
+
+    Its own save picks the next number, checks that the name is free, then writes in place: two runs saving at
+    once can collide, and a full disk leaves a truncated file. Here the file is written aside and linked into
+    place atomically (``os.link`` fails if the name was taken meanwhile: the next number is tried); if it cannot
+    be saved at all, the data goes to a temporary file and the reason is appended to ``problems``."""
+    if not (hasattr(storage, "get") and hasattr(type(storage), "_next_num")):
+        return  # not the file storage: leave it alone
+
+    def save(output_json, save_name):
+        from pytest_benchmark.utils import safe_dumps
+
+        data = safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
+        try:
+            for _ in range(1000):
+                path = storage.get(f"{storage._next_num}_{save_name}.json")
+                aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                try:
+                    aside.write_bytes(data)
+                    os.link(aside, path)
+                except FileExistsError:
+                    continue  # another run took this number between our look and our write
+                finally:
+                    aside.unlink(missing_ok=True)
+                storage.logger.info(f"Saved benchmark data in: {path}")
+                return
+            raise OSError("no free run number after 1000 attempts")
+        except OSError as error:
+            fallback = Path(tempfile.mkstemp(prefix="pytest-gpucolloc-unsaved-", suffix=".json")[1])
+            fallback.write_bytes(data)
+            problems.append(f"could not save this run into {storage.path}: {error}; its data is kept at {fallback}")
+
+    storage.save = save

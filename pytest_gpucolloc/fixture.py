@@ -1,0 +1,134 @@
+"""The ``collocate`` fixture: one scenario's path, top to bottom.
+
+check the workloads -> skip what does not run here -> run the scenario under the test's mode
+(``scenario.run_scenario``) -> speedup against the session's alone baselines -> the gate's verdict -> record
+into pytest-benchmark (``record.write``, ``benchmark_api``).
+"""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Iterable
+
+import pytest
+
+from . import benchmark_api, distributed, measure, record
+from .device import release
+from .mig.provision import MigError, MigUnavailable
+from .modes import MODES, ModeConfigError
+from .modes.sequential import SequentialMode
+from .mps_daemon import MpsError
+from .scenario import ScenarioFailed, ScenarioResult, run_scenario
+from .session import CollocSession, ScenarioContext
+from .workloads import Workload, WorkloadError, as_workload
+
+diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, attached to its report
+
+
+class CollocateFixture:
+    """``collocate([Workload("resnet26", batch_size=128)] * 2)`` runs the workloads together under the test's
+    sharing mode, measures, records into ``benchmark`` and returns a ``ScenarioResult``. One scenario per test."""
+
+    def __init__(self, session: CollocSession, node, mode: str, benchmark, log_dir: Path):
+        self.session, self.node, self.mode, self.benchmark, self.log_dir = session, node, mode, benchmark, log_dir
+        self.used = False
+
+    def __call__(self, workloads: Iterable[Workload | str], *, ideal: bool | None = None) -> ScenarioResult:
+        if self.used:
+            raise RuntimeError("collocate can run one scenario per test (one benchmark record each)")
+        self.used = True
+        jobs = self._jobs(workloads)
+        self._skip_beyond_the_quick_tier()
+        context = self.session.context(self.node)
+        try:
+            with self._outcome():
+                result = self._run(jobs, context)
+                self._add_baselines(result, context, self.session.options["colloc_ideal"] if ideal is None else ideal)
+        finally:
+            release(context.target)
+        verdict = self._judge(result, context) if context.policy is not None else None
+        self._record(result, verdict)
+        return result
+
+    @staticmethod
+    def _jobs(workloads) -> list[Workload]:
+        try:
+            jobs = [as_workload(w) for w in workloads]
+        except WorkloadError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        if not jobs:
+            pytest.fail("collocate() needs at least one workload", pytrace=False)
+        return jobs
+
+    def _skip_beyond_the_quick_tier(self) -> None:
+        device = self.session.device()
+        if device.gpu is None and not self.node.get_closest_marker("quick") \
+                and not self.session.options["colloc_cpu_full"]:
+            pytest.skip(f"{device.reason}: runs only the quick tier (marker 'quick'); "
+                        "pass --colloc-cpu-full to run every scenario on the CPU")
+
+    @contextlib.contextmanager
+    def _outcome(self):
+        """What can go wrong becomes the test's outcome: a skip (cannot run here) or a failure (with why)."""
+        try:
+            yield
+        except MigUnavailable as exc:
+            if str(exc).startswith("does not fit"):
+                self.session.unfit.append((self.node.name, str(exc)))
+            pytest.skip(f"{self.mode}: {exc}")
+        except (ModeConfigError, MpsError, MigError) as exc:
+            pytest.fail(f"{self.mode}: {exc}", pytrace=False)
+        except ScenarioFailed as exc:
+            if exc.diagnostics:
+                self.node.stash[diagnostics_key] = exc.diagnostics
+            pytest.fail(f"{self.mode}: {exc}", pytrace=False)
+
+    def _run(self, jobs: list[Workload], context: ScenarioContext) -> ScenarioResult:
+        mode = MODES[self.mode]()
+        reason = mode.unavailable_reason(context.target)
+        if reason:
+            pytest.skip(f"{self.mode}: {reason}")
+        return run_scenario(jobs, mode, context.target, context.settings, self.log_dir, context.sampler_factory)
+
+    def _add_baselines(self, result: ScenarioResult, context: ScenarioContext, want_ideal: bool) -> None:
+        """Speedup against each job alone (measured by the sequential mode earlier in the session), and the
+        'ideal' reference (one process with the summed batch) when asked for."""
+        baselines, device = self.session.baselines, self.session.device().key
+        if result.mode == SequentialMode.name:
+            for worker in result.workers:
+                baselines.alone[(worker.workload.key(), device)] = worker.stats.throughput
+            result.speedup = 1.0
+        else:
+            alone = [baselines.alone.get((w.workload.key(), device)) for w in result.workers]
+            result.speedup = measure.weighted_speedup([w.stats.throughput for w in result.workers], alone)
+        if want_ideal and result.homogeneous:
+            combined = result.workloads[0].with_batch_size(sum(w.batch_size for w in result.workloads))
+            key = (combined.key(), device)
+            if key not in baselines.ideal:
+                ideal = run_scenario([combined], SequentialMode(), context.target, context.settings, self.log_dir)
+                baselines.ideal[key] = ideal.aggregate_throughput
+            result.ideal_throughput = baselines.ideal[key]
+
+    def _judge(self, result: ScenarioResult, context: ScenarioContext) -> dict:
+        from . import gate
+
+        gpu = result.gpu or {}
+        current = gate.RunSample("current", tuple(result.aggregate_rounds), gpu.get("name"), gpu.get("uuid"),
+                                 result.throttled, contaminated=bool(result.foreign_pids))
+        verdict = gate.decide(current, self.session.history.samples(self.node.nodeid), context.policy).to_dict()
+        self.session.verdicts.append((self.node.name, verdict))
+        return verdict
+
+    def _record(self, result: ScenarioResult, verdict: dict | None) -> None:
+        """Into pytest-benchmark: timing = seconds per sample of aggregate throughput per round (so
+        --benchmark-compare-fail sees a throughput loss), the record in extra_info. An xdist worker's
+        pytest-benchmark is off: the controller records it (distributed.py)."""
+        benchmark = self.benchmark
+        benchmark.extra_info.update(record.write(result, verdict))
+        seconds = measure.seconds_per_sample(result.aggregate_rounds)
+        if not benchmark.disabled:
+            benchmark_api.record_rounds(benchmark, seconds)
+        elif self.session.xdist_index is not None:
+            self.session.forward.append(distributed.forwarded_entry(benchmark, seconds))
+            benchmark_api.mark_recorded_by_controller(benchmark)
+        self.session.results.append((self.node.name, result, verdict))

@@ -1,0 +1,156 @@
+"""The worker protocol: what the controller (``pool.py``) and a training process (``worker.py``) say to each
+other. Both sides use this module; neither builds or reads a message by hand.
+
+A worker is started as ``python -m pytest_gpucolloc.worker``. Commands reach it as JSON lines on its stdin;
+its messages leave as JSON lines on the file descriptor named by ``GPUCOLLOC_MSG_FD``:
+
+    <- Spec                          first line: the job (workload, device, warm-up, CPU cores)
+    -> Ready                         after warm-up; the worker keeps training while it waits
+    <- Measure(start, round_s, rounds)   ``start`` is a time.monotonic() instant shared by all workers
+    -> Result                        rounds of (seconds, samples); the worker keeps training, unmeasured,
+                                     so the others are measured under the same load
+    <- Stop                          (or stdin closing): exit
+    -> Error                         on any failure, then exit 1
+
+Every message the controller reads is checked here: a worker that writes anything else on the channel fails
+with ``ProtocolError`` naming what it sent, instead of breaking the controller.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+MSG_FD_ENV = "GPUCOLLOC_MSG_FD"
+MAX_MESSAGE_BYTES = 1 << 20  # a longer line on the channel is not one of ours
+
+
+class ProtocolError(ValueError):
+    """A message that is not what the protocol allows."""
+
+
+# --- controller -> worker --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Spec:
+    workload: dict  # workloads.Workload.to_dict()
+    device: str  # "cuda" or "cpu"
+    warmup_s: float
+    warmup_steps: int
+    image_size: int | None = None  # CPU smoke mode shrinks inputs
+    cpus: list[int] | None = None
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class Measure:
+    start: float
+    round_s: float
+    rounds: int
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+_COMMANDS = {"spec": Spec, "measure": Measure, "stop": Stop}
+
+
+def encode_command(command: Spec | Measure | Stop) -> bytes:
+    name = next(key for key, kind in _COMMANDS.items() if isinstance(command, kind))
+    return (json.dumps({"cmd": name, **dataclasses.asdict(command)}) + "\n").encode()
+
+
+def decode_command(line: str) -> Spec | Measure | Stop:
+    data = json.loads(line)
+    kind = _COMMANDS[data.pop("cmd")]
+    return kind(**data)
+
+
+# --- worker -> controller --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Ready:
+    """The worker is warm. What it saw of its device and software, for the record and the run's identity."""
+
+    pid: int
+    samples_per_step: int
+    warmup_steps: int
+    cpus: list[int]
+    startup_phases_s: dict[str, float]  # import, cuda_context, build, warm_up
+    torch: str | None = None
+    torchvision: str | None = None
+    cuda_runtime: str | None = None
+    cudnn: int | None = None
+    device_type: str | None = None
+    cuda_visible_devices: str | None = None
+    device_name: str | None = None
+    sm_count: int | None = None
+    total_memory: int | None = None
+    device_uuid: str | None = None
+    since_spawn_s: float | None = None  # set by the controller: spawn to warm
+
+
+@dataclass(frozen=True)
+class Result:
+    rounds: list[tuple[float, int]]  # (seconds, samples) between two device synchronisations
+    peak_memory_bytes: int | None = None  # PyTorch's peak of allocated tensors
+    reserved_memory_bytes: int | None = None  # what PyTorch's allocator held at the end of measurement
+
+
+@dataclass(frozen=True)
+class Error:
+    type: str
+    message: str
+    traceback: str = ""
+    details: dict[str, Any] = field(default_factory=dict)  # e.g. device memory at an out-of-memory error
+
+
+_EVENTS = {"ready": Ready, "result": Result, "error": Error}
+
+
+def encode_event(event: Ready | Result | Error) -> str:
+    name = next(key for key, kind in _EVENTS.items() if isinstance(event, kind))
+    return json.dumps({"event": name, **dataclasses.asdict(event)}) + "\n"
+
+
+def _number(value, what: str, integer: bool = False, low: float = 0.0) -> float:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < low:
+        raise ProtocolError(f"{what} must be a {'whole ' if integer else ''}number >= {low:g}, got {value!r}")
+    return value
+
+
+def _check(event: Ready | Result | Error) -> None:
+    if isinstance(event, Ready):
+        _number(event.pid, "pid", integer=True, low=1)
+        _number(event.samples_per_step, "samples_per_step", integer=True, low=1)
+    elif isinstance(event, Result):
+        if not isinstance(event.rounds, list) or not event.rounds:
+            raise ProtocolError(f"rounds must be a non-empty list, got {str(event.rounds)[:80]}")
+        for entry in event.rounds:
+            if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+                raise ProtocolError(f"a round must be [seconds, samples], got {str(entry)[:80]}")
+            seconds, samples = entry
+            if _number(seconds, "a round's seconds") <= 0:
+                raise ProtocolError(f"a round's seconds must be positive, got {seconds!r}")
+            _number(samples, "a round's samples", integer=True)
+
+
+def decode_event(line: bytes) -> Ready | Result | Error:
+    """One line from a worker's channel, checked; ProtocolError says what was wrong with it."""
+    if len(line) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"a message of {len(line):,} bytes (at most {MAX_MESSAGE_BYTES:,})")
+    try:
+        data = json.loads(line)
+        kind = _EVENTS[data.pop("event")]
+        event = kind(**data)
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ProtocolError(f"not a protocol message ({type(error).__name__}): {line[:120]!r}") from None
+    _check(event)
+    if isinstance(event, Result):
+        event = dataclasses.replace(event, rounds=[tuple(r) for r in event.rounds])
+    return event

@@ -1,0 +1,242 @@
+"""The saved-run record: what one scenario leaves in pytest-benchmark's ``extra_info``. This module alone
+writes it (``write``) and reads it (``read``); the summary, the gate, ``compare``, ``table`` and the plots
+read only the ``ScenarioRecord`` it returns.
+
+``extra_info["gpucolloc"]`` is the record's version. Version 2 (current)::
+
+    gpucolloc            2
+    mode                 sharing mode: sequential, naive, mps, mps-partitioned, mig
+    device               "cuda" or "cpu" (CPU smoke mode)
+    gpu                  {index, uuid, name} of the GPU it ran on, or null
+    workloads            one label per worker, e.g. "resnet26-cifar10/bs128"
+    n_workers            len(workloads)
+    aggregate_round_throughputs   aggregate samples/s per measurement round (all workers' rounds share
+                                  their boundaries; for sequential: equal work per job)
+    aggregate_throughput mean of the rounds; aggregate_cv: their coefficient of variation
+    speedup_vs_sequential  sum over jobs of collocated / alone throughput (alone: same session and GPU)
+    ideal_throughput, efficiency   one process training the summed batch, and aggregate / that
+    cpu_affinity         how CPU cores were given to workers
+    samples_per_joule, throttled, foreign_pids, telemetry (one dict per phase: power, clocks, GPM, ...)
+    mode_facts           what the sharing mode recorded (MPS daemon, MIG layout, ...)
+    gate                 the gate's verdict when the run was gated, else absent
+    workers              one dict per worker, in scenario order:
+        workload, params (Workload.to_dict()), throughput, round_throughputs, cv, step_time_median_s,
+        step_time_cv, measured_s, peak_memory_bytes, reserved_memory_bytes, device_memory_bytes, cpus, pid,
+        startup_s, startup_phases_s, cuda_visible_devices, device_uuid_seen, gpm_of_its_mig_instance,
+        mode_facts (the worker's limits and checks: sm_percent, sm_count_seen, MIG instance, ...)
+
+Version 1 (sessions before 2026-12) had the same fields, but the mode's facts stood beside the record's own
+keys (a fact could shadow a field) and the CPU note was called ``cpu_placement``; early version-1 runs lack
+``gpu``, ``foreign_pids`` and the start-up fields. ``read`` accepts both.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+VERSION = 2
+MARKER = "gpucolloc"  # the extra_info key holding the version: a scenario of this plugin
+
+_WORKER_FIELDS = ("workload", "params", "throughput", "round_throughputs", "cv", "step_time_median_s",
+                  "step_time_cv", "measured_s", "peak_memory_bytes", "reserved_memory_bytes", "device_memory_bytes",
+                  "cpus", "pid", "startup_s", "startup_phases_s", "cuda_visible_devices", "device_uuid_seen",
+                  "gpm_of_its_mig_instance")
+_SCENARIO_FIELDS = ("mode", "device", "gpu", "workloads", "n_workers", "aggregate_round_throughputs",
+                    "aggregate_throughput", "aggregate_cv", "speedup_vs_sequential", "ideal_throughput",
+                    "efficiency", "cpu_affinity", "samples_per_joule", "throttled", "foreign_pids", "telemetry",
+                    "gate", "workers")
+
+
+class RecordError(ValueError):
+    """extra_info that claims to be a record of this plugin but is not a readable one."""
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    workload: str
+    throughput: float
+    round_throughputs: tuple[float, ...] = ()
+    params: dict = field(default_factory=dict)
+    cv: float | None = None
+    device_memory_bytes: int | None = None
+    peak_memory_bytes: int | None = None
+    startup_s: float | None = None
+    mode_facts: dict = field(default_factory=dict)
+    other: dict = field(default_factory=dict)  # the remaining saved fields, as saved
+
+
+@dataclass(frozen=True)
+class ScenarioRecord:
+    version: int
+    mode: str
+    device: str
+    workloads: tuple[str, ...]
+    rounds: tuple[float, ...]  # aggregate throughput per round
+    workers: tuple[WorkerRecord, ...]
+    gpu: dict | None = None  # index, uuid, name
+    cv: float | None = None
+    speedup: float | None = None
+    ideal_throughput: float | None = None
+    efficiency: float | None = None
+    samples_per_joule: float | None = None
+    throttled: bool | None = None
+    foreign_pids: tuple[int, ...] = ()
+    telemetry: tuple[dict, ...] = ()
+    cpu_affinity: str = ""
+    gate: dict | None = None
+    mode_facts: dict = field(default_factory=dict)
+
+    @property
+    def throughput(self) -> float:
+        """Aggregate samples/s: the mean of the rounds."""
+        return sum(self.rounds) / len(self.rounds)
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.workloads)
+
+    @property
+    def homogeneous(self) -> bool:
+        return len(set(self.workloads)) == 1
+
+    @property
+    def gpu_uuid(self) -> str | None:
+        return (self.gpu or {}).get("uuid")
+
+
+def write(result, gate: dict | None = None) -> dict[str, Any]:
+    """The extra_info of a ``scenario.ScenarioResult`` (JSON-able), with the gate's verdict if it was gated."""
+    info = {
+        MARKER: VERSION,
+        "mode": result.mode,
+        "device": result.device,
+        "gpu": result.gpu,
+        "n_workers": len(result.workloads),
+        "workloads": [w.label for w in result.workloads],
+        "aggregate_throughput": result.aggregate_throughput,
+        "aggregate_round_throughputs": list(result.aggregate_rounds),
+        "aggregate_cv": result.cv,
+        "speedup_vs_sequential": result.speedup,
+        "ideal_throughput": result.ideal_throughput,
+        "efficiency": result.efficiency,
+        "cpu_affinity": result.cpu_note,
+        "samples_per_joule": result.samples_per_joule,
+        "throttled": result.throttled,
+        "foreign_pids": result.foreign_pids,
+        "telemetry": result.telemetry,
+        "mode_facts": dict(result.mode_facts),
+        "workers": [_write_worker(w) for w in result.workers],
+    }
+    if gate is not None:
+        info["gate"] = gate
+    return info
+
+
+def _write_worker(worker) -> dict[str, Any]:
+    ready, result = worker.ready, worker.result
+    return {
+        "workload": worker.workload.label,
+        "params": worker.workload.to_dict(),
+        **worker.stats.summary(),  # throughput, round_throughputs, cv, step_time_median_s, step_time_cv, measured_s
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "reserved_memory_bytes": result.reserved_memory_bytes,
+        "device_memory_bytes": worker.device_memory_bytes,  # as NVML saw the process
+        "cpus": list(worker.cpus) if worker.cpus else None,
+        "pid": ready.pid,
+        "startup_s": ready.since_spawn_s,
+        "startup_phases_s": ready.startup_phases_s,
+        "cuda_visible_devices": ready.cuda_visible_devices,
+        "device_uuid_seen": ready.device_uuid,
+        "gpm_of_its_mig_instance": worker.instance_metrics,
+        "mode_facts": dict(worker.mode_facts),
+    }
+
+
+def is_record(info: Any) -> bool:
+    return isinstance(info, dict) and bool(info.get(MARKER))
+
+
+def _finite(value: Any, what: str, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or (positive and value == 0):
+        raise RecordError(f"{what} must be a finite {'positive' if positive else 'non-negative'} number, "
+                          f"got {str(value)[:40]}")
+    return float(value)
+
+
+def _optional(value: Any, what: str) -> float | None:
+    return None if value is None else _finite(value, what)
+
+
+def _read_worker(data: Any, version: int, index: int) -> WorkerRecord:
+    if not isinstance(data, dict):
+        raise RecordError(f"worker {index} is not an object")
+    if version == 1:  # the mode's facts stood beside the fields
+        facts = {k: v for k, v in data.items() if k not in _WORKER_FIELDS}
+    else:
+        facts = data.get("mode_facts") or {}
+    if not isinstance(data.get("workload"), str):
+        raise RecordError(f"worker {index} has no workload label")
+    return WorkerRecord(
+        workload=data["workload"],
+        throughput=_finite(data.get("throughput"), f"worker {index}'s throughput"),
+        round_throughputs=tuple(_finite(v, f"worker {index}'s round throughput")
+                                for v in data.get("round_throughputs") or ()),
+        params=data.get("params") if isinstance(data.get("params"), dict) else {},
+        cv=_optional(data.get("cv"), f"worker {index}'s cv"),
+        device_memory_bytes=data.get("device_memory_bytes") if isinstance(data.get("device_memory_bytes"), int) else None,
+        peak_memory_bytes=data.get("peak_memory_bytes") if isinstance(data.get("peak_memory_bytes"), int) else None,
+        startup_s=_optional(data.get("startup_s"), f"worker {index}'s start-up time"),
+        mode_facts=facts if isinstance(facts, dict) else {},
+        other={k: data[k] for k in _WORKER_FIELDS if k in data},
+    )
+
+
+def read(info: Any) -> ScenarioRecord:
+    """A saved scenario, checked: RecordError says what is wrong with it (the caller names the file)."""
+    if not is_record(info):
+        raise RecordError("not a pytest-gpucolloc scenario")
+    version = info[MARKER]
+    if version not in (1, 2):
+        raise RecordError(f"record version {version!r} is newer than this pytest-gpucolloc reads "
+                          f"(1-{VERSION}); upgrade pytest-gpucolloc")
+    rounds = info.get("aggregate_round_throughputs")
+    if not isinstance(rounds, list) or not rounds:
+        raise RecordError("aggregate_round_throughputs must be a non-empty list")
+    workloads = info.get("workloads")
+    if not isinstance(workloads, list) or not workloads or not all(isinstance(w, str) for w in workloads):
+        raise RecordError("workloads must be a non-empty list of labels")
+    workers = info.get("workers")
+    if not isinstance(workers, list) or not workers:
+        raise RecordError("workers must be a non-empty list")
+    if not isinstance(info.get("mode"), str):
+        raise RecordError("mode must be a name")
+    gpu = info.get("gpu")
+    telemetry = info.get("telemetry") or []
+    foreign = info.get("foreign_pids") or []
+    if version == 1:
+        facts = {k: v for k, v in info.items() if k not in _SCENARIO_FIELDS and k not in ("cpu_placement", MARKER)}
+    else:
+        facts = info.get("mode_facts") or {}
+    gate = info.get("gate")
+    return ScenarioRecord(
+        version=version,
+        mode=info["mode"],
+        device=str(info.get("device", "cuda" if gpu else "cpu")),
+        workloads=tuple(workloads),
+        rounds=tuple(_finite(v, "an aggregate round throughput", positive=True) for v in rounds),
+        workers=tuple(_read_worker(w, version, i) for i, w in enumerate(workers)),
+        gpu=gpu if isinstance(gpu, dict) else None,
+        cv=_optional(info.get("aggregate_cv"), "aggregate_cv"),
+        speedup=_optional(info.get("speedup_vs_sequential"), "speedup_vs_sequential"),
+        ideal_throughput=_optional(info.get("ideal_throughput"), "ideal_throughput"),
+        efficiency=_optional(info.get("efficiency"), "efficiency"),
+        samples_per_joule=_optional(info.get("samples_per_joule"), "samples_per_joule"),
+        throttled=info.get("throttled") if isinstance(info.get("throttled"), bool) else None,
+        foreign_pids=tuple(p for p in foreign if isinstance(p, int)) if isinstance(foreign, list) else (),
+        telemetry=tuple(t for t in telemetry if isinstance(t, dict)) if isinstance(telemetry, list) else (),
+        cpu_affinity=str(info.get("cpu_affinity", info.get("cpu_placement", ""))),
+        gate=gate if isinstance(gate, dict) else None,
+        mode_facts=facts if isinstance(facts, dict) else {},
+    )

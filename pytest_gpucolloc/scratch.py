@@ -1,0 +1,48 @@
+"""Private scratch directories (MPS pipes and logs, worker logs) and what killed runs left of them."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+SCRATCH_PREFIX = "gc-"
+OWNER_FILE = "owner.pid"
+
+
+def scratch_base() -> Path:
+    return Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
+
+
+def private_scratch() -> Path:
+    """A new 0700 directory with a short path (MPS pipe sockets must fit in 108 bytes), marked with the
+    pid of the process that owns it so that a later run can tell a killed run's leftovers."""
+    path = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=scratch_base()))
+    (path / OWNER_FILE).write_text(str(os.getpid()))
+    return path
+
+
+def clean_stale_scratch() -> list[str]:
+    """Remove what killed runs of this user left: scratch directories whose owner process is gone,
+    after stopping any MPS daemon still serving from them. Returns what was removed."""
+    from .mps_daemon import mps_processes
+
+    removed = []
+    for path in scratch_base().glob(f"{SCRATCH_PREFIX}*"):
+        try:
+            if not path.is_dir() or path.stat().st_uid != os.getuid():
+                continue
+            owner = int((path / OWNER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue  # not ours, or not a scratch directory of this plugin
+        if Path(f"/proc/{owner}").exists():
+            continue  # its run is still going
+        for pid, info in mps_processes().items():
+            if info["pipe_dir"] and info["pipe_dir"].startswith(str(path) + "/"):
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(str(path))
+    return removed

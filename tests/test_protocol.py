@@ -1,0 +1,44 @@
+"""The worker protocol (protocol.py): both sides' messages, and what the controller does with anything else."""
+import pytest
+
+from pytest_gpucolloc import protocol
+from pytest_gpucolloc.device import standalone_target
+from pytest_gpucolloc.modes.naive import NaiveMode
+from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
+from pytest_gpucolloc.workloads import Workload
+
+
+def test_commands_and_events_survive_the_wire():
+    spec = protocol.Spec(workload=Workload("resnet26").to_dict(), device="cpu", warmup_s=0.5, warmup_steps=2, cpus=[1])
+    assert protocol.decode_command(protocol.encode_command(spec).decode()) == spec
+    assert protocol.decode_command(protocol.encode_command(protocol.Measure(1.5, 0.5, 3)).decode()) == \
+        protocol.Measure(1.5, 0.5, 3)
+    result = protocol.Result(rounds=[(0.5, 64), (0.5, 60)], peak_memory_bytes=None)
+    assert protocol.decode_event(protocol.encode_event(result).encode()) == result
+    error = protocol.Error("OutOfMemoryError", "CUDA out of memory", details={"device_free_bytes": 0})
+    assert protocol.decode_event(protocol.encode_event(error).encode()) == error
+
+
+@pytest.mark.parametrize("line,why", [
+    (b"progress: 50%", "not a protocol message"),
+    (b'{"event": "launch"}', "not a protocol message"),
+    (b'{"event": "result", "rounds": []}', "non-empty list"),
+    (b'{"event": "result", "rounds": [[0, 10]]}', "seconds must be positive"),
+    (b'{"event": "result", "rounds": [[1.0, "many"]]}', "samples must be"),
+    (b'{"event": "ready", "pid": 1, "samples_per_step": 0, "warmup_steps": 1, "cpus": [], "startup_phases_s": {}}',
+     "samples_per_step must be"),
+])
+def test_anything_else_on_the_channel_is_a_protocol_error(line, why):
+    with pytest.raises(protocol.ProtocolError, match=why):
+        protocol.decode_event(line)
+
+
+@pytest.mark.slow
+def test_a_workload_writing_on_the_message_channel_fails_promptly_naming_its_worker(tmp_path):
+    settings = Settings(rounds=2, round_s=0.2, warmup_s=0.2, warmup_steps=2, timeout_s=120)
+    jobs = [Workload("tests.user_workloads:tiny", batch_size=4),
+            Workload("tests.user_workloads:tiny", batch_size=4, options={"fail_after": 1, "failure": "channel"})]
+    with standalone_target("cpu") as target, pytest.raises(ScenarioFailed) as failure:
+        run_scenario(jobs, NaiveMode(), target, settings, tmp_path)
+    assert "worker w1 failed: wrote on its message channel what is not a message" in str(failure.value)
+    assert "progress: 50%" in str(failure.value)

@@ -1,0 +1,92 @@
+"""The saved-run record (record.py): what is written, what is read back, older versions, and files whose
+values are not a record."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucolloc import measure, protocol, record
+from pytest_gpucolloc.history import load, read_run
+from pytest_gpucolloc.scenario import MeasuredWorker, ScenarioResult
+from pytest_gpucolloc.workloads import Workload
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-30-h200"
+EARLY_V1 = RESULTS / "gpu-tier-fidelity-overhead-aa-runs" / "history"  # the first saved runs (no gpu, foreign_pids or start-up fields)
+LATE_V1 = RESULTS / "memory-tests-and-missing-matrix-rows" / "paper.json"  # MPS partitions: the mode's facts beside the fields
+
+
+def measured(mode_facts=None) -> ScenarioResult:
+    job = Workload("resnet26", batch_size=32)
+    ready = protocol.Ready(pid=11, samples_per_step=32, warmup_steps=20, cpus=[1, 2], startup_phases_s={"import": 1.0},
+                           cuda_visible_devices="GPU-a", device_uuid="GPU-a", since_spawn_s=4.5)
+    result = protocol.Result(rounds=[(1.0, 3200), (1.0, 3168)], peak_memory_bytes=5 * 10**9,
+                             reserved_memory_bytes=3 * 10**8)
+    worker = MeasuredWorker(job, measure.WorkerStats(list(result.rounds), 32), ready, result, (1, 2),
+                            {"sm_percent": 50.0, "throughput": "a fact must not shadow a field"},
+                            {"memory_bytes_by_pid": {"11": 10**9}, "avg_power_w": 300.0, "throttled": False})
+    return ScenarioResult("mps-partitioned", [job], [worker], [3200.0, 3168.0], "cuda", "auto: 2 core(s) per worker",
+                          mode_facts or {"mps_daemon": "/tmp/gc-x/mps"}, {"index": 0, "uuid": "GPU-a", "name": "H200"},
+                          speedup=0.98)
+
+
+def test_what_is_written_reads_back_as_measured():
+    info = json.loads(json.dumps(record.write(measured(), {"verdict": "unchanged"})))  # as saved: through JSON
+    assert info["gpucolloc"] == record.VERSION == 2
+    scenario = record.read(info)
+    assert scenario.rounds == (3200.0, 3168.0) and scenario.throughput == 3184.0
+    assert scenario.mode == "mps-partitioned" and scenario.workloads == ("resnet26-cifar10/bs32",)
+    assert scenario.gpu_uuid == "GPU-a" and scenario.speedup == 0.98 and scenario.gate == {"verdict": "unchanged"}
+    assert scenario.mode_facts == {"mps_daemon": "/tmp/gc-x/mps"}
+    worker = scenario.workers[0]
+    assert worker.throughput == 3184.0 and worker.device_memory_bytes == 10**9 and worker.startup_s == 4.5
+    assert worker.mode_facts["sm_percent"] == 50.0  # kept apart from the record's own fields
+    assert info["workers"][0]["throughput"] == 3184.0
+    assert scenario.samples_per_joule == pytest.approx(3184.0 / 300.0)
+
+
+def test_early_version_1_runs_still_read():
+    history = load(EARLY_V1)
+    assert history.problems == [] and len(history.runs) == 2
+    scenario = next(iter(history.runs[0].scenarios.values()))
+    assert scenario.version == 1 and scenario.gpu is None and scenario.foreign_pids == ()
+    assert scenario.throughput == pytest.approx(sum(scenario.rounds) / len(scenario.rounds))
+
+
+def test_version_1_mode_facts_are_pulled_out_of_the_fields():
+    run = read_run(LATE_V1)
+    assert run.problems == [] and run.scenarios
+    partitioned = [s for s in run.scenarios.values() if s.mode == "mps-partitioned"]
+    assert partitioned and all("mps_daemon" in s.mode_facts for s in partitioned)
+    assert all("sm_percent" in w.mode_facts and "throughput" not in w.mode_facts
+               for s in partitioned for w in s.workers)
+    assert all(s.cpu_affinity for s in run.scenarios.values())  # was "cpu_placement"
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"aggregate_round_throughputs": [0, 0, 0]}, "finite positive number"),
+    ({"aggregate_round_throughputs": ["fast"]}, "finite positive number"),
+    ({"aggregate_round_throughputs": [math.inf]}, "finite positive number"),
+    ({"aggregate_round_throughputs": []}, "non-empty list"),
+    ({"workers": "x"}, "workers must be a non-empty list"),
+    ({"workloads": None}, "workloads must be"),
+    ({"gpucolloc": 99}, "newer than this pytest-gpucolloc reads"),
+])
+def test_a_record_with_impossible_values_is_refused_with_the_reason(change, why):
+    info = dict(record.write(measured()), **change)
+    with pytest.raises(record.RecordError, match=why):
+        record.read(info)
+
+
+def test_a_bad_scenario_is_named_and_skipped_and_the_rest_of_its_file_kept(tmp_path):
+    good = record.write(measured())
+    bad = dict(good, aggregate_round_throughputs=[0, 0, 0])
+    data = {"datetime": "2026-12-01T00:00:00", "commit_info": "x", "machine_info": [],
+            "benchmarks": [{"name": "t[a]", "fullname": "f.py::t[a]", "extra_info": good},
+                           {"name": "t[b]", "fullname": "f.py::t[b]", "extra_info": bad},
+                           {"name": "other", "fullname": "f.py::other", "extra_info": {}}]}
+    (tmp_path / "0001_x.json").write_text(json.dumps(data))
+    history = load(tmp_path)
+    assert list(history.runs[0].scenarios) == ["f.py::t[a]"]
+    assert len(history.problems) == 1 and "0001_x.json: scenario f.py::t[b] skipped" in history.problems[0]
+    assert history.runs[0].commit is None

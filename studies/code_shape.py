@@ -1,6 +1,7 @@
 """How easy the code is to enter, measured as a reader meets it: the package files one scenario's path runs
-through in the pytest process (traced during a real CPU smoke scenario), the longest functions, and the
-README's length.   python studies/code_shape.py [--json FILE]"""
+through in the pytest process (traced during a real CPU smoke scenario), the modules that import each other
+(a path that runs back up), the longest functions, and the README's length.
+    python studies/code_shape.py [--json FILE]"""
 from __future__ import annotations
 
 import argparse
@@ -69,6 +70,73 @@ def scenario_path() -> dict:
             "returns_to_an_earlier_file": returns}
 
 
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _unit(module: str) -> str:
+    """A top-level module is its own unit; a subpackage (mig, modes) is one unit."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def import_cycles() -> dict:
+    """Imports that run back up: units (top-level modules and subpackages) that import each other, directly or
+    through others (lazy imports inside functions included): the strongly connected components of the import
+    graph between units."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = _module_name(path)
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        edges = graph.setdefault(name, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                # "from .. import nvml" imports the submodule, not (for this purpose) the package itself
+                candidates = ([target] if node.module else []) + [f"{target}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                candidates = [a.name for a in node.names]
+            else:
+                continue
+            edges.update(c for c in candidates if c.startswith(PACKAGE.name) and c != name)
+    units: dict[str, set[str]] = {}
+    for m, edges in graph.items():
+        units.setdefault(_unit(m), set()).update(_unit(e) for e in edges if e in graph)
+    graph = {u: edges - {u} for u, edges in units.items()}
+    index, low, stack, on_stack, components = {}, {}, [], set(), []
+
+    def visit(m):  # Tarjan
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        on_stack.add(m)
+        for n in graph[m]:
+            if n not in index:
+                visit(n)
+                low[m] = min(low[m], low[n])
+            elif n in on_stack:
+                low[m] = min(low[m], index[n])
+        if low[m] == index[m]:
+            component = []
+            while True:
+                n = stack.pop()
+                on_stack.discard(n)
+                component.append(n)
+                if n == m:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for m in sorted(graph):
+        if m not in index:
+            visit(m)
+    return {"modules_in_cycles": sum(map(len, components)), "cycles": components}
+
+
 def longest_functions(top: int = 5) -> list[dict]:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -84,7 +152,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json")
     args = parser.parse_args()
-    result = {"scenario_path": scenario_path(), "longest_functions": longest_functions(),
+    result = {"scenario_path": scenario_path(), "import_cycles": import_cycles(),
+              "longest_functions": longest_functions(),
               "readme_lines": len((ROOT / "README.md").read_text().splitlines()),
               "package_modules": len(list(PACKAGE.rglob("*.py")))}
     text = json.dumps(result, indent=2)

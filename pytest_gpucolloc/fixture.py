@@ -18,7 +18,7 @@ from .mig.provision import MigError, MigUnavailable
 from .modes import MODES, ModeConfigError
 from .modes.sequential import SequentialMode
 from .mps_daemon import MpsError
-from .scenario import ScenarioFailed, ScenarioResult, run_scenario
+from .scenario import ScenarioFailed, ScenarioResult, combine_repeats, run_scenario
 from .session import CollocSession, ScenarioContext
 from .workloads import Workload, WorkloadError, as_workload
 
@@ -38,7 +38,7 @@ class CollocateFixture:
             raise RuntimeError("collocate can run one scenario per test (one benchmark record each)")
         self.used = True
         jobs = self._jobs(workloads)
-        self._skip_beyond_the_quick_tier()
+        self._skip_what_cannot_run_here(jobs)
         context = self.session.context(self.node)
         try:
             with self._outcome():
@@ -60,8 +60,10 @@ class CollocateFixture:
             pytest.fail("collocate() needs at least one workload", pytrace=False)
         return jobs
 
-    def _skip_beyond_the_quick_tier(self) -> None:
+    def _skip_what_cannot_run_here(self, jobs: list[Workload]) -> None:
         device = self.session.device()
+        if device.gpu is None and any(job.cuda_graph for job in jobs):
+            pytest.skip(f"{device.reason}: cuda_graph=True needs a CUDA GPU")
         if device.gpu is None and not self.node.get_closest_marker("quick") \
                 and not self.session.options["colloc_cpu_full"]:
             pytest.skip(f"{device.reason}: runs only the quick tier (marker 'quick'); "
@@ -84,11 +86,13 @@ class CollocateFixture:
             pytest.fail(f"{self.mode}: {exc}", pytrace=False)
 
     def _run(self, jobs: list[Workload], context: ScenarioContext) -> ScenarioResult:
+        """The scenario, its workers started ``context.repeats`` times afresh."""
         mode = MODES[self.mode]()
         reason = mode.unavailable_reason(context.target)
         if reason:
             pytest.skip(f"{self.mode}: {reason}")
-        return run_scenario(jobs, mode, context.target, context.settings, self.log_dir, context.sampler_factory)
+        return combine_repeats([run_scenario(jobs, mode, context.target, context.settings, self.log_dir / f"r{k}",
+                                             context.sampler_factory) for k in range(context.repeats)])
 
     def _add_baselines(self, result: ScenarioResult, context: ScenarioContext, want_ideal: bool) -> None:
         """Speedup against each job alone (measured by the sequential mode earlier in the session), and the
@@ -113,8 +117,10 @@ class CollocateFixture:
         from . import gate
 
         gpu = result.gpu or {}
-        current = gate.RunSample("current", tuple(result.aggregate_rounds), gpu.get("name"), gpu.get("uuid"),
-                                 result.throttled, contaminated=bool(result.foreign_pids))
+        scenario = record.read(record.write(result))  # judged as it will be saved
+        current = gate.RunSample("current", scenario.rounds, gpu.get("name"), gpu.get("uuid"), scenario.throttled,
+                                 contaminated=bool(scenario.foreign_pids), config=scenario.config,
+                                 repeats=scenario.repeats, eager=scenario.eager_on_gpu)
         verdict = gate.decide(current, self.session.history.samples(self.node.nodeid), context.policy).to_dict()
         self.session.verdicts.append((self.node.name, verdict))
         return verdict

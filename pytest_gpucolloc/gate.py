@@ -50,10 +50,19 @@ class RunSample:
     datetime: str = ""
     commit: str | None = None
     contaminated: bool = False
+    config: dict = field(default_factory=dict)  # the GPU configuration that bounds performance (machine.BOUNDING)
+    repeats: tuple[tuple[float, ...], ...] = ()  # rounds of each fresh-process repeat; () or one: a single set
+    eager: bool = False  # GPU workloads without CUDA graphs (cuda_graph=True is a lever on launch noise)
+
+    @property
+    def process_sets(self) -> tuple[tuple[float, ...], ...]:
+        """Rounds grouped by the processes that measured them (one group per fresh-process repeat)."""
+        return self.repeats if len(self.repeats) > 1 else (self.rounds,)
 
     @property
     def log_mean(self) -> float:
-        return statistics.fmean(math.log(x) for x in self.rounds)
+        """Mean log throughput with each set of processes weighted equally: the process is the unit."""
+        return statistics.fmean(statistics.fmean(math.log(x) for x in rounds) for rounds in self.process_sets)
 
     @property
     def throughput(self) -> float:
@@ -61,8 +70,10 @@ class RunSample:
 
     @property
     def log_sd(self) -> float:
-        values = [math.log(x) for x in self.rounds]
-        return statistics.stdev(values) if len(values) > 1 else 0.0
+        """Round-to-round spread (log) within a set of processes, pooled over the sets."""
+        variances = [statistics.variance([math.log(x) for x in rounds]) for rounds in self.process_sets
+                     if len(rounds) > 1]
+        return math.sqrt(statistics.fmean(variances)) if variances else 0.0
 
 
 @dataclass
@@ -77,6 +88,7 @@ class Verdict:
     threshold: float = DEFAULT_THRESHOLD
     baseline_runs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    noise: dict | None = None  # which level of noise dominates, and what would resolve the threshold
 
     @property
     def failed(self) -> bool:
@@ -84,7 +96,7 @@ class Verdict:
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("verdict", "reason", "baseline", "current", "change", "ci", "mde",
-                                                "threshold", "baseline_runs", "notes")}
+                                                "threshold", "baseline_runs", "notes", "noise")}
 
 
 def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy) -> tuple[list[RunSample], list[str]]:
@@ -94,9 +106,14 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
     if len(same_model) < len(history):
         others = sorted({r.gpu_name or "unknown GPU" for r in history if r.gpu_name != current.gpu_name})
         notes.append(f"{len(history) - len(same_model)} run(s) on other GPUs left out ({', '.join(others)})")
-    calm = [r for r in same_model if not r.throttled and not r.contaminated]
-    if len(calm) < len(same_model):
-        notes.append(f"{len(same_model) - len(calm)} throttled or contaminated run(s) left out")
+    same_config = [r for r in same_model if not _config_differs(r, current)]
+    if len(same_config) < len(same_model):
+        changed = sorted({d for r in same_model for d in _config_differs(r, current)})
+        notes.append(f"{len(same_model) - len(same_config)} run(s) under another GPU configuration left out "
+                     f"({'; '.join(changed)})")
+    calm = [r for r in same_config if not r.throttled and not r.contaminated]
+    if len(calm) < len(same_config):
+        notes.append(f"{len(same_config) - len(calm)} throttled or contaminated run(s) left out")
     same_gpu = [r for r in calm if current.gpu_uuid and r.gpu_uuid == current.gpu_uuid]
     if len(same_gpu) >= policy.min_runs:
         chosen = same_gpu
@@ -106,6 +123,12 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
             notes.append("baseline includes other GPUs of the same model (identical GPUs differ by a few percent)")
     chosen = sorted(chosen, key=lambda r: r.datetime)[-policy.runs:]
     return chosen, notes
+
+
+def _config_differs(baseline: RunSample, current: RunSample) -> list[str]:
+    from .machine import bounding_differences
+
+    return bounding_differences(baseline.config, current.config)
 
 
 def _c4(k: int) -> float:
@@ -147,7 +170,14 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
 
     result = Verdict("unchanged", threshold=policy.threshold, current=current.throughput)
     if current.throttled:
-        result.verdict, result.reason = "not comparable", "the GPU throttled during this run"
+        result.verdict, result.reason = "not comparable", "the GPU throttled during this run (not the power cap)"
+        return result
+    same_model = [r for r in history if r.gpu_name == current.gpu_name]
+    if same_model and all(_config_differs(r, current) for r in same_model):
+        changed = sorted({d for r in same_model for d in _config_differs(r, current)})
+        result.verdict = "not comparable"
+        result.reason = (f"the GPU's configuration differs from every baseline run's ({'; '.join(changed)}); "
+                         "compare runs made under one configuration")
         return result
     if current.contaminated:
         result.verdict, result.reason = "not comparable", "other processes used the GPU during this run"
@@ -183,6 +213,7 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
         p_higher = 0.0 if d > 0 else 1.0
     result.mde = mde(spread, k, policy)
     resolvable = mde(spread, k, policy, with_threshold=False)
+    result.noise = noise_levels(baseline, spread, policy, resolvable > policy.threshold)
     if p_lower < policy.alpha and -result.change >= policy.threshold:
         result.verdict = "regressed"
         result.reason = f"{-result.change:.1%} slower, beyond the baseline's run-to-run spread (p={p_lower:.2g})"
@@ -223,3 +254,62 @@ def too_noisy(current: RunSample, baseline: list[RunSample], spread: float, poli
                    else "more rounds cannot help")
     return text + (f"; run-to-run spread {math.sqrt(between):.1%}, {more_rounds}; {more_runs}; "
                    "or steady the machine (CPU pinning, clocks), or raise the threshold")
+
+
+def _variance(values: list[float]) -> float | None:
+    return statistics.variance(values) if len(values) > 1 else None
+
+
+def noise_levels(baseline: list[RunSample], spread: float, policy: Policy, too_noisy: bool) -> dict:
+    """Where the baseline's noise lives, as shares of a run mean's variance: rounds within a process, processes
+    within a run (measurable with fresh-process repeats), runs. And, when the threshold is out of reach, which
+    lever would bring the detectable drop under it, with the numbers."""
+    k = len(baseline)
+    n = statistics.fmean(len(s) for r in baseline for s in r.process_sets)  # rounds per set of processes
+    sets = statistics.fmean(len(r.process_sets) for r in baseline)  # sets of processes per run
+    round_var = statistics.fmean(r.log_sd ** 2 for r in baseline)
+    per_run = [_variance([statistics.fmean(math.log(x) for x in s) for s in r.process_sets]) for r in baseline]
+    process_var = None
+    if all(v is not None for v in per_run):
+        process_var = max(statistics.fmean(per_run) - round_var / n, 0.0)
+    run_var = max(spread ** 2 - (process_var or 0.0) / sets - round_var / (sets * n), 0.0)
+    parts = {"rounds": round_var / (sets * n), "processes": None if process_var is None else process_var / sets,
+             "runs": run_var}
+    total = sum(v for v in parts.values() if v) or 1.0
+    shares = {level: None if v is None else v / total for level, v in parts.items()}
+    dominant = max((level for level in parts if parts[level] is not None), key=lambda level: parts[level])
+    if dominant == "runs" and process_var is None:
+        dominant = "processes or runs"  # without repeats the two cannot be told apart
+    result = {"dominant": dominant, "shares": shares, "rounds_per_set": n, "sets_per_run": sets, "lever": None}
+    if not too_noisy:
+        return result
+    # the run-mean variance at which the statistics resolve the threshold with k baseline runs, with a margin:
+    # the spread of k runs is itself noisy, and advice that only works half the time is no advice
+    target = LEVER_MARGIN * (-math.log(1 - policy.threshold) / _unit_drop(k, policy.alpha, policy.power) * _c4(k)) ** 2
+    levers = []
+    if dominant == "rounds":
+        rest = run_var + (process_var or 0.0) / sets
+        rounds = math.ceil(round_var / (sets * (target - rest))) if target > rest else None
+        if rounds is not None and rounds <= MAX_USEFUL_ROUNDS:
+            levers.append(f"{rounds} rounds per run (now {n:.0f})")
+    elif dominant.startswith("processes"):
+        # the other levels' share is small: repeats divide the variance between processes
+        between = process_var if process_var is not None else run_var
+        repeats = math.ceil((between + round_var / n) / target)
+        if repeats <= MAX_USEFUL_REPEATS:
+            assumption = "" if process_var is not None else " (if its run-to-run noise lives between processes)"
+            levers.append(f"--colloc-repeats={max(repeats, 2)}{assumption}")
+        else:
+            levers.append(f"more than {MAX_USEFUL_REPEATS} fresh-process repeats per run")
+    if baseline[-1].eager:
+        levers.append("cuda_graph=True (removes CPU launch noise at its source)")
+    runs = next((m for m in range(k + 1, MAX_BASELINE_RUNS + 1)
+                 if mde(spread / _c4(k) * _c4(m), m, policy, with_threshold=False) <= policy.threshold), None)
+    if runs:
+        levers.append(f"{runs} baseline runs")
+    result["lever"] = " or ".join(levers) if levers else "steady the machine (CPU pinning, clocks) or raise the threshold"
+    return result
+
+
+MAX_USEFUL_REPEATS = 1000
+LEVER_MARGIN = 0.5  # a spread of 5 runs exceeds twice its true variance about 1 time in 11

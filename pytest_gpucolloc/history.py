@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import record
+from . import machine, record
 from .gate import RunSample
 
 
@@ -32,9 +32,11 @@ class SavedRun:
         if scenario is None:
             return None
         gpu = scenario.gpu or {}  # the GPU the scenario ran on (xdist runs use several)
+        # its configuration as recorded with the scenario; version-1 runs kept only the run's GPU's
+        config = scenario.config or {k: self.machine[k] for k in machine.BOUNDING if k in self.machine}
         return RunSample(self.run_id, scenario.rounds, gpu.get("name", self.machine.get("gpu_name")),
                          gpu.get("uuid", self.machine.get("gpu_uuid")), scenario.throttled, self.datetime,
-                         self.commit, bool(scenario.foreign_pids))
+                         self.commit, bool(scenario.foreign_pids), config, scenario.repeats, scenario.eager_on_gpu)
 
 
 def short_name(fullname: str) -> str:

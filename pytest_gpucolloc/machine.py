@@ -34,6 +34,20 @@ DESCRIBED = [
 ]
 
 
+# The GPU configuration that bounds performance: runs made under another one are not comparable.
+BOUNDING = ("power_limit_w", "application_sm_clock_mhz", "max_sm_clock_mhz", "mig_mode", "ecc_mode")
+
+
+def bounding(gpu: nvml.GpuInfo) -> dict[str, Any]:
+    return {"mig_mode": gpu.mig_mode, **{k: gpu.extra.get(k) for k in BOUNDING if k != "mig_mode"}}
+
+
+def bounding_differences(baseline: dict, current: dict) -> list[str]:
+    """What differs in the configuration that bounds performance, e.g. ``power limit (W) 700 -> 600``."""
+    return differences({k: v for k, v in baseline.items() if k in BOUNDING},
+                       {k: v for k, v in current.items() if k in BOUNDING})
+
+
 def identity(gpu: nvml.GpuInfo | None, worker_report: dict | None) -> dict[str, Any]:
     """machine_info["gpucolloc"] for a run; ``worker_report`` is a worker's ready message (torch's view)."""
     from . import __version__

@@ -5,6 +5,10 @@ Every workload, built-in or user-supplied, follows one protocol (as TorchBench's
     factory(*, batch_size: int, device: torch.device, precision: str, **options) -> obj
     obj.train_step() -> None       # one optimiser step on `device`
     obj.samples_per_step: int      # optional; defaults to batch_size
+
+``Workload(..., cuda_graph=True)`` opts in to CUDA graphs, for built-in and user workloads alike: after
+warm-up ``train_step`` is captured once as a CUDA graph and replayed (``GraphedStep``). A captured step must
+not synchronise with the host, change shapes or do CPU-side work; one that cannot be captured fails with why.
 """
 from __future__ import annotations
 
@@ -34,8 +38,10 @@ class SupervisedStep:
     """SGD training on one synthetic batch resident on the device (no data loader, no downloads)."""
 
     def __init__(self, model: nn.Module, batch_size: int, image_size: int, num_classes: int,
-                 device: torch.device, precision: str, extra_step_every: int | None = None):
+                 device: torch.device, precision: str, extra_step_every: int | None = None,
+                 graph_safe: bool = False):
         self.device = device
+        self.graph_safe = graph_safe  # autocast's weight cache must be off inside a CUDA graph capture
         self.extra_step_every = extra_step_every
         self.steps = 0
         self.samples_per_step = batch_size
@@ -51,7 +57,8 @@ class SupervisedStep:
 
     def _step(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast,
+                            cache_enabled=False if self.graph_safe else None):
             loss = self.loss(self.model(self.images), self.labels)
         loss.backward()
         self.optimizer.step()
@@ -63,17 +70,60 @@ class SupervisedStep:
             self._step()  # uncounted extra work (a known slowdown)
 
 
-def build_named(workload: Workload, device: torch.device, image_size: int | None = None) -> SupervisedStep:
+class GraphedStep:
+    """A training step captured once as a CUDA graph and replayed. ``step_fn`` is warmed up on a side stream
+    (cuDNN autotuning, allocator, optimiser state), then captured; ``extra_step_every`` replays once more after
+    every K counted steps (the known slowdown of the named workloads)."""
+
+    WARMUP_STEPS = 3
+
+    def __init__(self, step_fn, samples_per_step: int, extra_step_every: int | None = None):
+        self.step_fn = step_fn
+        self.samples_per_step = samples_per_step
+        self.extra_step_every = extra_step_every
+        self.steps = 0
+        self.graph = None
+
+    def capture(self) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(self.WARMUP_STEPS):
+                self.step_fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self.step_fn()
+        except Exception as error:
+            raise RuntimeError(
+                f"cuda_graph=True: the training step cannot be captured as a CUDA graph ({type(error).__name__}: "
+                f"{str(error)[:300]}); a captured step must not synchronise with the host, change shapes or do "
+                "CPU-side work") from error
+        self.graph = graph
+
+    def train_step(self) -> None:
+        self.graph.replay()
+        self.steps += 1
+        if self.extra_step_every and self.steps % self.extra_step_every == 0:
+            self.graph.replay()  # uncounted extra work (a known slowdown)
+
+
+def build_named(workload: Workload, device: torch.device, image_size: int | None = None):
     shape = NAMED_WORKLOADS[workload.model]
-    return SupervisedStep(
+    step = SupervisedStep(
         build_network(shape.arch, shape.num_classes),
         batch_size=workload.batch_size,
         image_size=image_size or shape.image_size,
         num_classes=shape.num_classes,
         device=device,
         precision=workload.precision,
-        extra_step_every=workload.options.get("extra_step_every"),
+        extra_step_every=None if workload.cuda_graph else workload.options.get("extra_step_every"),
+        graph_safe=workload.cuda_graph,
     )
+    if workload.cuda_graph:
+        return GraphedStep(step._step, step.samples_per_step, workload.options.get("extra_step_every"))
+    return step
 
 
 def load_factory(path: str):
@@ -86,7 +136,10 @@ def load_factory(path: str):
 
 
 def build(workload: Workload, device: torch.device, image_size: int | None = None) -> Any:
-    """The training-step object for ``workload``; ``image_size`` shrinks inputs (CPU smoke mode)."""
+    """The training-step object for ``workload``; ``image_size`` shrinks inputs (CPU smoke mode). A graphed
+    step still has to be captured (``GraphedStep.capture``) before it trains."""
+    if workload.cuda_graph and device.type != "cuda":
+        raise RuntimeError(f"cuda_graph=True needs a CUDA device; this worker trains on {device.type}")
     if workload.is_named:
         return build_named(workload, device, image_size)
     step = load_factory(workload.model)(
@@ -94,4 +147,6 @@ def build(workload: Workload, device: torch.device, image_size: int | None = Non
     )
     if not callable(getattr(step, "train_step", None)):
         raise TypeError(f"{workload.model} returned {type(step).__name__}, which has no train_step()")
+    if workload.cuda_graph:
+        return GraphedStep(step.train_step, int(getattr(step, "samples_per_step", workload.batch_size)))
     return step

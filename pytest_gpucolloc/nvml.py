@@ -23,7 +23,8 @@ GPM_METRICS = {  # NVML_GPM_METRIC_* ids
     "tensor_activity_pct": 5,
     "dram_bw_util_pct": 10,
 }
-THROTTLE_REASONS = {  # clock-event reason bits that make a run not comparable
+GPU_IDLE = 0x1  # clock-event reason: the GPU lowered its clock for lack of work
+THROTTLE_REASONS = {  # clock-event reason bits recorded with a run (telemetry.py decides what they mean)
     0x4: "sw_power_cap",
     0x8: "hw_slowdown",
     0x20: "sw_thermal",

@@ -148,6 +148,10 @@ OPTIONS = [
     Option("colloc_timeout", "seconds a scenario's workers may take to start and warm up, and beyond the "
            "planned measurement time to finish it (default 600)",
            _number("--colloc-timeout", 1, 86400), "600"),
+    Option("colloc_repeats", "start each scenario's workers K times afresh within the run, for scenarios whose noise "
+           "lives between processes: every repeat is saved and the gate takes each repeat's processes as one sample "
+           "(default 1; per scenario: @pytest.mark.colloc_repeats(K))",
+           _number("--colloc-repeats", 1, 1000, integer=True), "1"),
     Option("colloc_cpus", "CPU cores per worker: auto (disjoint cores per worker), none, or explicit lists "
            "'0-3;4-7' (one per worker)", parse_cpus, "auto"),
     Option("colloc_ideal", "also measure the 'ideal' reference for homogeneous scenarios: one process "

@@ -17,6 +17,7 @@ MARKERS = [
     "gpu: test needs a real NVIDIA GPU; skipped with the reason without one",
     "mig_layout(layout): MIG layout of this scenario, e.g. '3g,2g,1g*2'",
     "colloc_gate(threshold=PERCENT): this scenario's regression threshold",
+    "colloc_repeats(K): start this scenario's workers K times afresh (see --colloc-repeats)",
 ]
 
 

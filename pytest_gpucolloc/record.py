@@ -7,16 +7,22 @@ read only the ``ScenarioRecord`` it returns.
     gpucolloc            2
     mode                 sharing mode: sequential, naive, mps, mps-partitioned, mig
     device               "cuda" or "cpu" (CPU smoke mode)
-    gpu                  {index, uuid, name} of the GPU it ran on, or null
+    gpu                  {index, uuid, name} of the GPU it ran on and the configuration that bounds its performance
+                         (power_limit_w, application_sm_clock_mhz, max_sm_clock_mhz, mig_mode, ecc_mode), or null
     workloads            one label per worker, e.g. "resnet26-cifar10/bs128"
     n_workers            len(workloads)
     aggregate_round_throughputs   aggregate samples/s per measurement round (all workers' rounds share
                                   their boundaries; for sequential: equal work per job)
+    repeats              aggregate_round_throughputs split by fresh-process repeat (--colloc-repeats): one list
+                         per repeat, one list in all without repeats
     aggregate_throughput mean of the rounds; aggregate_cv: their coefficient of variation
     speedup_vs_sequential  sum over jobs of collocated / alone throughput (alone: same session and GPU)
     ideal_throughput, efficiency   one process training the summed batch, and aggregate / that
     cpu_affinity         how CPU cores were given to workers
-    samples_per_joule, throttled, foreign_pids, telemetry (one dict per phase: power, clocks, GPM, ...)
+    samples_per_joule, foreign_pids, telemetry (one dict per phase and repeat: power, clocks, power-cap share,
+                         GPM, ...)
+    throttled            an abnormal clock condition held (thermal, HW slowdown, power brake, or an SM clock below
+                         75% of its maximum): the run is not comparable. The power cap is recorded, never this.
     mode_facts           what the sharing mode recorded (MPS daemon, MIG layout, ...)
     gate                 the gate's verdict when the run was gated, else absent
     workers              one dict per worker, in scenario order:
@@ -25,9 +31,10 @@ read only the ``ScenarioRecord`` it returns.
         startup_s, startup_phases_s, cuda_visible_devices, device_uuid_seen, gpm_of_its_mig_instance,
         mode_facts (the worker's limits and checks: sm_percent, sm_count_seen, MIG instance, ...)
 
-Version 1 (sessions before 2026-12) had the same fields, but the mode's facts stood beside the record's own
-keys (a fact could shadow a field) and the CPU note was called ``cpu_placement``; early version-1 runs lack
-``gpu``, ``foreign_pids`` and the start-up fields. ``read`` accepts both.
+Version 1 (sessions before 2026-12) had the same fields but ``repeats``, the mode's facts stood beside the
+record's own keys (a fact could shadow a field), the CPU note was called ``cpu_placement``, and ``throttled``
+counted the power cap; early version-1 runs lack ``gpu``, ``foreign_pids``, ``throttle_share`` and the start-up
+fields. ``read`` accepts both and judges ``throttled`` by today's rule from the telemetry they kept.
 """
 from __future__ import annotations
 
@@ -42,7 +49,7 @@ _WORKER_FIELDS = ("workload", "params", "throughput", "round_throughputs", "cv",
                   "step_time_cv", "measured_s", "peak_memory_bytes", "reserved_memory_bytes", "device_memory_bytes",
                   "cpus", "pid", "startup_s", "startup_phases_s", "cuda_visible_devices", "device_uuid_seen",
                   "gpm_of_its_mig_instance")
-_SCENARIO_FIELDS = ("mode", "device", "gpu", "workloads", "n_workers", "aggregate_round_throughputs",
+_SCENARIO_FIELDS = ("mode", "device", "gpu", "workloads", "n_workers", "aggregate_round_throughputs", "repeats",
                     "aggregate_throughput", "aggregate_cv", "speedup_vs_sequential", "ideal_throughput",
                     "efficiency", "cpu_affinity", "samples_per_joule", "throttled", "foreign_pids", "telemetry",
                     "gate", "workers")
@@ -86,6 +93,17 @@ class ScenarioRecord:
     cpu_affinity: str = ""
     gate: dict | None = None
     mode_facts: dict = field(default_factory=dict)
+    repeats: tuple[tuple[float, ...], ...] = ()  # rounds of each fresh-process repeat; one entry without repeats
+
+    @property
+    def config(self) -> dict:
+        """The configuration that bounds performance, as recorded with the scenario (version 2)."""
+        return {k: v for k, v in (self.gpu or {}).items() if k not in ("index", "uuid", "name")}
+
+    @property
+    def eager_on_gpu(self) -> bool:
+        """Ran on a GPU without CUDA graphs: cuda_graph=True is a way to remove its launch noise."""
+        return self.device == "cuda" and not all(w.params.get("cuda_graph") for w in self.workers)
 
     @property
     def throughput(self) -> float:
@@ -116,6 +134,7 @@ def write(result, gate: dict | None = None) -> dict[str, Any]:
         "workloads": [w.label for w in result.workloads],
         "aggregate_throughput": result.aggregate_throughput,
         "aggregate_round_throughputs": list(result.aggregate_rounds),
+        "repeats": [list(r) for r in result.repeats] or [list(result.aggregate_rounds)],
         "aggregate_cv": result.cv,
         "speedup_vs_sequential": result.speedup,
         "ideal_throughput": result.ideal_throughput,
@@ -169,6 +188,24 @@ def _optional(value: Any, what: str) -> float | None:
     return None if value is None else _finite(value, what)
 
 
+def _throttled(info: dict, telemetry: list[dict]) -> bool | None:
+    """Today's rule on what a run kept: an abnormal reason held for THROTTLED_SHARE of a window, or the SM clock
+    fell below the floor (only recorded since version 2); the power cap never counts."""
+    from .telemetry import ABNORMAL_REASONS, THROTTLED_SHARE
+
+    verdicts = []
+    for phase in telemetry:
+        if "throttled_why" in phase:  # judged when it was measured
+            verdicts.append(bool(phase.get("throttled")))
+        elif isinstance(phase.get("throttle_share"), dict):
+            verdicts.append(any(phase["throttle_share"].get(name, 0) >= THROTTLED_SHARE for name in ABNORMAL_REASONS))
+        elif isinstance(phase.get("throttle_reasons"), list):  # early runs: which reasons, not how long
+            verdicts.append(any(name in ABNORMAL_REASONS for name in phase["throttle_reasons"]))
+    if verdicts:
+        return any(verdicts)
+    return info.get("throttled") if isinstance(info.get("throttled"), bool) else None
+
+
 def _read_worker(data: Any, version: int, index: int) -> WorkerRecord:
     if not isinstance(data, dict):
         raise RecordError(f"worker {index} is not an object")
@@ -220,12 +257,21 @@ def read(info: Any) -> ScenarioRecord:
     else:
         facts = info.get("mode_facts") or {}
     gate = info.get("gate")
+    telemetry = [t for t in telemetry if isinstance(t, dict)] if isinstance(telemetry, list) else []
+    flat = tuple(_finite(v, "an aggregate round throughput", positive=True) for v in rounds)
+    repeats = info.get("repeats") if version >= 2 else None
+    if repeats is None:
+        repeats = [rounds]
+    if not isinstance(repeats, list) or not all(isinstance(r, list) and r for r in repeats) \
+            or sorted(x for r in repeats for x in r) != sorted(rounds):
+        raise RecordError("repeats must split aggregate_round_throughputs into non-empty lists")
     return ScenarioRecord(
         version=version,
         mode=info["mode"],
         device=str(info.get("device", "cuda" if gpu else "cpu")),
         workloads=tuple(workloads),
-        rounds=tuple(_finite(v, "an aggregate round throughput", positive=True) for v in rounds),
+        rounds=flat,
+        repeats=tuple(tuple(float(x) for x in r) for r in repeats),
         workers=tuple(_read_worker(w, version, i) for i, w in enumerate(workers)),
         gpu=gpu if isinstance(gpu, dict) else None,
         cv=_optional(info.get("aggregate_cv"), "aggregate_cv"),
@@ -233,9 +279,9 @@ def read(info: Any) -> ScenarioRecord:
         ideal_throughput=_optional(info.get("ideal_throughput"), "ideal_throughput"),
         efficiency=_optional(info.get("efficiency"), "efficiency"),
         samples_per_joule=_optional(info.get("samples_per_joule"), "samples_per_joule"),
-        throttled=info.get("throttled") if isinstance(info.get("throttled"), bool) else None,
+        throttled=_throttled(info, telemetry),
         foreign_pids=tuple(p for p in foreign if isinstance(p, int)) if isinstance(foreign, list) else (),
-        telemetry=tuple(t for t in telemetry if isinstance(t, dict)) if isinstance(telemetry, list) else (),
+        telemetry=tuple(telemetry),
         cpu_affinity=str(info.get("cpu_affinity", info.get("cpu_placement", ""))),
         gate=gate if isinstance(gate, dict) else None,
         mode_facts=facts if isinstance(facts, dict) else {},

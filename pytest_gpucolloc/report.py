@@ -38,15 +38,18 @@ def _sm_activity(phases: Iterable[dict]) -> str:
 
 
 def _flags(scenario: ScenarioRecord) -> str:
-    """What makes a result incomparable: throttling, other processes on the GPU."""
+    """What makes a result incomparable (throttling, other processes on the GPU), and the power cap, which
+    does not: it is how a GPU-bound job normally runs."""
     flags = []
     if scenario.throttled:
         flags.append("THROTTLED")
     if scenario.foreign_pids:
         flags.append("FOREIGN PIDS " + ",".join(map(str, scenario.foreign_pids)))
+    capped = [t.get("power_capped_share") for t in scenario.telemetry if t.get("power_capped_share")]
+    notes = [f"power cap {max(capped):.0%}"] if capped and max(capped) >= 0.1 else []
     if not flags:
-        return "-" if scenario.throttled is None else "ok"
-    return "; ".join(flags)
+        return "; ".join(notes) or ("-" if scenario.throttled is None else "ok")
+    return "; ".join(flags + notes)
 
 
 def describe_workers(labels: list[str]) -> str:
@@ -81,7 +84,17 @@ def table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple", so
 
 
 GATE_HEADERS = ["scenario", "verdict", "baseline samples/s", "current samples/s", "change", "interval",
-                "detectable drop", "baseline runs", "why"]
+                "detectable drop", "baseline runs", "noise (share of a run's variance)", "lever", "why"]
+
+
+def _noise(noise: dict | None) -> str:
+    """The dominant level of noise first, e.g. ``processes or runs 97%, rounds 3%``."""
+    if not noise:
+        return "-"
+    shares = {level: share for level, share in noise["shares"].items() if share is not None}
+    if noise["dominant"] == "processes or runs":
+        shares = {"processes or runs": shares.pop("runs", 0.0), **shares}
+    return ", ".join(f"{level} {share:.0%}" for level, share in sorted(shares.items(), key=lambda kv: -kv[1]))
 
 
 def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
@@ -91,8 +104,9 @@ def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
         interval = "-" if not v.get("ci") else f"[{_bound(v['ci'][0])}, {_bound(v['ci'][1])}]"
         mde = "-" if v.get("mde") is None else f"{v['mde']:.1%}"
         why = "; ".join([v.get("reason", "")] + list(v.get("notes", [])))
+        lever = ((v.get("noise") or {}).get("lever")) or "-"
         table.append([name, v["verdict"], _num(v.get("baseline")), _num(v.get("current")), change, interval, mde,
-                      str(len(v.get("baseline_runs", []))), why])
+                      str(len(v.get("baseline_runs", []))), _noise(v.get("noise")), lever, why])
     return table
 
 

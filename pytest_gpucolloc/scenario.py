@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import measure, protocol
+from . import machine, measure, protocol
 from .cpu_affinity import CpuPolicy, assign_cpus
 from .modes.base import SharingMode, Target, WorkerCheckFailed
 from .pool import ScenarioTimeout, WorkerFailed, WorkerPool, WorkerSlot
@@ -73,9 +73,11 @@ class ScenarioResult:
     device: str
     cpu_note: str
     mode_facts: dict = field(default_factory=dict)  # what the mode recorded (MPS daemon, MIG layout)
-    gpu: dict | None = None  # index, uuid and name of the GPU it ran on
+    gpu: dict | None = None  # index, uuid, name of the GPU it ran on, and its configuration (machine.BOUNDING)
     speedup: float | None = None
     ideal_throughput: float | None = None
+    repeats: list[list[float]] = field(default_factory=list)  # aggregate rounds of each fresh-process repeat
+    extra_phases: list[dict] = field(default_factory=list)  # telemetry of the repeats after the first
 
     @property
     def aggregate_throughput(self) -> float:
@@ -93,7 +95,7 @@ class ScenarioResult:
     def telemetry(self) -> list[dict]:
         """Telemetry of each phase (one for collocated modes, one per workload for sequential)."""
         phases = {id(w.phase_telemetry): w.phase_telemetry for w in self.workers if w.phase_telemetry}
-        return list(phases.values())
+        return list(phases.values()) + self.extra_phases
 
     @property
     def samples_per_joule(self) -> float | None:
@@ -102,7 +104,7 @@ class ScenarioResult:
         powers = [w.phase_telemetry.get("avg_power_w") for w in self.workers]
         if not powers or any(p is None or p <= 0 for p in powers):
             return None
-        if len(self.telemetry) > 1:
+        if len(self.telemetry) - len(self.extra_phases) > 1:  # one phase per job (sequential)
             return len(self.workers) / sum(p / w.stats.throughput for p, w in zip(powers, self.workers))
         return self.aggregate_throughput / powers[0]
 
@@ -119,6 +121,21 @@ class ScenarioResult:
     @property
     def homogeneous(self) -> bool:
         return len({w.key() for w in self.workloads}) == 1
+
+
+def combine_repeats(results: list[ScenarioResult]) -> ScenarioResult:
+    """One result of a scenario whose workers were started several times afresh: every repeat's rounds are
+    kept (``repeats``); each worker's statistics cover all its repeats; start-up facts are the first repeat's."""
+    first = results[0]
+    if len(results) == 1:
+        return first
+    workers = [dataclasses.replace(worker, stats=measure.WorkerStats(
+        [r for result in results for r in result.workers[i].stats.rounds], worker.stats.samples_per_step))
+        for i, worker in enumerate(first.workers)]
+    return dataclasses.replace(
+        first, workers=workers, aggregate_rounds=[x for result in results for x in result.aggregate_rounds],
+        repeats=[list(result.aggregate_rounds) for result in results],
+        extra_phases=[phase for result in results[1:] for phase in result.telemetry])
 
 
 class ScenarioFailed(RuntimeError):
@@ -175,6 +192,7 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
     process and piece of mode state is gone when it returns or raises."""
     workloads = [settings.adapt(w) for w in workloads]
     mode.validate(workloads, target)
+    Path(log_dir).mkdir(parents=True, exist_ok=True)
     by_key: dict[tuple, MeasuredWorker] = {}
     records: list[MeasuredWorker] = []
     notes: list[str] = []
@@ -207,6 +225,7 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
     else:
         workers = records
         aggregate = measure.concurrent_aggregate([r.stats for r in workers])
-    gpu = {"index": target.gpu.index, "uuid": target.gpu.uuid, "name": target.gpu.name} if target.gpu else None
+    gpu = {"index": target.gpu.index, "uuid": target.gpu.uuid, "name": target.gpu.name,
+           **machine.bounding(target.gpu)} if target.gpu else None
     return ScenarioResult(mode.name, workloads, workers, aggregate, target.device,
                           "; ".join(dict.fromkeys(notes)), dict(prov.mode_facts), gpu)

@@ -34,6 +34,7 @@ class ScenarioContext:
     target: Target
     sampler_factory: Callable | None  # NVML telemetry over the measurement window; None: off
     policy: Any  # gate.Policy when the run is gated, else None
+    repeats: int = 1  # fresh-process repeats of the scenario
 
 
 @dataclass
@@ -168,17 +169,27 @@ class CollocSession:
         return gate.Policy(threshold=threshold / 100, alpha=self.options["colloc_gate_alpha"],
                            runs=self.options["colloc_gate_runs"], min_runs=self.options["colloc_gate_min_runs"])
 
+    def repeats(self, node) -> int:
+        marker = node.get_closest_marker("colloc_repeats")
+        if marker is None:
+            return self.options["colloc_repeats"]
+        value = marker.args[0] if marker.args else marker.kwargs.get("k")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+            pytest.fail(f"colloc_repeats(K) takes a whole number of repeats from 1 to 1000, got {value!r}", pytrace=False)
+        return value
+
     def context(self, node) -> ScenarioContext:
         """A scenario's context; its target has a new scratch directory that the caller releases."""
+        repeats = self.repeats(node)
         options = self.mode_options()
         marker = node.get_closest_marker("mig_layout")
         if marker:
             options = dataclasses.replace(options, mig_layout=marker.args[0] if marker.args else None)
         policy = self.gate_policy(node)
         target = make_target(self.device(), options)
-        sampler = telemetry.sampler_factory(target.gpu.uuid) \
+        sampler = telemetry.sampler_factory(target.gpu) \
             if target.gpu is not None and self.options["colloc_telemetry"] else None
-        return ScenarioContext(self.settings(), target, sampler, policy)
+        return ScenarioContext(self.settings(), target, sampler, policy, repeats)
 
     # --- hooks ---------------------------------------------------------------------------------------
     def pytest_sessionstart(self, session):

@@ -14,14 +14,21 @@ from . import nvml
 
 INSTANT_INTERVAL_S = 0.2
 PROCESS_INTERVAL_S = 1.0
-# A run counts as throttled when a limiting reason held for at least this share of the window. On the H200
-# a power-cap bit blinked in 1-2 samples of GPU-bound runs whose SM clock stayed at its maximum and whose
-# throughput matched the other runs to 0.1%: a blink is recorded, not a reason to discard the run.
+# A run is not comparable when an abnormal condition held for at least this share of the window. On the H200 a
+# limit bit blinked in 1-2 samples of runs whose SM clock stayed at its maximum and whose throughput matched
+# the other runs to 0.1%: a blink is recorded, not a reason to discard the run.
 THROTTLED_SHARE = 0.1
+# Reasons that mean the clock was cut abnormally. The power cap (sw_power_cap) is not one of them: NVIDIA
+# documents it as clocks "optimized to ensure not to exceed currently set power limits", the normal state of a
+# GPU-bound job; on two H200s the same job ran at the same throughput with and without it. It is recorded.
+ABNORMAL_REASONS = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
+# As nvbench judges a sample: an SM clock below this share of the GPU's maximum is throttled, whatever the
+# reason bits say (samples where the GPU lowered its clock for lack of work do not count).
+CLOCK_FLOOR = 0.75
 
 
 def decode_throttle(bits: int | None) -> list[str]:
-    """Names of the clock-event reasons that make a run incomparable (power cap, thermal, ...)."""
+    """Names of the clock-event reasons set in ``bits`` (power cap, thermal, ...)."""
     if not bits:
         return []
     return [name for bit, name in nvml.THROTTLE_REASONS.items() if bits & bit]
@@ -34,8 +41,19 @@ def energy_joules(first_mj: int | None, last_mj: int | None) -> float | None:
     return (last_mj - first_mj) / 1000.0
 
 
-def summarise(instant: Sequence[dict], window_s: float) -> dict:
-    """Power, energy, clocks and throttling from instant samples taken across the window."""
+def _clock_below_floor(instant: Sequence[dict], max_sm_clock_mhz: float | None) -> float | None:
+    """Share of busy samples whose SM clock was below CLOCK_FLOOR of the maximum."""
+    if not max_sm_clock_mhz:
+        return None
+    busy = [s["sm_clock_mhz"] for s in instant if s.get("sm_clock_mhz") is not None
+            and not (s.get("clock_event_reasons") or 0) & nvml.GPU_IDLE]
+    if not busy:
+        return None
+    return sum(c < CLOCK_FLOOR * max_sm_clock_mhz for c in busy) / len(busy)
+
+
+def summarise(instant: Sequence[dict], window_s: float, max_sm_clock_mhz: float | None = None) -> dict:
+    """Power, energy, clocks and validity from instant samples taken across the window."""
     result: dict = {"window_s": window_s, "samples": len(instant)}
     energy = energy_joules(instant[0].get("energy_mj"), instant[-1].get("energy_mj")) if instant else None
     span = instant[-1]["t"] - instant[0]["t"] if len(instant) > 1 else 0.0
@@ -50,13 +68,29 @@ def summarise(instant: Sequence[dict], window_s: float) -> dict:
     clocks = [s["sm_clock_mhz"] for s in instant if s.get("sm_clock_mhz") is not None]
     if clocks:
         result["sm_clock_mhz_median"] = statistics.median(clocks)
+        result["sm_clock_mhz_mean"] = statistics.fmean(clocks)
         result["sm_clock_mhz_min"] = min(clocks)
     read = [decode_throttle(s["clock_event_reasons"]) for s in instant if s.get("clock_event_reasons") is not None]
     share = {name: sum(name in names for names in read) / len(read) for name in sorted({n for r in read for n in r})}
     result["throttle_reasons"] = sorted(share)
     result["throttle_share"] = share
-    result["throttled"] = any(fraction >= THROTTLED_SHARE for fraction in share.values())
+    result["power_capped_share"] = share.get("sw_power_cap", 0.0) if read else None
+    below = _clock_below_floor(instant, max_sm_clock_mhz)
+    result["clock_below_floor_share"] = below
+    result["max_sm_clock_mhz"] = max_sm_clock_mhz
+    result["throttled_why"] = throttled_why(share, below, max_sm_clock_mhz)
+    result["throttled"] = bool(result["throttled_why"])
     return result
+
+
+def throttled_why(share: dict[str, float], below_floor: float | None, max_sm_clock_mhz: float | None) -> list[str]:
+    """Why a window is not comparable, in words; empty when it is."""
+    why = [f"{name} held {share[name]:.0%} of the window" for name in ABNORMAL_REASONS
+           if share.get(name, 0.0) >= THROTTLED_SHARE]
+    if below_floor is not None and below_floor >= THROTTLED_SHARE:
+        why.append(f"the SM clock was below {CLOCK_FLOOR:.0%} of its {max_sm_clock_mhz:g} MHz maximum for "
+                   f"{below_floor:.0%} of the window")
+    return why
 
 
 def fallback_utilisation(instant: Sequence[dict]) -> dict:
@@ -71,8 +105,9 @@ class Sampler:
     """Samples one GPU over [start, end] (time.monotonic) in a background thread."""
 
     def __init__(self, gpu_uuid: str, window: tuple[float, float], worker_pids: Sequence[int],
-                 gpu_instance_ids: Sequence[int] = ()):
+                 gpu_instance_ids: Sequence[int] = (), max_sm_clock_mhz: float | None = None):
         self.uuid = gpu_uuid
+        self.max_sm_clock_mhz = max_sm_clock_mhz
         self.instance_ids = list(gpu_instance_ids)  # under MIG: GPM per GPU instance as well
         self.per_instance: dict[int, dict] = {}
         self.start, self.end = window
@@ -143,7 +178,7 @@ class Sampler:
             last.free()
 
     def summary(self) -> dict:
-        result = summarise(self.instant, self.end - self.start)
+        result = summarise(self.instant, self.end - self.start, self.max_sm_clock_mhz)
         result.update(self.gpm or fallback_utilisation(self.instant))
         result["metrics_source"] = "nvml-gpm" if self.gpm else "nvml-utilization-rates"
         result["memory_bytes_by_pid"] = {str(pid): mem for pid, mem in self.memory.items()}
@@ -162,10 +197,10 @@ def is_mps_server(pid: int) -> bool:
     return _proc_name(pid).startswith("nvidia-cuda-mps")
 
 
-def sampler_factory(gpu_uuid: str):
+def sampler_factory(gpu: nvml.GpuInfo):
     """What ``scenario.run_phase`` calls with (window, worker pids, the phase's slots)."""
     def make(window, pids, slots=()):
         instances = [s.mode_facts["gpu_instance_id"] for s in slots if "gpu_instance_id" in s.mode_facts]
-        return Sampler(gpu_uuid, window, pids, instances)
+        return Sampler(gpu.uuid, window, pids, instances, gpu.extra.get("max_sm_clock_mhz"))
 
     return make

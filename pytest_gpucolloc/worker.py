@@ -123,6 +123,10 @@ def warm_up(spec: protocol.Spec):
     samples_per_step = int(getattr(step, "samples_per_step", workload.batch_size))
     sync()
     phase_done("build")
+    if isinstance(step, models.GraphedStep):
+        step.capture()
+        sync()
+        phase_done("cuda_graph_capture")
 
     warmup_start = time.monotonic()
     warmup_steps = 0

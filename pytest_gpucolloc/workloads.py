@@ -53,6 +53,8 @@ class Workload:
     ``model`` is a named workload (``known_workloads()``) or a user factory ``"package.module:factory"``.
     ``sm_percent`` / ``memory_limit_mb`` are per-client MPS limits (``mps-partitioned``), ``mig`` a MIG
     profile (``"1g.18gb"`` or ``"1g"``); ``options`` go to a user factory as keyword arguments.
+    ``cuda_graph=True`` captures the whole training step once, after warm-up, as a CUDA graph and replays it:
+    the CPU no longer issues every kernel, which removes launch-bound jobs' noise at its source.
     """
 
     model: str
@@ -62,6 +64,7 @@ class Workload:
     memory_limit_mb: int | None = None
     mig: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    cuda_graph: bool = False
 
     def __post_init__(self) -> None:
         name = self.model.strip() if isinstance(self.model, str) else self.model
@@ -90,6 +93,8 @@ class Workload:
                 raise WorkloadError(f"memory_limit_mb must be a positive integer, got {self.memory_limit_mb!r}")
         if self.mig is not None and (not isinstance(self.mig, str) or not re.match(r"^\d+g(\.\d+gb)?(\+me)?$", self.mig, re.ASCII)):
             raise WorkloadError(f"mig profile must look like '1g' or '1g.18gb', got {self.mig!r}")
+        if not isinstance(self.cuda_graph, bool):
+            raise WorkloadError(f"cuda_graph must be True or False, got {self.cuda_graph!r}")
         if not isinstance(self.options, Mapping) or not all(isinstance(k, str) for k in self.options):
             raise WorkloadError("options must be a mapping with string keys")
         if name in NAMED_WORKLOADS:
@@ -115,11 +120,13 @@ class Workload:
         text = f"{self.model}/bs{self.batch_size}"
         if self.precision != "fp32":
             text += f"/{self.precision}"
+        if self.cuda_graph:
+            text += "/graph"
         return text
 
     def key(self) -> tuple:
         """Identity of the training job itself (what it computes), without sharing limits."""
-        return (self.model, self.batch_size, self.precision, tuple(sorted(self.options.items())))
+        return (self.model, self.batch_size, self.precision, tuple(sorted(self.options.items())), self.cuda_graph)
 
     def with_batch_size(self, batch_size: int) -> "Workload":
         return dataclasses.replace(self, batch_size=batch_size)

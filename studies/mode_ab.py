@@ -73,7 +73,7 @@ def main() -> int:
     for _ in range(args.repeats):
         for name, mode in zip(names, modes):
             with standalone_target(args.device) as target:
-                sampler = telemetry.sampler_factory(target.gpu.uuid) if target.gpu else None
+                sampler = telemetry.sampler_factory(target.gpu) if target.gpu else None
                 result = run_scenario(workloads, mode, target, settings, target.scratch, sampler)
             runs[name].append(result.aggregate_throughput)
             sm_activity[name].append(next((t.get("sm_activity_pct") for t in result.telemetry), None))

@@ -291,3 +291,94 @@ def test_cli_table_of_several_runs_says_which_run_and_gpu_each_row_is_from(capsy
     for gpu in gpus:
         assert any(row.startswith(("gpu-tests-", "xdist-tests-")) and f"on {gpu}" in row for row in merged[2:])
     assert len(merged) == 2 + 7 + 8  # header, rule, the rows of both files
+
+
+# --- validity by configuration, fresh-process repeats, where the noise lives -------------------------
+
+def test_a_run_under_another_power_limit_is_not_comparable_and_says_why(storage, capsys):
+    newest = sorted((storage / "Linux-CPython-3.12-64bit").glob("0004_*.json"))[0]
+    edited = json.loads(newest.read_text())
+    edited["machine_info"]["gpucolloc"]["power_limit_w"] = 600.0  # the baseline runs had 700 W
+    path = storage.parent / "0004_edited.json"
+    path.write_text(json.dumps(edited))
+    capsys.readouterr()
+    assert cli.main(["gate", str(path), "--storage", str(storage), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["verdict"] for r in rows} == {"not comparable"}
+    assert "power limit (W) 700.0 -> 600.0" in rows[0]["reason"]
+
+
+def test_runs_under_another_configuration_are_left_out_of_the_baseline():
+    history = [dataclass_replace(r, config={"power_limit_w": 700.0}) for r in steady_history()]
+    history.append(dataclass_replace(run([500.0] * 10, "zz-600w"), config={"power_limit_w": 600.0}))
+    current = dataclass_replace(run([1000.0] * 10, "zzz"), config={"power_limit_w": 700.0})
+    verdict = gate.decide(current, history)
+    assert "zz-600w" not in verdict.baseline_runs
+    assert any("another GPU configuration left out (power limit (W) 600.0 -> 700.0)" in n for n in verdict.notes)
+
+
+def test_power_capped_runs_saved_by_earlier_versions_stay_in_the_baseline():
+    from pytest_gpucolloc import record
+
+    info = json.loads(next(H200_HISTORY.rglob("0001_*.json")).read_text())["benchmarks"][0]["extra_info"]
+    info = dict(info, throttled=True, telemetry=[dict(info["telemetry"][0], throttled=True,
+                                                      throttle_share={"sw_power_cap": 0.9})])
+    assert record.read(info).throttled is False  # capped 90% of the window: normal for a GPU-bound job
+    info["telemetry"][0]["throttle_share"] = {"sw_power_cap": 0.9, "hw_slowdown": 0.3}
+    assert record.read(info).throttled is True
+    early = dict(info, telemetry=[{"throttle_reasons": ["sw_power_cap"], "throttled": True}])
+    assert record.read(early).throttled is False  # early runs kept which reasons, not for how long
+
+
+def repeated_run(run_id, rng, process_cv, round_cv=0.002, repeats=3, rounds=5, level=1000.0):
+    sets = []
+    for _ in range(repeats):
+        process_level = level * math.exp(rng.gauss(0, process_cv))
+        sets.append(tuple(process_level * math.exp(rng.gauss(0, round_cv)) for _ in range(rounds)))
+    return gate.RunSample(run_id, tuple(x for s in sets for x in s), "NVIDIA H200", "GPU-a", False, run_id,
+                          repeats=tuple(sets), eager=True)
+
+
+def test_each_repeat_of_processes_weighs_the_same_in_a_run():
+    sample = gate.RunSample("r", (100.0, 100.0, 100.0, 400.0), repeats=((100.0, 100.0, 100.0), (400.0,)))
+    assert sample.throughput == pytest.approx(200.0)  # geometric mean of 100 and 400, not of the four rounds
+
+
+def test_noise_between_processes_is_named_with_the_repeats_that_resolve_it():
+    rng = random.Random(23)
+    history = [repeated_run(f"b{i}", rng, process_cv=0.01) for i in range(5)]
+    verdict = gate.decide(repeated_run("now", rng, process_cv=0.01), history)
+    assert verdict.verdict == "inconclusive" and verdict.noise["dominant"] == "processes"
+    assert "--colloc-repeats=" in verdict.noise["lever"] and "cuda_graph=True" in verdict.noise["lever"]
+    repeats = int(verdict.noise["lever"].split("--colloc-repeats=")[1].split()[0])
+    # with that many repeats per run the threshold is resolved (the A/A run is then "unchanged")
+    rng = random.Random(5)
+    verdicts = []
+    for _ in range(10):
+        more = [repeated_run(f"c{i}", rng, process_cv=0.01, repeats=repeats) for i in range(5)]
+        verdicts.append(gate.decide(repeated_run("then", rng, process_cv=0.01, repeats=repeats), more).verdict)
+    assert verdicts.count("unchanged") >= 8, verdicts
+
+
+def test_noise_no_number_of_repeats_can_fix_is_said_so():
+    rng = random.Random(1)
+    history = [repeated_run(f"b{i}", rng, process_cv=0.12) for i in range(5)]
+    verdict = gate.decide(repeated_run("now", rng, process_cv=0.12), history)
+    assert verdict.noise["dominant"] == "processes"
+    assert "more than 1000 fresh-process repeats per run" in verdict.noise["lever"]
+
+
+def test_round_noise_is_named_and_needs_no_lever_when_the_threshold_is_resolved():
+    verdict = gate.decide(run([1000.0] * 10, "now"), steady_history(spread=0.005))
+    assert verdict.verdict == "unchanged"
+    assert verdict.noise["dominant"] == "rounds" and verdict.noise["lever"] is None
+    from pytest_gpucolloc import report
+
+    row = report.gate_rows([("s", verdict.to_dict())])[0]
+    assert row[8].startswith("rounds ") and row[9] == "-"
+
+
+def dataclass_replace(sample, **changes):
+    import dataclasses
+
+    return dataclasses.replace(sample, **changes)

@@ -32,7 +32,7 @@ def test_a_foreign_process_during_measurement_flags_the_result(tmp_path):
         try:
             time.sleep(3)  # its context exists before the measurement window opens
             result = run_scenario([Workload("resnet26-cifar10", batch_size=32)], NaiveMode(), target, settings,
-                                  tmp_path, telemetry.sampler_factory(target.gpu.uuid))
+                                  tmp_path, telemetry.sampler_factory(target.gpu))
         finally:
             intruder.kill()
             intruder.wait()
@@ -47,7 +47,7 @@ def test_memory_per_worker_covers_what_its_allocator_holds(tmp_path, mode, evide
     settings = Settings(rounds=3, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=120)
     with standalone_target("cuda") as target:
         result = run_scenario([Workload("resnet26-cifar10", batch_size=32)], mode(), target, settings, tmp_path,
-                              telemetry.sampler_factory(target.gpu.uuid))
+                              telemetry.sampler_factory(target.gpu))
     worker = record.write(result)["workers"][0]
     memory = {key: worker[key] for key in ("device_memory_bytes", "reserved_memory_bytes", "peak_memory_bytes")}
     evidence(f"memory_accounting_{mode.name}", memory)

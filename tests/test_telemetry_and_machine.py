@@ -30,13 +30,34 @@ def test_summary_averages_power_over_the_window_and_flags_throttling():
     assert summary["throttle_share"] == {"sw_thermal": 1 / 3}
 
 
-def test_a_limit_that_only_blinks_is_recorded_but_does_not_flag_the_run():
-    samples = [{"t": float(i), "sm_clock_mhz": 1980, "clock_event_reasons": 0x4 if i == 7 else 0} for i in range(50)]
-    summary = telemetry.summarise(samples, 50.0)
-    assert summary["throttle_reasons"] == ["sw_power_cap"] and summary["throttle_share"] == {"sw_power_cap": 0.02}
+def test_an_abnormal_limit_that_only_blinks_is_recorded_but_does_not_flag_the_run():
+    samples = [{"t": float(i), "sm_clock_mhz": 1980, "clock_event_reasons": 0x40 if i == 7 else 0} for i in range(50)]
+    summary = telemetry.summarise(samples, 50.0, max_sm_clock_mhz=1980)
+    assert summary["throttle_reasons"] == ["hw_thermal"] and summary["throttle_share"] == {"hw_thermal": 0.02}
     assert summary["throttled"] is False
-    samples[10:15] = [dict(s, clock_event_reasons=0x4) for s in samples[10:15]]
-    assert telemetry.summarise(samples, 50.0)["throttled"] is True  # 6 of 50 samples: 12%
+    samples[10:15] = [dict(s, clock_event_reasons=0x40) for s in samples[10:15]]
+    held = telemetry.summarise(samples, 50.0, max_sm_clock_mhz=1980)  # 6 of 50 samples: 12%
+    assert held["throttled"] is True and held["throttled_why"] == ["hw_thermal held 12% of the window"]
+
+
+def test_the_power_cap_is_recorded_and_never_makes_a_run_incomparable():
+    # A GPU-bound job at its power limit: the cap bit set in every sample, the clock at its maximum.
+    samples = [{"t": float(i), "sm_clock_mhz": 1980, "power_mw": 690_000, "clock_event_reasons": 0x4}
+               for i in range(20)]
+    summary = telemetry.summarise(samples, 20.0, max_sm_clock_mhz=1980)
+    assert summary["power_capped_share"] == 1.0 and summary["sm_clock_mhz_mean"] == 1980
+    assert summary["throttled"] is False and summary["throttled_why"] == []
+
+
+def test_a_clock_far_below_its_maximum_flags_the_run_whatever_the_reason_bits_say():
+    samples = [{"t": float(i), "sm_clock_mhz": 1980 if i < 15 else 1200, "clock_event_reasons": 0x4}
+               for i in range(20)]  # a quarter of the window at 61% of the maximum
+    summary = telemetry.summarise(samples, 20.0, max_sm_clock_mhz=1980)
+    assert summary["clock_below_floor_share"] == 0.25 and summary["throttled"] is True
+    assert "SM clock was below 75% of its 1980 MHz maximum for 25% of the window" in summary["throttled_why"][0]
+    # a GPU that lowers its clock for lack of work (launch-bound jobs between kernels) is not throttled
+    idle = [dict(s, clock_event_reasons=0x1) if s["sm_clock_mhz"] == 1200 else s for s in samples]
+    assert telemetry.summarise(idle, 20.0, max_sm_clock_mhz=1980)["throttled"] is False
 
 
 def test_missing_energy_counter_falls_back_to_power_readings_and_says_so():

@@ -15,6 +15,14 @@ def test_resnet26_cifar10(collocate, n, batch):
 
 @pytest.mark.parametrize("batch", BATCH_SIZES)
 @pytest.mark.parametrize("n", PROCESSES)
+def test_resnet26_cifar10_graphed(collocate, n, batch):
+    """ResNet26 with its whole training step captured as a CUDA graph: when graphs alone beat collocation,
+    and when the two compound."""
+    collocate([Workload("resnet26-cifar10", batch_size=batch, cuda_graph=True)] * n)
+
+
+@pytest.mark.parametrize("batch", BATCH_SIZES)
+@pytest.mark.parametrize("n", PROCESSES)
 def test_resnet50_imagenet64(collocate, n, batch):
     collocate([Workload("resnet50-imagenet64", batch_size=batch)] * n)
 

@@ -11,6 +11,12 @@ def test_resnet26_cifar10_bs128(collocate, n):
     collocate([Workload("resnet26-cifar10", batch_size=128)] * n)
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_resnet26_cifar10_bs128_graphed(collocate, n):
+    """The same job with its whole training step captured as a CUDA graph (no CPU launch noise)."""
+    collocate([Workload("resnet26-cifar10", batch_size=128, cuda_graph=True)] * n)
+
+
 def test_resnet50_imagenet64_bs32_x2(collocate):
     collocate([Workload("resnet50-imagenet64", batch_size=32)] * 2)
 

@@ -1,6 +1,8 @@
 """The study scripts (studies/) run on the CPU: each measures what it says, in fresh processes, and refuses a
 mode that cannot run here before starting anything."""
 import json
+import math
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +47,29 @@ def test_mode_ab_alternates_two_modes_and_compares_them(tmp_path):
     no_gpu = subprocess.run([sys.executable, str(ROOT / "studies" / "mode_ab.py"), "--modes", "naive,mps", "--device", "cpu"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert no_gpu.returncode == 1 and "mps cannot run here: MPS needs an NVIDIA GPU" in no_gpu.stderr
+
+
+def test_gate_levels_judges_every_unchanged_run_and_the_slowed_one(tmp_path):
+    template = json.loads(next((ROOT / "docs" / "results" / "2026-11-30-h200").rglob("history/*/0001_*.json")).read_text())
+    root = tmp_path / "history" / "Linux"
+    root.mkdir(parents=True)
+    rng = random.Random(3)
+    for i in range(7):
+        data = json.loads(json.dumps(template))
+        data["datetime"] = f"2026-12-01T00:0{i}:00"
+        slowed = i == 6
+        for bench in data["benchmarks"]:
+            level = 1000.0 * (0.97 if slowed else 1.0) * math.exp(rng.gauss(0, 0.001))
+            bench["extra_info"]["aggregate_round_throughputs"] = [level * math.exp(rng.gauss(0, 0.002)) for _ in range(6)]
+            if slowed:
+                for worker in bench["extra_info"]["workers"]:
+                    worker["params"]["options"] = {"extra_step_every": 33}
+        (root / f"{i + 1:04d}_run.json").write_text(json.dumps(data))
+    out = tmp_path / "levels.json"
+    run = subprocess.run([sys.executable, str(ROOT / "studies" / "gate_levels.py"), "--storage", str(tmp_path / "history"),
+                          "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert rows and all(len(r["aa_verdicts"]) == 6 and "regressed" not in r["aa_verdicts"] for r in rows)
+    assert all(r["slowed_verdicts"][0][1]["verdict"] == "regressed" for r in rows)
+    assert all(0 < r["detectable_drop"] < 0.03 for r in rows)

@@ -8,7 +8,7 @@ from torch import nn
 
 
 class TinyStep:
-    def __init__(self, batch_size, device, fail_after=None, failure="raise", step_sleep=0.0):
+    def __init__(self, batch_size, device, fail_after=None, failure="raise", step_sleep=0.0, host_sync=False):
         self.samples_per_step = batch_size
         self.model = nn.Linear(16, 4).to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
@@ -16,6 +16,7 @@ class TinyStep:
         self.fail_after = fail_after
         self.failure = failure
         self.step_sleep = step_sleep
+        self.host_sync = host_sync  # reads the loss on the host every step (cannot be captured as a CUDA graph)
         self.steps = 0
 
     def train_step(self):
@@ -35,8 +36,11 @@ class TinyStep:
             if self.failure == "device-assert":  # an out-of-bounds index: a fatal fault in the GPU kernel
                 self.x[torch.tensor([10**6], device=self.x.device)].sum().item()
         self.optimizer.zero_grad()
-        self.model(self.x).sum().backward()
+        loss = self.model(self.x).sum()
+        loss.backward()
         self.optimizer.step()
+        if self.host_sync:
+            loss.item()
         if self.step_sleep:
             time.sleep(self.step_sleep)
 

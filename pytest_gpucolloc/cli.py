@@ -29,7 +29,14 @@ def cmd_table(args) -> int:
 
     entries, sources = [], []
     for path in args.files:
-        run = history.read_run(path)
+        try:
+            run = history.read_run(path)
+        except (OSError, ValueError) as error:
+            print(f"error: cannot read {path}: {str(error)[:200]}", file=sys.stderr)
+            return 2
+        if not run.scenarios and not run.problems:
+            print(f"error: {path} holds no pytest-gpucolloc scenarios", file=sys.stderr)
+            return 2
         for problem in run.problems:
             print(f"warning: {problem}", file=sys.stderr)
         entries += [(history.short_name(name), scenario) for name, scenario in run.scenarios.items()]
@@ -180,18 +187,34 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def _checked(name: str, low: float, high: float, integer: bool = False):
+    """An argparse type that checks the value as the plugin's own option of the same meaning does."""
+    from .options import number_option
+
+    parse = number_option(name, low, high, integer)
+
+    def check(text: str):
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return check
+
+
 def _gate_arguments(parser) -> None:
     from . import gate
+    from .options import MAX_ALPHA, MAX_RUNS, MAX_THRESHOLD, MIN_ALPHA
 
     parser.add_argument("--storage", default=".benchmarks", help="pytest-benchmark storage folder (default .benchmarks)")
-    parser.add_argument("--threshold", type=float, default=100 * gate.DEFAULT_THRESHOLD,
+    parser.add_argument("--threshold", type=_checked("--threshold", 0, MAX_THRESHOLD), default=100 * gate.DEFAULT_THRESHOLD,
                         help=f"smallest drop in percent that counts (default {100 * gate.DEFAULT_THRESHOLD:g})")
-    parser.add_argument("--alpha", type=float, default=gate.DEFAULT_ALPHA,
+    parser.add_argument("--alpha", type=_checked("--alpha", MIN_ALPHA, MAX_ALPHA), default=gate.DEFAULT_ALPHA,
                         help=f"false-alarm rate per scenario (default {gate.DEFAULT_ALPHA:g})")
-    parser.add_argument("--runs", type=int, default=gate.DEFAULT_RUNS,
+    parser.add_argument("--runs", type=_checked("--runs", 2, MAX_RUNS, integer=True), default=gate.DEFAULT_RUNS,
                         help=f"baseline: most recent N comparable runs (default {gate.DEFAULT_RUNS})")
-    parser.add_argument("--min-runs", type=int, default=gate.DEFAULT_MIN_RUNS,
-                        help=f"fewest baseline runs to decide (default {gate.DEFAULT_MIN_RUNS})")
+    parser.add_argument("--min-runs", type=_checked("--min-runs", 2, MAX_RUNS, integer=True),
+                        default=gate.DEFAULT_MIN_RUNS, help=f"fewest baseline runs to decide (default {gate.DEFAULT_MIN_RUNS})")
     parser.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table")
 
 

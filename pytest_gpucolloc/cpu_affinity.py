@@ -53,6 +53,15 @@ def parse_cpu_policy(text: str) -> CpuPolicy:
     return CpuPolicy("explicit", tuple(sets))
 
 
+def check_cores(policy: CpuPolicy, available: list[int] | None = None) -> None:
+    """Explicit core lists must name cores this process may use: a usage error before anything starts."""
+    available = sorted(available if available is not None else os.sched_getaffinity(0))
+    missing = sorted({c for cores in policy.explicit for c in cores} - set(available))
+    if missing:
+        raise CpuListError(f"--colloc-cpus names cores {missing} that this process may not use "
+                           f"(it may use {', '.join(map(str, available))})")
+
+
 @dataclass(frozen=True)
 class Assignment:
     cpus: list[tuple[int, ...] | None]  # per worker; None: not pinned

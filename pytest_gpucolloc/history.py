@@ -57,9 +57,19 @@ class History:
         return next((run for run in self.runs if run.matches(wanted)), None)
 
 
+MAX_FILE_BYTES = 256 * 2**20  # a saved run of a few hundred scenarios is a few MB
+
+
 def read_run(path: Path) -> SavedRun:
-    """One saved file; ValueError (or OSError) when it is not a pytest-benchmark file at all."""
-    data = json.loads(Path(path).read_text())
+    """One saved file; ValueError (or OSError) when it is not a pytest-benchmark file at all. Whatever sits in
+    the storage, reading it is bounded: only regular files of a sane size are opened (a FIFO would block)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError("not a regular file")
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ValueError(f"{size:,} bytes, more than a saved run can be ({MAX_FILE_BYTES:,})")
+    data = json.loads(path.read_bytes())
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise ValueError("not a pytest-benchmark file (no benchmarks list)")
     scenarios, problems = {}, []
@@ -75,7 +85,7 @@ def read_run(path: Path) -> SavedRun:
     commit_info = data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {}
     machine_info = data.get("machine_info") if isinstance(data.get("machine_info"), dict) else {}
     machine = machine_info.get("gpucolloc") if isinstance(machine_info.get("gpucolloc"), dict) else {}
-    return SavedRun(Path(path), Path(path).stem, str(data.get("datetime", "")), commit_info.get("id"), machine,
+    return SavedRun(path, path.stem, str(data.get("datetime", "")), commit_info.get("id"), machine,
                     scenarios, problems)
 
 

@@ -15,7 +15,13 @@ from .cpu_affinity import CpuListError, parse_cpu_policy
 from .modes import parse_modes
 
 
-def _number(name: str, low: float, high: float, integer: bool = False) -> Callable[[str], Any]:
+# The gate's options, shared with the console command: a threshold of 100% would be a drop to nothing.
+MAX_THRESHOLD = 99.0
+MIN_ALPHA, MAX_ALPHA = 1e-6, 0.2
+MAX_RUNS = 1000
+
+
+def number_option(name: str, low: float, high: float, integer: bool = False) -> Callable[[str], Any]:
     def parse(text: str):
         try:
             value = int(text) if integer else float(text)
@@ -31,7 +37,7 @@ def _number(name: str, low: float, high: float, integer: bool = False) -> Callab
 
 def _optional_int(name: str, low: int, high: int) -> Callable[[str], int | None]:
     """0 means off."""
-    parse = _number(name, 0, high, integer=True)
+    parse = number_option(name, 0, high, integer=True)
 
     def optional(text: str) -> int | None:
         value = parse(text)
@@ -138,20 +144,20 @@ OPTIONS = [
     Option("colloc_gpus", "with pytest-xdist (-n N): the GPUs to spread over, one xdist worker each, e.g. "
            "'0,1' or UUIDs (default: every GPU)", parse_gpu_list, ""),
     Option("colloc_rounds", "measurement rounds per scenario (default: 10 on a GPU, 3 on the CPU)",
-           _number("--colloc-rounds", 2, 10000, integer=True), None, "10", "3"),
+           number_option("--colloc-rounds", 2, 10000, integer=True), None, "10", "3"),
     Option("colloc_round_seconds", "length of one measurement round in seconds (default: 2 GPU, 0.5 CPU)",
-           _number("--colloc-round-seconds", 0.05, 3600), None, "2", "0.5"),
+           number_option("--colloc-round-seconds", 0.05, 3600), None, "2", "0.5"),
     Option("colloc_warmup_seconds", "minimum warm-up per worker before measuring (default: 5 GPU, 0.5 CPU)",
-           _number("--colloc-warmup-seconds", 0, 3600), None, "5", "0.5"),
+           number_option("--colloc-warmup-seconds", 0, 3600), None, "5", "0.5"),
     Option("colloc_warmup_steps", "minimum warm-up steps per worker (default: 20 GPU, 2 CPU)",
-           _number("--colloc-warmup-steps", 1, 10**6, integer=True), None, "20", "2"),
+           number_option("--colloc-warmup-steps", 1, 10**6, integer=True), None, "20", "2"),
     Option("colloc_timeout", "seconds a scenario's workers may take to start and warm up, and beyond the "
            "planned measurement time to finish it (default 600)",
-           _number("--colloc-timeout", 1, 86400), "600"),
+           number_option("--colloc-timeout", 1, 86400), "600"),
     Option("colloc_repeats", "start each scenario's workers K times afresh within the run, for scenarios whose noise "
            "lives between processes: every repeat is saved and the gate takes each repeat's processes as one sample "
            "(default 1; per scenario: @pytest.mark.colloc_repeats(K))",
-           _number("--colloc-repeats", 1, 1000, integer=True), "1"),
+           number_option("--colloc-repeats", 1, 1000, integer=True), "1"),
     Option("colloc_cpus", "CPU cores per worker: auto (disjoint cores per worker), none, or explicit lists "
            "'0-3;4-7' (one per worker)", parse_cpus, "auto"),
     Option("colloc_ideal", "also measure the 'ideal' reference for homogeneous scenarios: one process "
@@ -175,13 +181,13 @@ OPTIONS = [
            "fail the run on a throughput regression", parse_flag, "false", flag=True),
     Option("colloc_gate_threshold", "smallest throughput drop, in percent, that counts as a regression "
            f"(default {100 * gate.DEFAULT_THRESHOLD:g}; per scenario: @pytest.mark.colloc_gate(threshold=5))",
-           _number("--colloc-gate-threshold", 0, 100), f"{100 * gate.DEFAULT_THRESHOLD:g}"),
+           number_option("--colloc-gate-threshold", 0, MAX_THRESHOLD), f"{100 * gate.DEFAULT_THRESHOLD:g}"),
     Option("colloc_gate_runs", f"baseline: the most recent N comparable saved runs (default {gate.DEFAULT_RUNS})",
-           _number("--colloc-gate-runs", 2, 1000, integer=True), str(gate.DEFAULT_RUNS)),
+           number_option("--colloc-gate-runs", 2, MAX_RUNS, integer=True), str(gate.DEFAULT_RUNS)),
     Option("colloc_gate_min_runs", f"fewest comparable runs the gate needs to decide (default {gate.DEFAULT_MIN_RUNS})",
-           _number("--colloc-gate-min-runs", 2, 1000, integer=True), str(gate.DEFAULT_MIN_RUNS)),
+           number_option("--colloc-gate-min-runs", 2, MAX_RUNS, integer=True), str(gate.DEFAULT_MIN_RUNS)),
     Option("colloc_gate_alpha", f"false-alarm rate of the gate per scenario (default {gate.DEFAULT_ALPHA:g})",
-           _number("--colloc-gate-alpha", 1e-6, 0.2), f"{gate.DEFAULT_ALPHA:g}"),
+           number_option("--colloc-gate-alpha", MIN_ALPHA, MAX_ALPHA), f"{gate.DEFAULT_ALPHA:g}"),
     Option("colloc_gate_report", "also write the gate's verdicts as Markdown to this file (CI job summaries)",
            _path("--colloc-gate-report"), ""),
     Option("mps_oversubscribe", "allow mps-partitioned shares that add up to more than 100 percent",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import itertools
 import os
 import selectors
 import signal
@@ -16,15 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import protocol
+from . import process_marks, protocol
 from .logs import tail
 from .protocol import MSG_FD_ENV
 from .workloads import Workload
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 # Variables a worker must never inherit: the mode decides them.
-_CONTROLLED_PREFIXES = ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_", "NVIDIA_VISIBLE_DEVICES", MSG_FD_ENV)
+_CONTROLLED_PREFIXES = ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_", "NVIDIA_VISIBLE_DEVICES", MSG_FD_ENV,
+                        process_marks.MARK_ENV)
 _LIVE_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
+_WORKER_NUMBERS = itertools.count()
 
 
 class WorkerFailed(RuntimeError):
@@ -63,6 +66,8 @@ class _Worker:
         env = base_environment()
         env.update(slot.env)
         env[MSG_FD_ENV] = str(write_fd)
+        self.mark = process_marks.new_mark(f"{label}-{next(_WORKER_NUMBERS)}")
+        env[process_marks.MARK_ENV] = self.mark  # inherited by whatever the worker starts
         if slot.cpus:
             env["OMP_NUM_THREADS"] = str(len(slot.cpus))
         self.spawned_at = time.monotonic()
@@ -190,26 +195,36 @@ class WorkerPool:
                         + "".join(f"\n--- last lines of {w.label} ---\n{tail(w.log_path, 10)}"
                                   for i, w in enumerate(self.workers) if i not in results)
                     )
-                for key, _ in selector.select(timeout=min(remaining, 1.0)):
-                    worker = self.workers[key.data]
-                    try:
-                        messages = worker.read_messages()
-                    except protocol.ProtocolError as error:
-                        raise worker.failure(summary=f"wrote on its message channel what is not a message: {error}")
-                    if messages is None:
+                ready = selector.select(timeout=min(remaining, 1.0))
+                for key, _ in ready:
+                    self._receive(key.data, event, results, selector)
+                # A worker that exited while a child of its own still holds its message pipe open never
+                # closes the channel: its exit is seen here instead (after reading what it sent).
+                for i, worker in enumerate(self.workers):
+                    if i not in results and worker.process.poll() is not None:
+                        if selector.select(timeout=0):
+                            continue  # it said something last: read that first
                         raise worker.failure()
-                    for message in messages:
-                        if isinstance(message, protocol.Error):
-                            raise worker.failure(message)
-                        if isinstance(message, event):
-                            if isinstance(message, protocol.Ready):  # its start-up time, spawn to warm
-                                message = dataclasses.replace(message,
-                                                              since_spawn_s=time.monotonic() - worker.spawned_at)
-                            results[key.data] = message
-                            selector.unregister(worker.messages_fd)
         finally:
             selector.close()
         return [results[i] for i in range(len(self.workers))]
+
+    def _receive(self, index: int, event: type, results: dict, selector) -> None:
+        worker = self.workers[index]
+        try:
+            messages = worker.read_messages()
+        except protocol.ProtocolError as error:
+            raise worker.failure(summary=f"wrote on its message channel what is not a message: {error}")
+        if messages is None:
+            raise worker.failure()
+        for message in messages:
+            if isinstance(message, protocol.Error):
+                raise worker.failure(message)
+            if isinstance(message, event):
+                if isinstance(message, protocol.Ready):  # its start-up time, spawn to warm
+                    message = dataclasses.replace(message, since_spawn_s=time.monotonic() - worker.spawned_at)
+                results[index] = message
+                selector.unregister(worker.messages_fd)
 
     def wait_ready(self, timeout_s: float) -> list[protocol.Ready]:
         return self._collect(protocol.Ready, timeout_s, "warm-up")
@@ -225,6 +240,9 @@ class WorkerPool:
                 worker.send(protocol.Stop())
         for worker in self.workers:
             worker.stop(grace_s)
+        # what the workers started outside their process groups (own sessions, orphans) goes too
+        for worker in self.workers:
+            process_marks.kill_marked(worker.mark)
         _LIVE_POOLS.discard(self)
 
 

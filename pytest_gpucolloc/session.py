@@ -12,11 +12,12 @@ from typing import Any, Callable
 
 import pytest
 
-from . import benchmark_api, distributed, machine, record, report, telemetry
+from . import benchmark_api, distributed, machine, process_marks, record, report, telemetry
+from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
 from .modes import MODES
 from .modes.base import ModeOptions, Target
-from .options import with_device_defaults
+from .options import MAX_THRESHOLD, with_device_defaults
 from .scenario import ScenarioResult, Settings
 from .scratch import clean_stale_scratch
 
@@ -60,6 +61,7 @@ class CollocSession:
         self.verdicts: list[tuple[str, dict]] = []  # (test, gate verdict)
         self.history = None  # history.History, loaded before this run saved anything
         self.stale_removed: list[str] = []
+        self.orphans_killed: list[int] = []  # processes that workers of killed runs had started
         self.save_problems: list[str] = []  # runs that could not be saved, and where they went
         self.forward: list[dict] = []  # scenarios an xdist worker sends to the controller
         self.forwarded: list[tuple[str, dict]] = []  # what the controller received
@@ -75,12 +77,14 @@ class CollocSession:
         config = self.config
         if self.xdist_index is None:  # the controller cleans up; xdist workers start after it
             self.stale_removed = clean_stale_scratch()
+            self.orphans_killed = process_marks.kill_orphans()
         try:
             if distributed.is_controller_of_workers(config) and self.options["colloc_device"] != "cpu":
                 distributed.check_workers_per_gpu(config.getoption("numprocesses") or 0,
                                                   selected_gpus(self.options["colloc_gpus"]))
             if self.options["colloc_device"] == "cuda":
                 self.device()
+            check_cores(self.options["colloc_cpus"])
         except (ValueError, DeviceUnavailable) as exc:
             raise pytest.UsageError(str(exc)) from None
         if self.xdist_index is None:
@@ -163,9 +167,10 @@ class CollocSession:
         marker = node.get_closest_marker("colloc_gate")
         if marker and "threshold" in marker.kwargs:
             threshold = marker.kwargs["threshold"]
-            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 100:
-                pytest.fail(f"colloc_gate(threshold=...) must be a percentage between 0 and 100, got {threshold!r}",
-                            pytrace=False)
+            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+                    or not 0 <= threshold <= MAX_THRESHOLD:
+                pytest.fail(f"colloc_gate(threshold=...) must be a percentage between 0 and {MAX_THRESHOLD:g}, "
+                            f"got {threshold!r}", pytrace=False)
         return gate.Policy(threshold=threshold / 100, alpha=self.options["colloc_gate_alpha"],
                            runs=self.options["colloc_gate_runs"], min_runs=self.options["colloc_gate_min_runs"])
 
@@ -211,6 +216,9 @@ class CollocSession:
         if self.stale_removed:
             lines.append(f"gpucolloc: removed {len(self.stale_removed)} directories (and their MPS daemons) left "
                          f"by killed runs: {', '.join(self.stale_removed)}")
+        if self.orphans_killed:
+            lines.append(f"gpucolloc: killed {len(self.orphans_killed)} processes that workers of killed runs had "
+                         f"started: pids {', '.join(map(str, self.orphans_killed))}")
         return lines
 
     def pytest_collection_modifyitems(self, config, items):
@@ -235,6 +243,8 @@ class CollocSession:
     def pytest_sessionfinish(self, session, exitstatus):
         if self.xdist_index is not None:
             distributed.publish(session.config, self.forward)
+        elif self.history is not None:
+            self._write_gate_report()
         failed = self.save_problems or any(v["verdict"] == "regressed" for _, v in self.verdicts)
         if failed and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -282,9 +292,14 @@ class CollocSession:
         for problem in self.history.problems:
             terminalreporter.write_line(f"history: {problem}")
         terminalreporter.write_line(report.gate_table(self.verdicts))
+
+    def _write_gate_report(self) -> None:
+        """The verdicts as Markdown (CI job summaries); a report that cannot be written fails the run."""
         path = self.options["colloc_gate_report"]
-        if path:
-            try:
-                Path(path).write_text(f"### Collocation regression gate\n\n{report.gate_table(self.verdicts, 'github')}\n")
-            except OSError as error:
-                terminalreporter.write_line(f"could not write the gate report to {path}: {error}", red=True)
+        if not path:
+            return
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(f"### Collocation regression gate\n\n{report.gate_table(self.verdicts, 'github')}\n")
+        except OSError as error:
+            self.save_problems.append(f"could not write the gate report to {path}: {error}")

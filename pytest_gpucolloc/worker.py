@@ -120,7 +120,9 @@ def warm_up(spec: protocol.Spec):
     if device.type == "cuda":
         phase_done("cuda_context")
     step = models.build(workload, device, spec.image_size)
-    samples_per_step = int(getattr(step, "samples_per_step", workload.batch_size))
+    samples_per_step = getattr(step, "samples_per_step", workload.batch_size)
+    if isinstance(samples_per_step, bool) or not isinstance(samples_per_step, int) or samples_per_step < 1:
+        raise ValueError(f"{workload.model}: samples_per_step must be a positive whole number, got {samples_per_step!r}")
     sync()
     phase_done("build")
     if isinstance(step, models.GraphedStep):
@@ -206,7 +208,9 @@ def describe_error(exc: BaseException) -> protocol.Error:
 def main() -> int:
     _die_with_parent()
     faulthandler.enable()  # a crash in native code (segfault) still leaves a Python traceback in the log
-    channel = Channel(int(os.environ[protocol.MSG_FD_ENV]))
+    fd = int(os.environ[protocol.MSG_FD_ENV])
+    os.set_inheritable(fd, False)  # a process the workload starts must not hold the channel open
+    channel = Channel(fd)
     try:
         spec = channel.commands.get(timeout=60)
         if not isinstance(spec, protocol.Spec):  # closed before a job arrived

@@ -249,7 +249,7 @@ def test_x(collocate):
     collocate(["tiny_workload:factory"])
 ''')
     result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", *FAST)
-    result.stdout.fnmatch_lines(["*colloc_gate(threshold=...) must be a percentage between 0 and 100, got -5*"])
+    result.stdout.fnmatch_lines(["*colloc_gate(threshold=...) must be a percentage between 0 and 99, got -5*"])
 
 
 def test_unwritable_storage_is_refused_before_anything_runs(pytester, suite, tmp_path):

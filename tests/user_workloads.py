@@ -1,6 +1,8 @@
 """Tiny user workloads for the CPU integration tests (the documented user-workload protocol)."""
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import torch
@@ -8,7 +10,8 @@ from torch import nn
 
 
 class TinyStep:
-    def __init__(self, batch_size, device, fail_after=None, failure="raise", step_sleep=0.0, host_sync=False):
+    def __init__(self, batch_size, device, fail_after=None, failure="raise", step_sleep=0.0, host_sync=False,
+                 spawn=None, pid_file=None):
         self.samples_per_step = batch_size
         self.model = nn.Linear(16, 4).to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
@@ -18,6 +21,12 @@ class TinyStep:
         self.step_sleep = step_sleep
         self.host_sync = host_sync  # reads the loss on the host every step (cannot be captured as a CUDA graph)
         self.steps = 0
+        if spawn:  # a careless workload: starts a long-lived child and never stops it
+            child = subprocess.Popen(["sleep", "600"], start_new_session=spawn == "own-session",
+                                     close_fds=spawn != "inherit-fds")
+            if pid_file:
+                with open(pid_file, "a") as out:
+                    out.write(f"{child.pid}\n")
 
     def train_step(self):
         self.steps += 1
@@ -31,6 +40,10 @@ class TinyStep:
             if self.failure == "hang":
                 while True:
                     time.sleep(1)
+            if self.failure == "flood":  # prints one enormous line, then fails
+                sys.stdout.write("x" * 50_000_000 + "\n")
+                sys.stdout.flush()
+                raise RuntimeError("failed after printing 50 MB")
             if self.failure == "channel":  # writes on the worker's message channel, which is not the workload's
                 os.write(int(os.environ["GPUCOLLOC_MSG_FD"]), b"progress: 50%\n")
             if self.failure == "device-assert":  # an out-of-bounds index: a fatal fault in the GPU kernel
@@ -51,3 +64,9 @@ def tiny(batch_size, device, precision="fp32", **options):
 
 def not_a_workload(batch_size, device, precision="fp32"):
     return object()
+
+
+def no_samples(batch_size, device, precision="fp32"):
+    step = TinyStep(batch_size, device)
+    step.samples_per_step = 0
+    return step

@@ -1,0 +1,206 @@
+"""Reliability, round two: what an independent fault probe broke, each checked from outside the code under test."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucolloc import cli, record
+from pytest_gpucolloc.device import standalone_target
+from pytest_gpucolloc.history import load
+from pytest_gpucolloc.modes.naive import NaiveMode
+from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
+from pytest_gpucolloc.workloads import Workload
+
+from test_plugin import FAST, SCENARIOS, TINY
+
+QUICK = Settings(rounds=2, round_s=0.2, warmup_s=0.2, warmup_steps=2, timeout_s=120)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def pids_in(path: Path) -> list[int]:
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def tiny(**options) -> Workload:
+    return Workload("tests.user_workloads:tiny", batch_size=4, options=options)
+
+
+# --- processes a workload starts -------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spawn", ["own-session", "plain"])
+def test_processes_a_workload_starts_do_not_escape_the_scenario(tmp_path, spawn):
+    pid_file = tmp_path / "children"
+    with standalone_target("cpu") as target:
+        run_scenario([tiny(spawn=spawn, pid_file=str(pid_file))] * 2, NaiveMode(), target, QUICK, tmp_path)
+    children = pids_in(pid_file)
+    assert len(children) == 2
+    time.sleep(0.2)
+    assert not any(alive(pid) for pid in children), "a child of a workload outlived its scenario"
+
+
+@pytest.mark.slow
+def test_orphans_of_a_killed_run_are_killed_by_the_next_run(pytester, tmp_path):
+    pid_file = tmp_path / "children"
+    pytester.makepyfile(test_orphan=f'''
+import pytest
+from pytest_gpucolloc import Workload
+
+@pytest.mark.quick
+def test_x(collocate):
+    collocate([Workload("tests.user_workloads:tiny", batch_size=4,
+                        options={{"spawn": "plain", "pid_file": "{pid_file}", "step_sleep": 0.01}})])
+''')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--colloc-device=cpu",
+                            "--gpu-mode=naive", "--colloc-round-seconds=30", "test_orphan.py"],
+                           cwd=pytester.path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not pids_in(pid_file) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    children = pids_in(pid_file)
+    assert children, "the workload never started its child"
+    run.kill()  # SIGKILL: no cleanup of any kind runs in pytest; its worker dies with it
+    run.wait()
+    time.sleep(1)
+    assert alive(children[0]), "the orphan should still be there before the next run"
+    nxt = pytester.runpytest_subprocess("--colloc-device=cpu", "--co")
+    nxt.stdout.fnmatch_lines([f"*gpucolloc: killed * processes that workers of killed runs had started: pids*{children[0]}*"])
+    assert not alive(children[0])
+
+
+@pytest.mark.slow
+def test_a_child_holding_the_message_pipe_does_not_hide_its_workers_exit(tmp_path):
+    pid_file = tmp_path / "children"
+    job = tiny(spawn="inherit-fds", pid_file=str(pid_file), fail_after=3, failure="exit")
+    begin = time.monotonic()
+    with standalone_target("cpu") as target, pytest.raises(ScenarioFailed, match="worker w0 failed: exited with code 3"):
+        run_scenario([job], NaiveMode(), target, QUICK, tmp_path)
+    assert time.monotonic() - begin < 60  # not after the 120 s timeout
+    assert not any(alive(pid) for pid in pids_in(pid_file))
+
+
+# --- what a workload reports or prints ------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_flood_of_output_gives_a_bounded_failure_message(tmp_path):
+    with standalone_target("cpu") as target, pytest.raises(ScenarioFailed) as failure:
+        run_scenario([tiny(fail_after=1, failure="flood")], NaiveMode(), target, QUICK, tmp_path)
+    message = str(failure.value)
+    assert "failed after printing 50 MB" in message and len(message) < 20_000
+    assert "x" * 400 + "... (" in message  # the flood itself, cut
+
+
+@pytest.mark.slow
+def test_zero_samples_per_step_fails_its_scenario_and_the_others_are_saved(pytester):
+    pytester.makepyfile(tiny_workload=TINY, test_zero='''
+import pytest
+from pytest_gpucolloc import Workload
+
+pytestmark = pytest.mark.quick
+
+def test_good(collocate):
+    collocate([Workload("tiny_workload:factory", batch_size=4)])
+
+def test_zero(collocate):
+    collocate([Workload("tests.user_workloads:no_samples", batch_size=4)])
+''')
+    result = pytester.runpytest_subprocess("--gpu-mode=sequential,naive", "--colloc-device=cpu",
+                                           "--benchmark-autosave", "--benchmark-storage=file://history", *FAST)
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(["*samples_per_step must be a positive whole number, got 0*"])
+    saved = list((pytester.path / "history").rglob("*.json"))
+    assert len(saved) == 1
+    assert len(json.loads(saved[0].read_text())["benchmarks"]) == 2  # the good scenario under both modes
+
+
+# --- the benchmark storage ---------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_corrupt_history_is_named_skipped_and_the_run_still_saved(pytester):
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
+    args = ["--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-autosave", "--benchmark-storage=file://history",
+            "--colloc-gate", "-k", "naive-1", *FAST]
+    assert pytester.runpytest_subprocess(*args).ret == 0
+    first = next((pytester.path / "history").rglob("0001_*.json"))
+    storage = first.parent
+    good = json.loads(first.read_text())
+    zeros = json.loads(json.dumps(good))
+    zeros["benchmarks"][0]["extra_info"]["aggregate_round_throughputs"] = [0, 0, 0]
+    (storage / "0002_zeros.json").write_text(json.dumps(zeros))
+    words = json.loads(json.dumps(good))
+    words["benchmarks"][0]["extra_info"]["aggregate_round_throughputs"] = ["fast", "slow"]
+    (storage / "0003_words.json").write_text(json.dumps(words))
+    (storage / "0004_odd.json").write_text(json.dumps({"benchmarks": [], "commit_info": "x"}))
+    (storage / "0005_dir.json").mkdir()
+    os.mkfifo(storage / "0006_fifo.json")
+    (storage / "0007_binary.json").write_bytes(os.urandom(4096))
+    result = pytester.runpytest_subprocess(*args, timeout=120)
+    assert result.ret == 0
+    for name in ("0002_zeros", "0003_words", "0005_dir", "0006_fifo", "0007_binary"):
+        result.stdout.fnmatch_lines([f"*history: *{name}.json*skipped*"])
+    assert len(list(storage.glob("00*_*.json"))) == 8  # 7 before, and this run saved as the 8th file
+
+
+# --- options and commands ------------------------------------------------------------------------------
+
+def test_a_gate_report_folder_is_created_and_an_unwritable_report_fails_the_run(pytester):
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
+    args = ["--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", "-k", "naive-1", *FAST]
+    assert pytester.runpytest(*args, "--colloc-gate-report=reports/gate.md").ret == 0
+    assert "### Collocation regression gate" in (pytester.path / "reports" / "gate.md").read_text()
+    (pytester.path / "a-folder").mkdir()
+    blocked = pytester.runpytest(*args, "--colloc-gate-report=a-folder")
+    assert blocked.ret == pytest.ExitCode.TESTS_FAILED
+    blocked.stdout.fnmatch_lines(["*could not write the gate report to a-folder*"])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--threshold", "nan"], "--threshold must be between 0 and 99"),
+    (["--threshold", "100"], "--threshold must be between 0 and 99"),
+    (["--alpha", "0"], "--alpha must be between"),
+    (["--runs", "1"], "--runs must be between 2 and 1000"),
+    (["--min-runs", "x"], "--min-runs must be an integer"),
+])
+def test_the_cli_rejects_bad_gate_options_before_reading_anything(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["gate", str(tmp_path / "run.json"), *argv])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [None, b'{"benchmarks": [', b"\x00\xff binary", b'{"hello": 1}', b"[]"])
+def test_the_cli_table_names_a_file_it_cannot_use_in_one_line(content, capsys, tmp_path):
+    path = tmp_path / "run.json"
+    if content is not None:
+        path.write_bytes(content)
+    assert cli.main(["table", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err
+
+
+def test_cpu_cores_this_machine_lacks_are_a_usage_error(pytester):
+    result = pytester.runpytest("--colloc-cpus=4000;4001", "--colloc-device=cpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--colloc-cpus names cores ?4000, 4001? that this process may not use*"])
+
+
+def test_a_record_never_reaches_the_gate_with_impossible_numbers():
+    with pytest.raises(record.RecordError):
+        record.read({"gpucolloc": 2, "mode": "naive", "workloads": ["x"], "workers": [{"workload": "x",
+                     "throughput": 1.0}], "aggregate_round_throughputs": [float("nan")]})
+    assert load(Path("/nonexistent-storage")).runs == []

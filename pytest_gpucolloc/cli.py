@@ -213,7 +213,7 @@ def _gate_arguments(parser) -> None:
                         help=f"false-alarm rate per scenario (default {gate.DEFAULT_ALPHA:g})")
     parser.add_argument("--runs", type=_checked("--runs", 2, MAX_RUNS, integer=True), default=gate.DEFAULT_RUNS,
                         help=f"baseline: most recent N comparable runs (default {gate.DEFAULT_RUNS})")
-    parser.add_argument("--min-runs", type=_checked("--min-runs", 2, MAX_RUNS, integer=True),
+    parser.add_argument("--min-runs", type=_checked("--min-runs", 1, MAX_RUNS, integer=True),
                         default=gate.DEFAULT_MIN_RUNS, help=f"fewest baseline runs to decide (default {gate.DEFAULT_MIN_RUNS})")
     parser.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table")
 

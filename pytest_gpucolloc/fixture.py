@@ -114,13 +114,9 @@ class CollocateFixture:
             result.ideal_throughput = baselines.ideal[key]
 
     def _judge(self, result: ScenarioResult, context: ScenarioContext) -> dict:
-        from . import gate
+        from . import gate, history  # scipy loads only when the run is gated
 
-        gpu = result.gpu or {}
-        scenario = record.read(record.write(result))  # judged as it will be saved
-        current = gate.RunSample("current", scenario.rounds, gpu.get("name"), gpu.get("uuid"), scenario.throttled,
-                                 contaminated=bool(scenario.foreign_pids), config=scenario.config,
-                                 repeats=scenario.repeats, eager=scenario.eager_on_gpu)
+        current = history.sample_of(record.read(record.write(result)), "current")  # judged as it will be saved
         verdict = gate.decide(current, self.session.history.samples(self.node.nodeid), context.policy).to_dict()
         self.session.verdicts.append((self.node.name, verdict))
         return verdict

@@ -29,14 +29,19 @@ class SavedRun:
 
     def sample(self, fullname: str) -> RunSample | None:
         scenario = self.scenarios.get(fullname)
-        if scenario is None:
-            return None
-        gpu = scenario.gpu or {}  # the GPU the scenario ran on (xdist runs use several)
-        # its configuration as recorded with the scenario; version-1 runs kept only the run's GPU's
-        config = scenario.config or {k: self.machine[k] for k in machine.BOUNDING if k in self.machine}
-        return RunSample(self.run_id, scenario.rounds, gpu.get("name", self.machine.get("gpu_name")),
-                         gpu.get("uuid", self.machine.get("gpu_uuid")), scenario.throttled, self.datetime,
-                         self.commit, bool(scenario.foreign_pids), config, scenario.repeats, scenario.eager_on_gpu)
+        return None if scenario is None else sample_of(scenario, self.run_id, self.machine, self.datetime, self.commit)
+
+
+def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | None = None, datetime: str = "",
+              commit: str | None = None) -> RunSample:
+    """What the gate needs of a saved scenario. Version-1 runs kept the GPU and its configuration only for the
+    whole run (``run_machine``); version 2 keeps them per scenario (xdist runs use several GPUs)."""
+    run_machine = run_machine or {}
+    gpu = scenario.gpu or {}
+    config = scenario.config or {k: run_machine[k] for k in machine.BOUNDING if k in run_machine}
+    return RunSample(run_id, scenario.rounds, gpu.get("name", run_machine.get("gpu_name")),
+                     gpu.get("uuid", run_machine.get("gpu_uuid")), scenario.throttled, datetime, commit,
+                     bool(scenario.foreign_pids), config, scenario.repeats, scenario.eager_on_gpu)
 
 
 def short_name(fullname: str) -> str:

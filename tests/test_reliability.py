@@ -1,7 +1,6 @@
 """Reliability, round two: what an independent fault probe broke, each checked from outside the code under test."""
 import json
 import os
-import signal
 import subprocess
 import sys
 import time

@@ -90,3 +90,14 @@ def test_a_bad_scenario_is_named_and_skipped_and_the_rest_of_its_file_kept(tmp_p
     assert list(history.runs[0].scenarios) == ["f.py::t[a]"]
     assert len(history.problems) == 1 and "0001_x.json: scenario f.py::t[b] skipped" in history.problems[0]
     assert history.runs[0].commit is None
+
+
+def test_cuda_graphs_are_suggested_only_for_eager_jobs_that_leave_the_gpu_idle():
+    info = record.write(measured())
+    assert record.read(info).eager_on_gpu  # no SM activity measured: it may be launch-bound
+    info["telemetry"] = [{"sm_activity_pct": 95.0}]
+    assert not record.read(info).eager_on_gpu  # GPU-bound: its noise is not the CPU's launches
+    info["telemetry"] = [{"sm_activity_pct": 11.0}]
+    assert record.read(info).eager_on_gpu
+    info["workers"][0]["params"]["cuda_graph"] = True
+    assert not record.read(info).eager_on_gpu

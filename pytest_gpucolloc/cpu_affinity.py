@@ -77,9 +77,7 @@ def assign_cpus(n_workers: int, policy: CpuPolicy, available: list[int] | None =
             raise CpuListError(
                 f"--colloc-cpus gives {len(policy.explicit)} core lists for {n_workers} workers"
             )
-        missing = sorted({c for s in policy.explicit for c in s} - set(available))
-        if missing:
-            raise CpuListError(f"--colloc-cpus names cores {missing} that this process may not use")
+        check_cores(policy, available)
         return Assignment(list(policy.explicit[:n_workers]), "explicit (--colloc-cpus)")
     if len(available) < n_workers:
         return Assignment(

@@ -108,9 +108,8 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
         notes.append(f"{len(history) - len(same_model)} run(s) on other GPUs left out ({', '.join(others)})")
     same_config = [r for r in same_model if not _config_differs(r, current)]
     if len(same_config) < len(same_model):
-        changed = sorted({d for r in same_model for d in _config_differs(r, current)})
         notes.append(f"{len(same_model) - len(same_config)} run(s) under another GPU configuration left out "
-                     f"({'; '.join(changed)})")
+                     f"({'; '.join(_config_changes(same_model, current))})")
     calm = [r for r in same_config if not r.throttled and not r.contaminated]
     if len(calm) < len(same_config):
         notes.append(f"{len(same_config) - len(calm)} throttled or contaminated run(s) left out")
@@ -129,6 +128,11 @@ def _config_differs(baseline: RunSample, current: RunSample) -> list[str]:
     from .machine import bounding_differences
 
     return bounding_differences(baseline.config, current.config)
+
+
+def _config_changes(runs: list[RunSample], current: RunSample) -> list[str]:
+    """Every way the runs' GPU configuration differs from the current run's, in words."""
+    return sorted({change for run in runs for change in _config_differs(run, current)})
 
 
 def _c4(k: int) -> float:
@@ -174,10 +178,9 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
         return result
     same_model = [r for r in history if r.gpu_name == current.gpu_name]
     if same_model and all(_config_differs(r, current) for r in same_model):
-        changed = sorted({d for r in same_model for d in _config_differs(r, current)})
         result.verdict = "not comparable"
-        result.reason = (f"the GPU's configuration differs from every baseline run's ({'; '.join(changed)}); "
-                         "compare runs made under one configuration")
+        result.reason = (f"the GPU's configuration differs from every baseline run's "
+                         f"({'; '.join(_config_changes(same_model, current))}); compare runs made under one configuration")
         return result
     if current.contaminated:
         result.verdict, result.reason = "not comparable", "other processes used the GPU during this run"

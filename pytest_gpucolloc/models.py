@@ -148,5 +148,5 @@ def build(workload: Workload, device: torch.device, image_size: int | None = Non
     if not callable(getattr(step, "train_step", None)):
         raise TypeError(f"{workload.model} returned {type(step).__name__}, which has no train_step()")
     if workload.cuda_graph:
-        return GraphedStep(step.train_step, int(getattr(step, "samples_per_step", workload.batch_size)))
+        return GraphedStep(step.train_step, getattr(step, "samples_per_step", workload.batch_size))
     return step

@@ -37,7 +37,7 @@ class NvmlUnavailable(RuntimeError):
     pass
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -66,7 +66,7 @@ def _require() -> None:
         raise NvmlUnavailable(reason)
 
 
-def _try(function, *args, default=None):
+def try_call(function, *args, default=None):
     try:
         return function(*args)
     except Exception:
@@ -116,24 +116,24 @@ def gpus() -> list[GpuInfo]:
     result = []
     for index in range(device_count()):
         h = pynvml.nvmlDeviceGetHandleByIndex(index)
-        mig = _try(pynvml.nvmlDeviceGetMigMode, h)
+        mig = try_call(pynvml.nvmlDeviceGetMigMode, h)
         clocks = pynvml.NVML_CLOCK_SM
         extra = {
-            "persistence_mode": _try(pynvml.nvmlDeviceGetPersistenceMode, h),
-            "ecc_mode": (_try(pynvml.nvmlDeviceGetEccMode, h) or [None])[0],
-            "power_limit_w": (_try(pynvml.nvmlDeviceGetEnforcedPowerLimit, h) or 0) / 1000 or None,
-            "max_sm_clock_mhz": _try(pynvml.nvmlDeviceGetMaxClockInfo, h, clocks),
-            "application_sm_clock_mhz": _try(pynvml.nvmlDeviceGetApplicationsClock, h, clocks),
-            "max_memory_clock_mhz": _try(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_MEM),
+            "persistence_mode": try_call(pynvml.nvmlDeviceGetPersistenceMode, h),
+            "ecc_mode": (try_call(pynvml.nvmlDeviceGetEccMode, h) or [None])[0],
+            "power_limit_w": (try_call(pynvml.nvmlDeviceGetEnforcedPowerLimit, h) or 0) / 1000 or None,
+            "max_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetMaxClockInfo, h, clocks),
+            "application_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetApplicationsClock, h, clocks),
+            "max_memory_clock_mhz": try_call(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_MEM),
             "sm_count": _full_gpu_sm_count(h),
         }
         result.append(GpuInfo(
             index=index,
-            uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
-            name=_text(pynvml.nvmlDeviceGetName(h)),
+            uuid=as_text(pynvml.nvmlDeviceGetUUID(h)),
+            name=as_text(pynvml.nvmlDeviceGetName(h)),
             memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
             mig_mode=mig[0] if mig else None,
-            compute_capability=_try(pynvml.nvmlDeviceGetCudaComputeCapability, h),
+            compute_capability=try_call(pynvml.nvmlDeviceGetCudaComputeCapability, h),
             extra=extra,
         ))
     return result
@@ -142,17 +142,17 @@ def gpus() -> list[GpuInfo]:
 def _full_gpu_sm_count(h) -> int | None:
     """SM count of the whole GPU, read from its full-size MIG profile (answers with MIG off too);
     None on GPUs without MIG."""
-    info = _try(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, h, pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE)
+    info = try_call(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, h, pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE)
     return int(info.multiprocessorCount) if info else None
 
 
 def driver() -> dict:
     _require()
-    cuda = _try(pynvml.nvmlSystemGetCudaDriverVersion_v2) or _try(pynvml.nvmlSystemGetCudaDriverVersion)
+    cuda = try_call(pynvml.nvmlSystemGetCudaDriverVersion_v2) or try_call(pynvml.nvmlSystemGetCudaDriverVersion)
     return {
-        "driver_version": _text(pynvml.nvmlSystemGetDriverVersion()),
+        "driver_version": as_text(pynvml.nvmlSystemGetDriverVersion()),
         "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,
-        "nvml_version": _text(_try(pynvml.nvmlSystemGetNVMLVersion, default="")) or None,
+        "nvml_version": as_text(try_call(pynvml.nvmlSystemGetNVMLVersion, default="")) or None,
     }
 
 
@@ -163,7 +163,7 @@ def gpu_processes(uuid: str) -> dict[int, dict]:
     found: dict[int, dict] = {}
     for query, is_mps in ((pynvml.nvmlDeviceGetComputeRunningProcesses, False),
                           (pynvml.nvmlDeviceGetMPSComputeRunningProcesses, True)):
-        for proc in _try(query, h, default=[]) or []:
+        for proc in try_call(query, h, default=[]) or []:
             memory = proc.usedGpuMemory if isinstance(proc.usedGpuMemory, int) else None
             found[int(proc.pid)] = {"memory_bytes": memory, "mps": is_mps}
     return found
@@ -175,17 +175,17 @@ def instant_sample(uuid: str) -> dict:
     """Cheap counters read many times a second: energy (mJ), power (mW), SM clock, clock-event bits."""
     h = _handle(uuid)
     return {
-        "energy_mj": _try(pynvml.nvmlDeviceGetTotalEnergyConsumption, h),
-        "power_mw": _try(pynvml.nvmlDeviceGetPowerUsage, h),
-        "sm_clock_mhz": _try(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
-        "clock_event_reasons": _try(pynvml.nvmlDeviceGetCurrentClocksEventReasons, h),
-        "utilization_gpu_pct": getattr(_try(pynvml.nvmlDeviceGetUtilizationRates, h), "gpu", None),
+        "energy_mj": try_call(pynvml.nvmlDeviceGetTotalEnergyConsumption, h),
+        "power_mw": try_call(pynvml.nvmlDeviceGetPowerUsage, h),
+        "sm_clock_mhz": try_call(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
+        "clock_event_reasons": try_call(pynvml.nvmlDeviceGetCurrentClocksEventReasons, h),
+        "utilization_gpu_pct": getattr(try_call(pynvml.nvmlDeviceGetUtilizationRates, h), "gpu", None),
     }
 
 
 def gpm_supported(uuid: str) -> bool:
     h = _handle(uuid)
-    support = _try(pynvml.nvmlGpmQueryDeviceSupport, h)
+    support = try_call(pynvml.nvmlGpmQueryDeviceSupport, h)
     return bool(support and support.isSupportedDevice)
 
 

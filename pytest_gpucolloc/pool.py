@@ -152,7 +152,7 @@ class WorkerPool:
     def __init__(self, slots: list[WorkerSlot], *, device: str, warmup_s: float, warmup_steps: int,
                  log_dir: Path, image_size: int | None = None, label_offset: int = 0):
         self.slots = slots
-        self.spec = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps, image_size=image_size)  # shared
+        self.spec = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps, image_size=image_size)
         self.log_dir = Path(log_dir)
         self.label_offset = label_offset
         self.workers: list[_Worker] = []

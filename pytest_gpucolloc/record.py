@@ -202,14 +202,14 @@ def _optional(value: Any, what: str) -> float | None:
 def _throttled(info: dict, telemetry: list[dict]) -> bool | None:
     """Today's rule on what a run kept: an abnormal reason held for THROTTLED_SHARE of a window, or the SM clock
     fell below the floor (only recorded since version 2); the power cap never counts."""
-    from .telemetry import ABNORMAL_REASONS, THROTTLED_SHARE
+    from .telemetry import ABNORMAL_REASONS, throttled_why
 
     verdicts = []
     for phase in telemetry:
         if "throttled_why" in phase:  # judged when it was measured
             verdicts.append(bool(phase.get("throttled")))
-        elif isinstance(phase.get("throttle_share"), dict):
-            verdicts.append(any(phase["throttle_share"].get(name, 0) >= THROTTLED_SHARE for name in ABNORMAL_REASONS))
+        elif isinstance(phase.get("throttle_share"), dict):  # shares kept, the clock not judged then
+            verdicts.append(bool(throttled_why(phase["throttle_share"], None, None)))
         elif isinstance(phase.get("throttle_reasons"), list):  # early runs: which reasons, not how long
             verdicts.append(any(name in ABNORMAL_REASONS for name in phase["throttle_reasons"]))
     if verdicts:

@@ -8,22 +8,12 @@ from __future__ import annotations
 
 import ctypes
 
+from ..nvml import as_text, try_call
 from .state import FULL_CI_PROFILE_INDEX, ComputeInstance, GpuInstance, MigBackendError
 
 MAX_PROFILE_INDEX = 20
 ERROR_CODES = {2: "invalid_argument", 3: "not_supported", 4: "no_permission", 6: "not_found",
                19: "in_use", 23: "insufficient_resources"}
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _try(function, *args, default=None):
-    try:
-        return function(*args)
-    except Exception:
-        return default
 
 
 def _library(lib):
@@ -59,7 +49,7 @@ def read_profiles(gpu_uuid: str, lib=None) -> list[dict]:
         profiles.append({
             "nvml_index": index,
             "profile_id": int(info.id),
-            "name": _text(getattr(info, "name", b"")) or None,
+            "name": as_text(getattr(info, "name", b"")) or None,
             "slice_count": int(info.sliceCount),
             "instance_count": int(info.instanceCount),
             "memory_mb": int(info.memorySizeMB),
@@ -86,7 +76,7 @@ class NvmlMigBackend:
             raise MigBackendError(code, f"{function.__name__}: {error}") from None
 
     def mig_mode(self) -> int | None:
-        mode = _try(self.lib.nvmlDeviceGetMigMode, self._h)
+        mode = try_call(self.lib.nvmlDeviceGetMigMode, self._h)
         return mode[0] if mode else None
 
     def _gi_handles(self) -> list:
@@ -102,13 +92,13 @@ class NvmlMigBackend:
         lib = self.lib
         found = []
         for index in range(lib.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-            ci_profile = _try(lib.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, index,
+            ci_profile = try_call(lib.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, index,
                               lib.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
             if ci_profile is None:
                 continue
             array = (lib.c_nvmlComputeInstance_t * 8)()
             count = ctypes.c_uint(0)
-            if _try(lib.nvmlGpuInstanceGetComputeInstances, gi, ci_profile.id, array, ctypes.byref(count),
+            if try_call(lib.nvmlGpuInstanceGetComputeInstances, gi, ci_profile.id, array, ctypes.byref(count),
                     default=False) is False:
                 continue
             for i in range(count.value):
@@ -156,15 +146,15 @@ class NvmlMigBackend:
     def _mig_devices(self) -> list:
         devices = []
         for index in range(self._call(self.lib.nvmlDeviceGetMaxMigDeviceCount, self._h)):
-            device = _try(self.lib.nvmlDeviceGetMigDeviceHandleByIndex, self._h, index)  # sparse: gaps are normal
+            device = try_call(self.lib.nvmlDeviceGetMigDeviceHandleByIndex, self._h, index)  # sparse: gaps are normal
             if device is not None:
                 devices.append(device)
         return devices
 
     def device_uuid(self, gi_id: int) -> str:
         for device in self._mig_devices():
-            if _try(self.lib.nvmlDeviceGetGpuInstanceId, device) == gi_id:
-                return _text(self.lib.nvmlDeviceGetUUID(device))
+            if try_call(self.lib.nvmlDeviceGetGpuInstanceId, device) == gi_id:
+                return as_text(self.lib.nvmlDeviceGetUUID(device))
         raise MigBackendError("not_found", f"no MIG device for GPU instance {gi_id}")
 
     def processes(self) -> list[int]:
@@ -172,5 +162,5 @@ class NvmlMigBackend:
         for device in [self._h] + self._mig_devices():
             for query in (self.lib.nvmlDeviceGetComputeRunningProcesses,
                           self.lib.nvmlDeviceGetMPSComputeRunningProcesses):
-                pids.update(int(p.pid) for p in (_try(query, device, default=[]) or []))
+                pids.update(int(p.pid) for p in (try_call(query, device, default=[]) or []))
         return sorted(pids)

@@ -7,32 +7,32 @@ PROCESSES = [1, 2, 3, 7]
 BATCH_SIZES = [32, 128]
 
 
-@pytest.mark.parametrize("batch", BATCH_SIZES)
-@pytest.mark.parametrize("n", PROCESSES)
+@pytest.mark.parametrize("batch", BATCH_SIZES, ids=lambda b: f"bs{b}")
+@pytest.mark.parametrize("n", PROCESSES, ids=lambda n: f"n{n}")
 def test_resnet26_cifar10(collocate, n, batch):
     collocate([Workload("resnet26-cifar10", batch_size=batch)] * n)
 
 
-@pytest.mark.parametrize("batch", BATCH_SIZES)
-@pytest.mark.parametrize("n", PROCESSES)
+@pytest.mark.parametrize("batch", BATCH_SIZES, ids=lambda b: f"bs{b}")
+@pytest.mark.parametrize("n", PROCESSES, ids=lambda n: f"n{n}")
 def test_resnet26_cifar10_graphed(collocate, n, batch):
     """ResNet26 with its whole training step captured as a CUDA graph: when graphs alone beat collocation,
     and when the two compound."""
     collocate([Workload("resnet26-cifar10", batch_size=batch, cuda_graph=True)] * n)
 
 
-@pytest.mark.parametrize("batch", BATCH_SIZES)
-@pytest.mark.parametrize("n", PROCESSES)
+@pytest.mark.parametrize("batch", BATCH_SIZES, ids=lambda b: f"bs{b}")
+@pytest.mark.parametrize("n", PROCESSES, ids=lambda n: f"n{n}")
 def test_resnet50_imagenet64(collocate, n, batch):
     collocate([Workload("resnet50-imagenet64", batch_size=batch)] * n)
 
 
-@pytest.mark.parametrize("batch", BATCH_SIZES)
-@pytest.mark.parametrize("n", PROCESSES)
+@pytest.mark.parametrize("batch", BATCH_SIZES, ids=lambda b: f"bs{b}")
+@pytest.mark.parametrize("n", PROCESSES, ids=lambda n: f"n{n}")
 def test_resnet152_imagenet(collocate, n, batch):
     collocate([Workload("resnet152-imagenet", batch_size=batch)] * n)
 
 
-@pytest.mark.parametrize("batch", BATCH_SIZES)
+@pytest.mark.parametrize("batch", BATCH_SIZES, ids=lambda b: f"bs{b}")
 def test_mixed_resnet26_resnet152(collocate, batch):
     collocate([Workload("resnet26-cifar10", batch_size=batch), Workload("resnet152-imagenet", batch_size=batch)])

@@ -6,12 +6,12 @@ from pytest_gpucolloc import Workload
 pytestmark = pytest.mark.quick
 
 
-@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("n", [1, 2], ids=lambda n: f"n{n}")
 def test_resnet26_cifar10_bs128(collocate, n):
     collocate([Workload("resnet26-cifar10", batch_size=128)] * n)
 
 
-@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("n", [1, 2], ids=lambda n: f"n{n}")
 def test_resnet26_cifar10_bs128_graphed(collocate, n):
     """The same job with its whole training step captured as a CUDA graph (no CPU launch noise)."""
     collocate([Workload("resnet26-cifar10", batch_size=128, cuda_graph=True)] * n)

@@ -3,7 +3,7 @@ import pytest
 
 from pytest_gpucolloc import Workload
 
-pytestmark = pytest.mark.quick
+pytestmark = pytest.mark.gpucolloc_quick
 
 
 @pytest.mark.parametrize("n", [1, 2], ids=lambda n: f"n{n}")

@@ -1,8 +1,9 @@
 """The ``collocate`` fixture: one scenario's path, top to bottom.
 
-check the workloads -> skip what does not run here -> run the scenario under the test's mode
-(``scenario.run_scenario``) -> speedup against the session's alone baselines -> the gate's verdict -> record
-into pytest-benchmark (``record.write``, ``benchmark_api``).
+check the workloads -> skip what does not run here -> each distinct job measured alone (once per session and
+GPU) -> run the scenario under the test's mode (``scenario.run_scenario``; under ``sequential`` the alone
+measurements are the scenario) -> speedup against the alone baselines -> the gate's verdict -> record into
+pytest-benchmark (``record.write``, ``benchmark_api``).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from .mig.provision import MigError, MigUnavailable
 from .modes import MODES, ModeConfigError
 from .modes.sequential import SequentialMode
 from .mps_daemon import MpsError
-from .scenario import ScenarioFailed, ScenarioResult, combine_repeats, run_scenario
+from .scenario import ScenarioFailed, ScenarioResult, combine_repeats, run_scenario, sequential_of
 from .session import CollocSession, ScenarioContext
 from .workloads import Workload, WorkloadError, as_workload
 
@@ -42,7 +43,11 @@ class CollocateFixture:
         context = self.session.context(self.node)
         try:
             with self._outcome():
-                result = self._run(jobs, context)
+                alone = self._alone(jobs, context)
+                if self.mode == SequentialMode.name:
+                    result = sequential_of([alone[job.key()] for job in self._adapted(jobs, context)])
+                else:
+                    result = self._run(jobs, context)
                 self._add_baselines(result, context, self.session.options["colloc_ideal"] if ideal is None else ideal)
         finally:
             release(context.target)
@@ -62,11 +67,14 @@ class CollocateFixture:
 
     def _skip_what_cannot_run_here(self, jobs: list[Workload]) -> None:
         device = self.session.device()
+        if self.mode == SequentialMode.name and len(jobs) > 1 and len({job.key() for job in jobs}) == 1:
+            pytest.skip("sequential: the same job run again one after another is the job alone, measured once per "
+                        "session; this scenario adds nothing to it")
         if device.gpu is None and any(job.cuda_graph for job in jobs):
             pytest.skip(f"{device.reason}: cuda_graph=True needs a CUDA GPU")
-        if device.gpu is None and not self.node.get_closest_marker("quick") \
+        if device.gpu is None and not self.node.get_closest_marker("gpucolloc_quick") \
                 and not self.session.options["colloc_cpu_full"]:
-            pytest.skip(f"{device.reason}: runs only the quick tier (marker 'quick'); "
+            pytest.skip(f"{device.reason}: runs only the quick tier (marker 'gpucolloc_quick'); "
                         "pass --colloc-cpu-full to run every scenario on the CPU")
 
     @contextlib.contextmanager
@@ -85,25 +93,45 @@ class CollocateFixture:
                 self.node.stash[diagnostics_key] = exc.diagnostics
             pytest.fail(f"{self.mode}: {exc}", pytrace=False)
 
-    def _run(self, jobs: list[Workload], context: ScenarioContext) -> ScenarioResult:
+    def _run(self, jobs: list[Workload], context: ScenarioContext, mode_name: str | None = None) -> ScenarioResult:
         """The scenario, its workers started ``context.repeats`` times afresh."""
-        mode = MODES[self.mode]()
+        mode = MODES[mode_name or self.mode]()
         reason = mode.unavailable_reason(context.target)
         if reason:
-            pytest.skip(f"{self.mode}: {reason}")
-        return combine_repeats([run_scenario(jobs, mode, context.target, context.settings, self.log_dir / f"r{k}",
+            pytest.skip(f"{mode.name}: {reason}")
+        log_dir = self.log_dir / mode.name
+        return combine_repeats([run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{k}",
                                              context.sampler_factory) for k in range(context.repeats)])
 
+    @staticmethod
+    def _adapted(jobs: list[Workload], context: ScenarioContext) -> list[Workload]:
+        return [context.settings.adapt(job) for job in jobs]  # what the workers will run (CPU smoke: smaller)
+
+    def _alone(self, jobs: list[Workload], context: ScenarioContext) -> dict[tuple, ScenarioResult]:
+        """Each distinct job's measurement alone on this GPU: taken once per session, by the first scenario that
+        needs it, and reused by every later one (their speedups, and the sequential mode)."""
+        cache, device = self.session.baselines.alone, self.session.device().key
+        reason = SequentialMode().unavailable_reason(context.target)
+        if reason:  # e.g. a GPU in MIG mode: no whole GPU to run a job alone on; speedups stay unknown
+            if self.mode == SequentialMode.name:
+                pytest.skip(f"sequential: {reason}")
+            return {}
+        missing = list({job.key(): job for job in self._adapted(jobs, context)
+                        if (job.key(), device) not in cache}.values())
+        for job in missing:
+            cache[(job.key(), device)] = self._run([job], context, SequentialMode.name)
+            self.session.alone_measured.append((self.node.name, cache[(job.key(), device)]))
+        return {job.key(): cache[(job.key(), device)] for job in self._adapted(jobs, context)}
+
     def _add_baselines(self, result: ScenarioResult, context: ScenarioContext, want_ideal: bool) -> None:
-        """Speedup against each job alone (measured by the sequential mode earlier in the session), and the
-        'ideal' reference (one process with the summed batch) when asked for."""
+        """Speedup against each job alone (measured once per session), and the 'ideal' reference (one process
+        with the summed batch) when asked for."""
         baselines, device = self.session.baselines, self.session.device().key
         if result.mode == SequentialMode.name:
-            for worker in result.workers:
-                baselines.alone[(worker.workload.key(), device)] = worker.stats.throughput
             result.speedup = 1.0
         else:
-            alone = [baselines.alone.get((w.workload.key(), device)) for w in result.workers]
+            alone = [getattr(baselines.alone.get((w.workload.key(), device)), "aggregate_throughput", None)
+                     for w in result.workers]
             result.speedup = measure.weighted_speedup([w.stats.throughput for w in result.workers], alone)
         if want_ideal and result.homogeneous:
             combined = result.workloads[0].with_batch_size(sum(w.batch_size for w in result.workloads))

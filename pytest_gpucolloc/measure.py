@@ -5,6 +5,7 @@ workers of a phase, so round k of every worker covers the same wall-clock window
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Sequence
@@ -81,3 +82,26 @@ def seconds_per_sample(aggregate_rounds: Sequence[float]) -> list[float]:
     """pytest-benchmark's timing statistic: time per unit of work, so that its own
     --benchmark-compare-fail sees a throughput loss as a time increase."""
     return [1.0 / value for value in aggregate_rounds if value > 0]
+
+
+def rounds_for_precision(aggregate_rounds: Sequence[float], precision: float) -> int:
+    """How many rounds in all would bring the 95% confidence interval of the mean (log throughput) within
+    ``precision`` (a fraction), judged from the rounds so far; 0 when it already is."""
+    logs = [math.log(x) for x in aggregate_rounds if x > 0]
+    if len(logs) < 2:
+        return 2
+    from scipy import stats
+
+    spread = statistics.stdev(logs)
+    critical = stats.t.ppf(0.975, len(logs) - 1)
+    if critical * spread / math.sqrt(len(logs)) <= math.log1p(precision):
+        return 0
+    return math.ceil((critical * spread / math.log1p(precision)) ** 2)
+
+
+def stopped_rising(window_rates: Sequence[float], tolerance: float = 0.02) -> bool:
+    """Warm-up is over when throughput has stopped rising (autotuning, allocator growth and clock ramp-up only
+    make it faster): the last two windows are not faster than the two before them by more than ``tolerance``."""
+    if len(window_rates) < 4:
+        return False
+    return statistics.fmean(window_rates[-2:]) <= statistics.fmean(window_rates[-4:-2]) * (1 + tolerance)

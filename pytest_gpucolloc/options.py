@@ -143,25 +143,35 @@ OPTIONS = [
     Option("colloc_gpu", "GPU to run on: index or UUID (default 0)", parse_gpu_selector, "0"),
     Option("colloc_gpus", "with pytest-xdist (-n N): the GPUs to spread over, one xdist worker each, e.g. "
            "'0,1' or UUIDs (default: every GPU)", parse_gpu_list, ""),
-    Option("colloc_rounds", "measurement rounds per scenario (default: 10 on a GPU, 3 on the CPU)",
-           number_option("--colloc-rounds", 2, 10000, integer=True), None, "10", "3"),
-    Option("colloc_round_seconds", "length of one measurement round in seconds (default: 2 GPU, 0.5 CPU)",
-           number_option("--colloc-round-seconds", 0.05, 3600), None, "2", "0.5"),
-    Option("colloc_warmup_seconds", "minimum warm-up per worker before measuring (default: 5 GPU, 0.5 CPU)",
-           number_option("--colloc-warmup-seconds", 0, 3600), None, "5", "0.5"),
-    Option("colloc_warmup_steps", "minimum warm-up steps per worker (default: 20 GPU, 2 CPU)",
+    Option("colloc_rounds", "fewest measurement rounds per scenario (default: 5 on a GPU, 3 on the CPU)",
+           number_option("--colloc-rounds", 2, 10000, integer=True), None, "5", "3"),
+    Option("colloc_max_rounds", "most measurement rounds per scenario: rounds are added until the mean's 95%% "
+           "confidence interval is within --colloc-precision (default: 15 on a GPU; on the CPU --colloc-rounds)",
+           number_option("--colloc-max-rounds", 0, 10000, integer=True), None, "15", "0"),
+    Option("colloc_precision", "stop adding rounds when the 95%% confidence interval of the scenario's mean "
+           "throughput is within this many percent (default 0.5; 0: always --colloc-max-rounds)",
+           number_option("--colloc-precision", 0, 100), "0.5"),
+    Option("colloc_round_seconds", "length of one measurement round in seconds (default: 1 GPU, 0.5 CPU)",
+           number_option("--colloc-round-seconds", 0.05, 3600), None, "1", "0.5"),
+    Option("colloc_warmup_seconds", "longest warm-up per worker: warm-up ends earlier once the step time has "
+           "stopped improving (default: 10 GPU, 0.5 CPU)",
+           number_option("--colloc-warmup-seconds", 0, 3600), None, "10", "0.5"),
+    Option("colloc_warmup_steps", "fewest warm-up steps per worker (default: 20 GPU, 2 CPU)",
            number_option("--colloc-warmup-steps", 1, 10**6, integer=True), None, "20", "2"),
     Option("colloc_timeout", "seconds a scenario's workers may take to start and warm up, and beyond the "
            "planned measurement time to finish it (default 600)",
            number_option("--colloc-timeout", 1, 86400), "600"),
     Option("colloc_repeats", "start each scenario's workers K times afresh within the run, for scenarios whose noise "
            "lives between processes: every repeat is saved and the gate takes each repeat's processes as one sample "
-           "(default 1; per scenario: @pytest.mark.colloc_repeats(K))",
+           "(default 1; per scenario: @pytest.mark.gpucolloc_repeats(K))",
            number_option("--colloc-repeats", 1, 1000, integer=True), "1"),
     Option("colloc_cpus", "CPU cores per worker: auto (disjoint cores per worker), none, or explicit lists "
            "'0-3;4-7' (one per worker)", parse_cpus, "auto"),
     Option("colloc_ideal", "also measure the 'ideal' reference for homogeneous scenarios: one process "
            "with the summed batch (gives collocation efficiency)", parse_flag, "false", flag=True),
+    Option("colloc_full", "also run the scenarios marked gpucolloc_full (the paper's whole matrix); without it "
+           "they are deselected, and the expected time of the selection is shown before it starts",
+           parse_flag, "false", flag=True),
     Option("colloc_cpu_full", "in CPU smoke mode, run every scenario instead of only the quick tier",
            parse_flag, "false", flag=True),
     Option("colloc_extra_step_every", "inject a known slowdown to check a regression gate: every built-in "
@@ -180,7 +190,7 @@ OPTIONS = [
     Option("colloc_gate", "regression gate: compare each scenario with its saved history (benchmark storage) and "
            "fail the run on a throughput regression", parse_flag, "false", flag=True),
     Option("colloc_gate_threshold", "smallest throughput drop, in percent, that counts as a regression "
-           f"(default {100 * gate.DEFAULT_THRESHOLD:g}; per scenario: @pytest.mark.colloc_gate(threshold=5))",
+           f"(default {100 * gate.DEFAULT_THRESHOLD:g}; per scenario: @pytest.mark.gpucolloc_gate(threshold=5))",
            number_option("--colloc-gate-threshold", 0, MAX_THRESHOLD), f"{100 * gate.DEFAULT_THRESHOLD:g}"),
     Option("colloc_gate_runs", f"baseline: the most recent N comparable saved runs (default {gate.DEFAULT_RUNS})",
            number_option("--colloc-gate-runs", 2, MAX_RUNS, integer=True), str(gate.DEFAULT_RUNS)),
@@ -217,6 +227,11 @@ def _parse(option: Option, raw: Any) -> Any:
         raise ValueError(message) from None
 
 
+def any_given(config) -> bool:
+    """Whether the session names one of the plugin's options (command line or ini): an invitation to act."""
+    return any(config.getoption(option.name) is not None or config.getini(option.name) for option in OPTIONS)
+
+
 def read_options(config) -> dict[str, Any]:
     """Parsed values: command line first, then ini, then the default. Options whose default depends on the
     device (GPU or CPU smoke mode) are None when not given: ``with_device_defaults`` fills them in."""
@@ -236,4 +251,11 @@ def with_device_defaults(values: dict[str, Any], on_gpu: bool) -> dict[str, Any]
     for option in OPTIONS:
         if filled[option.name] is None and option.default is None:
             filled[option.name] = _parse(option, option.gpu_default if on_gpu else option.cpu_default)
+    if not filled["colloc_max_rounds"]:  # 0: fixed at the fewest
+        filled["colloc_max_rounds"] = filled["colloc_rounds"]
+    elif values["colloc_max_rounds"] is None:  # the default never asks for fewer than --colloc-rounds
+        filled["colloc_max_rounds"] = max(filled["colloc_max_rounds"], filled["colloc_rounds"])
+    elif filled["colloc_max_rounds"] < filled["colloc_rounds"]:
+        raise ValueError(f"--colloc-max-rounds ({filled['colloc_max_rounds']}) must be at least --colloc-rounds "
+                         f"({filled['colloc_rounds']})")
     return filled

@@ -8,16 +8,17 @@ from .device import make_target, release, selected_gpus
 from .fixture import CollocateFixture, diagnostics_key
 from .modes import MODES
 from .mps_daemon import MpsDaemon
-from .options import add_options, read_options
+from .options import add_options, any_given, read_options
 from .session import CollocSession
 
 session_key = pytest.StashKey[CollocSession]()
 MARKERS = [
-    "quick: scenario of the quick tier (also run in CPU smoke mode)",
-    "gpu: test needs a real NVIDIA GPU; skipped with the reason without one",
-    "mig_layout(layout): MIG layout of this scenario, e.g. '3g,2g,1g*2'",
-    "colloc_gate(threshold=PERCENT): this scenario's regression threshold",
-    "colloc_repeats(K): start this scenario's workers K times afresh (see --colloc-repeats)",
+    "gpucolloc_quick: scenario of the quick tier (also run in CPU smoke mode)",
+    "gpucolloc_full: scenario of the full matrix, deselected unless --colloc-full is given",
+    "gpucolloc_gpu: test needs a real NVIDIA GPU; skipped with the reason without one",
+    "gpucolloc_mig_layout(layout): MIG layout of this scenario, e.g. '3g,2g,1g*2'",
+    "gpucolloc_gate(threshold=PERCENT): this scenario's regression threshold",
+    "gpucolloc_repeats(K): start this scenario's workers K times afresh (see --colloc-repeats)",
 ]
 
 
@@ -34,9 +35,10 @@ def pytest_configure(config):
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     session = CollocSession(config, options)
-    session.start()
     config.stash[session_key] = session
     config.pluginmanager.register(session, "gpucolloc-session")
+    if any_given(config):
+        session.invite()  # otherwise a collected test that uses the plugin invites it
 
 
 def pytest_unconfigure(config):
@@ -50,6 +52,8 @@ def pytest_unconfigure(config):
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one xdist worker per selected GPU. xdist asks before pytest_configure, so the options
     are read here."""
+    if not any_given(config):
+        return None  # another project's -n auto: not ours to answer
     try:
         options = read_options(config)
         if options["colloc_device"] == "cpu":
@@ -61,8 +65,10 @@ def pytest_xdist_auto_num_workers(config):
 
 def pytest_generate_tests(metafunc):
     if "gpu_mode" in metafunc.fixturenames:
-        modes = metafunc.config.stash[session_key].modes
-        metafunc.parametrize("gpu_mode", modes, ids=modes, indirect=True)
+        session = metafunc.config.stash[session_key]
+        # CPU smoke runs carry their own ids, so their results never share a name (or a history) with a GPU's
+        prefix = "cpu-" if session.device().gpu is None else ""
+        metafunc.parametrize("gpu_mode", session.modes, ids=[prefix + m for m in session.modes], indirect=True)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -5,10 +5,12 @@ A worker is started as ``python -m pytest_gpucolloc.worker``. Commands reach it 
 its messages leave as JSON lines on the file descriptor named by ``GPUCOLLOC_MSG_FD``:
 
     <- Spec                          first line: the job (workload, device, warm-up, CPU cores)
-    -> Ready                         after warm-up; the worker keeps training while it waits
+    -> Ready                         after warm-up (ended once the step time stops improving); the
+                                     worker keeps training while it waits
     <- Measure(start, round_s, rounds)   ``start`` is a time.monotonic() instant shared by all workers
     -> Result                        rounds of (seconds, samples); the worker keeps training, unmeasured,
                                      so the others are measured under the same load
+    <- Measure ... -> Result          again, as often as the controller wants more rounds
     <- Stop                          (or stdin closing): exit
     -> Error                         on any failure, then exit 1
 

@@ -24,6 +24,8 @@ read only the ``ScenarioRecord`` it returns.
     throttled            an abnormal clock condition held (thermal, HW slowdown, power brake, or an SM clock below
                          75% of its maximum): the run is not comparable. The power cap is recorded, never this.
     mode_facts           what the sharing mode recorded (MPS daemon, MIG layout, ...)
+    measurement          how it was measured: fixed_cost_s (spawn to every worker warm, all phases and repeats),
+                         rounds, stopped (why no more rounds were taken: precision reached, most rounds reached)
     gate                 the gate's verdict when the run was gated, else absent
     workers              one dict per worker, in scenario order:
         workload, params (Workload.to_dict()), throughput, round_throughputs, cv, step_time_median_s,
@@ -55,7 +57,7 @@ _WORKER_FIELDS = ("workload", "params", "throughput", "round_throughputs", "cv",
 _SCENARIO_FIELDS = ("mode", "device", "gpu", "workloads", "n_workers", "aggregate_round_throughputs", "repeats",
                     "aggregate_throughput", "aggregate_cv", "speedup_vs_sequential", "ideal_throughput",
                     "efficiency", "cpu_affinity", "samples_per_joule", "throttled", "foreign_pids", "telemetry",
-                    "gate", "workers")
+                    "gate", "workers", "measurement")
 
 
 class RecordError(ValueError):
@@ -97,6 +99,7 @@ class ScenarioRecord:
     gate: dict | None = None
     mode_facts: dict = field(default_factory=dict)
     repeats: tuple[tuple[float, ...], ...] = ()  # rounds of each fresh-process repeat; one entry without repeats
+    measurement: dict = field(default_factory=dict)  # fixed_cost_s, rounds, stopped (absent before 2026-12-01)
 
     @property
     def config(self) -> dict:
@@ -156,6 +159,7 @@ def write(result, gate: dict | None = None) -> dict[str, Any]:
         "foreign_pids": result.foreign_pids,
         "telemetry": result.telemetry,
         "mode_facts": dict(result.mode_facts),
+        "measurement": dict(result.measurement),
         "workers": [_write_worker(w) for w in result.workers],
     }
     if gate is not None:
@@ -296,4 +300,5 @@ def read(info: Any) -> ScenarioRecord:
         cpu_affinity=str(info.get("cpu_affinity", info.get("cpu_placement", ""))),
         gate=gate if isinstance(gate, dict) else None,
         mode_facts=facts if isinstance(facts, dict) else {},
+        measurement=info["measurement"] if isinstance(info.get("measurement"), dict) else {},
     )

@@ -10,7 +10,7 @@ from tabulate import tabulate
 from .record import ScenarioRecord
 
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
-           "speedup", "efficiency", "SM activity", "mem/worker GB", "samples/J", "flags"]
+           "speedup", "efficiency", "SM activity", "mem/worker GB", "samples/J", "rounds", "start-up s", "flags"]
 
 
 def _num(value: float | None, digits: int = 0) -> str:
@@ -70,6 +70,8 @@ def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
             _sm_activity(scenario.telemetry),
             ", ".join(_gb(w.device_memory_bytes) for w in scenario.workers),
             _num(scenario.samples_per_joule, 1),
+            str(scenario.measurement.get("rounds", len(scenario.rounds))),
+            _num(scenario.measurement.get("fixed_cost_s"), 1),
             _flags(scenario),
         ])
     return table

@@ -11,6 +11,7 @@ from typing import Callable
 from . import machine, measure, protocol
 from .cpu_affinity import CpuPolicy, assign_cpus
 from .modes.base import SharingMode, Target, WorkerCheckFailed
+from .modes.sequential import SequentialMode
 from .pool import ScenarioTimeout, WorkerFailed, WorkerPool, WorkerSlot
 from .workloads import Workload
 
@@ -19,11 +20,13 @@ START_LEAD_S = 0.5  # time for the measure command to reach every worker before 
 
 @dataclass(frozen=True)
 class Settings:
-    rounds: int
+    rounds: int  # fewest rounds
     round_s: float
-    warmup_s: float
-    warmup_steps: int
+    warmup_s: float  # longest warm-up (it ends earlier once the step time stops improving)
+    warmup_steps: int  # fewest warm-up steps
     timeout_s: float
+    max_rounds: int = 0  # rounds are added until the mean is known within ``precision``; 0: ``rounds``
+    precision: float = 0.0  # fraction: half-width of the mean's 95% confidence interval
     cpu_policy: CpuPolicy = CpuPolicy()
     image_size: int | None = None  # CPU smoke mode shrinks inputs
     batch_cap: int | None = None  # CPU smoke mode caps batch sizes
@@ -77,6 +80,7 @@ class ScenarioResult:
     speedup: float | None = None
     ideal_throughput: float | None = None
     repeats: list[list[float]] = field(default_factory=list)  # aggregate rounds of each fresh-process repeat
+    measurement: dict = field(default_factory=dict)  # how it was measured: fixed cost, rounds, why it stopped
     extra_phases: list[dict] = field(default_factory=list)  # telemetry of the repeats after the first
 
     @property
@@ -135,7 +139,26 @@ def combine_repeats(results: list[ScenarioResult]) -> ScenarioResult:
     return dataclasses.replace(
         first, workers=workers, aggregate_rounds=[x for result in results for x in result.aggregate_rounds],
         repeats=[list(result.aggregate_rounds) for result in results],
+        measurement={"fixed_cost_s": sum(r.measurement.get("fixed_cost_s", 0.0) for r in results),
+                     "rounds": sum(len(r.aggregate_rounds) for r in results),
+                     "stopped": "; ".join(dict.fromkeys(r.measurement.get("stopped", "") for r in results))},
         extra_phases=[phase for result in results[1:] for phase in result.telemetry])
+
+
+def sequential_of(alone: list[ScenarioResult]) -> ScenarioResult:
+    """The ``sequential`` mode's scenario (the jobs one after another, each alone on the GPU), from each job's
+    measurement alone: nothing is measured twice."""
+    if len(alone) == 1:
+        return dataclasses.replace(alone[0])
+    workers = [result.workers[0] for result in alone]
+    facts = [result.measurement for result in alone]
+    return ScenarioResult(
+        SequentialMode.name, [w.workload for w in workers], workers,
+        measure.sequential_aggregate([w.stats for w in workers]), alone[0].device,
+        "; ".join(dict.fromkeys(r.cpu_note for r in alone)), dict(alone[0].mode_facts), alone[0].gpu,
+        extra_phases=[phase for r in alone for phase in r.extra_phases],
+        measurement={"fixed_cost_s": 0.0, "rounds": min(f.get("rounds", 0) for f in facts),
+                     "stopped": "the jobs' alone measurements, taken once per session"})
 
 
 class ScenarioFailed(RuntimeError):
@@ -164,18 +187,20 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
     for slot, cpus in zip(slots, assignment.cpus):
         slot.cpus = cpus
     telemetry: dict = {}
+    began = time.monotonic()
     with WorkerPool(slots, device=target.device, warmup_s=settings.warmup_s,
                     warmup_steps=settings.warmup_steps, log_dir=log_dir, image_size=settings.image_size,
                     label_offset=label_offset) as pool:
         try:
             ready = pool.wait_ready(settings.timeout_s)
+            facts = {"fixed_cost_s": time.monotonic() - began}  # spawn to every worker warm
             check(slots, ready)
             start = time.monotonic() + START_LEAD_S
-            window = (start, start + settings.rounds * settings.round_s)
+            longest = max(settings.max_rounds, settings.rounds)
+            window = (start, start + longest * (settings.round_s + START_LEAD_S))  # ends early when stopped
             sampler = sampler_factory(window, pool.pids, slots) if sampler_factory else contextlib.nullcontext()
             with sampler as sampling:
-                results = pool.measure(start, settings.round_s, settings.rounds,
-                                       timeout_s=settings.rounds * settings.round_s + settings.timeout_s)
+                results, facts["stopped"] = measure_until_precise(pool, start, settings)
             if sampling is not None:
                 telemetry = sampling.summary()
         except WorkerFailed as error:
@@ -183,7 +208,29 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
             raise ScenarioFailed(_explain(error, slot)) from error
         except (ScenarioTimeout, WorkerCheckFailed) as error:
             raise ScenarioFailed(str(error)) from error
-    return list(zip(ready, results)), assignment.note, telemetry
+    return list(zip(ready, results)), assignment.note, telemetry, facts
+
+
+def measure_until_precise(pool: WorkerPool, start: float, settings: Settings) -> tuple[list[protocol.Result], str]:
+    """The fewest rounds first; then more, as many as the spread so far says are needed, until the mean
+    aggregate throughput is known within ``settings.precision`` or ``settings.max_rounds`` is reached. The
+    workers train on between batches, so every round is taken under the same load."""
+    longest = max(settings.max_rounds, settings.rounds)
+    batch = settings.rounds if settings.precision > 0 else longest
+    merged: list[protocol.Result] = []
+    while True:
+        results = pool.measure(start, settings.round_s, batch, timeout_s=batch * settings.round_s + settings.timeout_s)
+        merged = results if not merged else [dataclasses.replace(new, rounds=list(old.rounds) + list(new.rounds))
+                                             for old, new in zip(merged, results)]
+        done = len(merged[0].rounds)
+        aggregate = measure.concurrent_aggregate([measure.WorkerStats(list(r.rounds), 1) for r in merged])
+        needed = measure.rounds_for_precision(aggregate, settings.precision) if settings.precision > 0 else longest
+        if needed <= done:
+            return merged, f"precision {settings.precision:.2%} reached"
+        if done >= longest:
+            return merged, "most rounds reached"
+        batch = min(needed, longest) - done
+        start = time.monotonic() + START_LEAD_S
 
 
 def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, settings: Settings,
@@ -196,14 +243,16 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
     by_key: dict[tuple, MeasuredWorker] = {}
     records: list[MeasuredWorker] = []
     notes: list[str] = []
+    phases: list[dict] = []  # how each phase was measured
     with mode.provision(workloads, target) as prov:
         try:
             offset = 0
             for slots in prov.phases:
-                outcomes, note, phase_telemetry = run_phase(
+                outcomes, note, phase_telemetry, facts = run_phase(
                     slots, target, settings, log_dir, prov.check_workers, offset, sampler_factory)
                 offset += len(slots)
                 notes.append(note)
+                phases.append(facts)
                 for slot, (ready, result) in zip(slots, outcomes):
                     stats = measure.WorkerStats(list(result.rounds), ready.samples_per_step)
                     record = MeasuredWorker(slot.workload, stats, ready, result, slot.cpus, dict(slot.mode_facts),
@@ -227,5 +276,7 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
         aggregate = measure.concurrent_aggregate([r.stats for r in workers])
     gpu = {"index": target.gpu.index, "uuid": target.gpu.uuid, "name": target.gpu.name,
            **machine.bounding(target.gpu)} if target.gpu else None
+    measurement = {"fixed_cost_s": sum(p["fixed_cost_s"] for p in phases), "rounds": len(aggregate),
+                   "stopped": "; ".join(dict.fromkeys(p["stopped"] for p in phases))}
     return ScenarioResult(mode.name, workloads, workers, aggregate, target.device,
-                          "; ".join(dict.fromkeys(notes)), dict(prov.mode_facts), gpu)
+                          "; ".join(dict.fromkeys(notes)), dict(prov.mode_facts), gpu, measurement=measurement)

@@ -24,7 +24,14 @@ from .scratch import clean_stale_scratch
 # CPU smoke mode: real processes and real training, small enough for a laptop or a CI runner.
 CPU_IMAGE_SIZE = 32
 CPU_BATCH_CAP = 4
-MODE_ORDER = list(MODES)  # sequential first: its results are the baselines of the other modes
+SCENARIO_OVERHEAD_S = 5.0  # start-up before warm-up (spawn, import torch, CUDA context, build), for time estimates
+PLUGIN_FIXTURES = {"collocate", "gpu_mode", "mps_daemon"}
+
+
+def uses_plugin(item) -> bool:
+    """A collected test that invites the plugin: it uses one of its fixtures or markers."""
+    return bool(PLUGIN_FIXTURES & set(getattr(item, "fixturenames", ()))) \
+        or any(mark.name.startswith("gpucolloc_") for mark in item.iter_markers())
 
 
 @dataclass
@@ -42,7 +49,7 @@ class ScenarioContext:
 class Baselines:
     """Throughput measured earlier in the session, per (workload key, device key)."""
 
-    alone: dict[tuple, float] = field(default_factory=dict)  # each job alone (sequential mode)
+    alone: dict[tuple, ScenarioResult] = field(default_factory=dict)  # each distinct job alone, measured once
     ideal: dict[tuple, float] = field(default_factory=dict)  # one process training the summed batch
 
 
@@ -66,11 +73,21 @@ class CollocSession:
         self.forward: list[dict] = []  # scenarios an xdist worker sends to the controller
         self.forwarded: list[tuple[str, dict]] = []  # what the controller received
         self.baselines = Baselines()
+        self.alone_measured: list[tuple[str, ScenarioResult]] = []  # (test that needed it, the job alone)
         self._device: DeviceChoice | None = None
         self._settings: Settings | None = None
         self._previous_sigterm = None
+        self.invited = False  # a gpucolloc option was given, or a collected test uses the plugin
+        self.deselected_full = 0  # scenarios of the full matrix left out (no --colloc-full)
 
     # --- set-up and tear-down (called from plugin.py) ------------------------------------------------
+    def invite(self) -> None:
+        """The plugin acts only where invited: by one of its options, or by a test that uses its fixtures or
+        markers. Until then it adds nothing to the session."""
+        if not self.invited:
+            self.invited = True
+            self.start()
+
     def start(self) -> None:
         """Check what can be checked before anything runs (usage errors), clean up after killed runs, and
         make saving safe."""
@@ -85,6 +102,8 @@ class CollocSession:
             if self.options["colloc_device"] == "cuda":
                 self.device()
             check_cores(self.options["colloc_cpus"])
+            if self.xdist_index is not None or not distributed.is_controller_of_workers(config):
+                self.settings()  # device-dependent defaults checked against each other
         except (ValueError, DeviceUnavailable) as exc:
             raise pytest.UsageError(str(exc)) from None
         if self.xdist_index is None:
@@ -98,7 +117,7 @@ class CollocSession:
             pass
 
     def stop(self) -> None:
-        if self._previous_sigterm is not None:
+        if self.invited and self._previous_sigterm is not None:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
 
     def _check_writable(self) -> None:
@@ -140,6 +159,8 @@ class CollocSession:
             values = with_device_defaults(self.options, on_gpu)
             self._settings = Settings(
                 rounds=values["colloc_rounds"],
+                max_rounds=values["colloc_max_rounds"],
+                precision=values["colloc_precision"] / 100,
                 round_s=values["colloc_round_seconds"],
                 warmup_s=values["colloc_warmup_seconds"],
                 warmup_steps=values["colloc_warmup_steps"],
@@ -164,30 +185,30 @@ class CollocSession:
         from . import gate
 
         threshold = self.options["colloc_gate_threshold"]
-        marker = node.get_closest_marker("colloc_gate")
+        marker = node.get_closest_marker("gpucolloc_gate")
         if marker and "threshold" in marker.kwargs:
             threshold = marker.kwargs["threshold"]
             if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
                     or not 0 <= threshold <= MAX_THRESHOLD:
-                pytest.fail(f"colloc_gate(threshold=...) must be a percentage between 0 and {MAX_THRESHOLD:g}, "
+                pytest.fail(f"gpucolloc_gate(threshold=...) must be a percentage between 0 and {MAX_THRESHOLD:g}, "
                             f"got {threshold!r}", pytrace=False)
         return gate.Policy(threshold=threshold / 100, alpha=self.options["colloc_gate_alpha"],
                            runs=self.options["colloc_gate_runs"], min_runs=self.options["colloc_gate_min_runs"])
 
     def repeats(self, node) -> int:
-        marker = node.get_closest_marker("colloc_repeats")
+        marker = node.get_closest_marker("gpucolloc_repeats")
         if marker is None:
             return self.options["colloc_repeats"]
         value = marker.args[0] if marker.args else marker.kwargs.get("k")
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-            pytest.fail(f"colloc_repeats(K) takes a whole number of repeats from 1 to 1000, got {value!r}", pytrace=False)
+            pytest.fail(f"gpucolloc_repeats(K) takes a whole number of repeats from 1 to 1000, got {value!r}", pytrace=False)
         return value
 
     def context(self, node) -> ScenarioContext:
         """A scenario's context; its target has a new scratch directory that the caller releases."""
         repeats = self.repeats(node)
         options = self.mode_options()
-        marker = node.get_closest_marker("mig_layout")
+        marker = node.get_closest_marker("gpucolloc_mig_layout")
         if marker:
             options = dataclasses.replace(options, mig_layout=marker.args[0] if marker.args else None)
         policy = self.gate_policy(node)
@@ -208,6 +229,8 @@ class CollocSession:
         self.history = history.load(root)  # before this run saves anything
 
     def pytest_report_header(self, config):
+        if not self.invited:  # invited by a test only: its device line is in the summary
+            return None
         try:
             where = self.device().reason
         except DeviceUnavailable as exc:
@@ -222,25 +245,54 @@ class CollocSession:
         return lines
 
     def pytest_collection_modifyitems(self, config, items):
-        def mode_rank(item) -> int:
-            mode = getattr(item, "callspec", None) and item.callspec.params.get("gpu_mode")
-            return MODE_ORDER.index(mode) if mode in MODE_ORDER else -1
+        ours = [item for item in items if uses_plugin(item)]
+        if not ours:
+            return
+        self.invite()
+        if self.options["colloc_full"]:
+            return
+        full = [item for item in ours if item.get_closest_marker("gpucolloc_full")]
+        if full:
+            self.deselected_full = len(full)
+            config.hook.pytest_deselected(items=full)
+            items[:] = [item for item in items if item not in set(full)]
 
-        items.sort(key=mode_rank)  # stable: the file order is kept within a mode
+    def pytest_report_collectionfinish(self, config, start_path, items):
+        """Before anything runs: how long the selected scenarios may take, and what was left out."""
+        if not self.invited:
+            return None
+        scenarios = [item for item in items if "collocate" in getattr(item, "fixturenames", ())]
+        lines = []
+        if scenarios:
+            settings = self.settings()
+            each = SCENARIO_OVERHEAD_S + settings.warmup_s + max(settings.max_rounds, settings.rounds) * settings.round_s
+            total = len(scenarios) * each
+            lines.append(f"gpucolloc: {len(scenarios)} scenarios, at most about "
+                         f"{f'{total / 60:.0f} min' if total >= 120 else f'{total:.0f} s'} ({each:.0f} s each at the "
+                         "longest warm-up and the most rounds), plus each distinct job measured alone once")
+        if self.deselected_full:
+            lines.append(f"gpucolloc: {self.deselected_full} scenarios of the full matrix (marker gpucolloc_full) "
+                         "deselected; --colloc-full runs them")
+        return lines
 
     def pytest_runtest_setup(self, item):
-        if item.get_closest_marker("gpu") and self.device().gpu is None:
+        if item.get_closest_marker("gpucolloc_gpu") and self.device().gpu is None:
             pytest.skip(f"needs an NVIDIA GPU: {self.device().reason}")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error):
-        for entry in distributed.receive(node):
+        entries = distributed.receive(node)
+        if entries:
+            self.invite()  # an xdist controller collects nothing: its workers' scenarios invite it
+        for entry in entries:
             benchmark_api.add_to_session(node.config, entry)
             self.forwarded.append((entry["name"], entry["extra_info"]))
             if entry["extra_info"].get("gate"):
                 self.verdicts.append((entry["name"], entry["extra_info"]["gate"]))
 
     def pytest_sessionfinish(self, session, exitstatus):
+        if not self.invited:
+            return
         if self.xdist_index is not None:
             distributed.publish(session.config, self.forward)
         elif self.history is not None:
@@ -251,20 +303,26 @@ class CollocSession:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_benchmark_update_machine_info(self, config, machine_info):
+        if not self.invited:
+            return
         ready = self.results[0][1].workers[0].ready if self.results else None
         machine_info["gpucolloc"] = machine.identity(self.device().gpu, dataclasses.asdict(ready) if ready else None)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_benchmark_compare_machine_info(self, config, benchmarksession, machine_info, compared_benchmark):
+        if not self.invited:
+            return
         saved = compared_benchmark.get("machine_info", {}).get("gpucolloc", {})
         changes = machine.differences(saved, machine_info.get("gpucolloc", {}))
         if changes:
             benchmarksession.logger.warning("gpucolloc: compared run differs: " + "; ".join(changes))
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
+        if not self.invited:
+            return
         for problem in self.save_problems:
             terminalreporter.write_line(f"gpucolloc: {problem}", red=True)
-        if not (self.results or self.unfit or self.forwarded):
+        if not (self.results or self.unfit or self.forwarded or self.alone_measured):
             return
         terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
         device = self.device()
@@ -274,12 +332,16 @@ class CollocSession:
         elif not self.options["colloc_telemetry"]:
             terminalreporter.write_line("telemetry sampler: off (--colloc-telemetry=off)")
         # the summary shows exactly what is saved: each result through the record's writer and reader
-        entries = [(name, record.read(record.write(result, verdict))) for name, result, verdict in self.results]
+        entries = [(f"alone: {result.workloads[0].label}", record.read(record.write(result)))
+                   for _, result in self.alone_measured]
+        entries += [(name, record.read(record.write(result, verdict))) for name, result, verdict in self.results]
         entries += [(name, record.read(info)) for name, info in self.forwarded]
         terminalreporter.write_line(report.table(entries))
         terminalreporter.write_line(
-            "speedup: sum of each job's throughput relative to running alone (sequential, same session); "
-            "CV: round-to-round spread of aggregate throughput"
+            "alone: each distinct job measured alone once per session (the sequential mode's results and every "
+            "speedup's reference); speedup: sum of each job's throughput relative to running alone; CV: "
+            "round-to-round spread of aggregate throughput; rounds: taken until the mean was known within "
+            "--colloc-precision (or the most rounds); start-up s: spawn to every worker warm"
         )
         for name, why in self.unfit:
             terminalreporter.write_line(f"{name}: {why}")

@@ -125,6 +125,7 @@ class Sampler:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.end = min(self.end, time.monotonic())  # the measurement may stop before the planned window ends
         self._stop.set()
         self._thread.join(timeout=10)
 

@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 
-from . import protocol
+from . import measure, protocol
 
 
 def _die_with_parent() -> None:
@@ -130,18 +130,40 @@ def warm_up(spec: protocol.Spec):
         sync()
         phase_done("cuda_graph_capture")
 
-    warmup_start = time.monotonic()
-    warmup_steps = 0
-    while warmup_steps < spec.warmup_steps or time.monotonic() - warmup_start < spec.warmup_s:
-        step.train_step()
-        warmup_steps += 1
-        if warmup_steps % 8 == 0:
-            sync()
-    sync()
+    warmup_steps = warm_until_steady(step, sync, spec)
     phase_done("warm_up")
     ready = protocol.Ready(pid=os.getpid(), cpus=sorted(os.sched_getaffinity(0)), warmup_steps=warmup_steps,
                            samples_per_step=samples_per_step, startup_phases_s=phases, **device_report(torch, device))
     return step, sync, device, ready
+
+
+WARMUP_WINDOW_S = 0.25
+WARMUP_FLOOR_S = 1.0
+
+
+def warm_until_steady(step, sync, spec: protocol.Spec) -> int:
+    """Train until the step time has stopped improving (after at least ``spec.warmup_steps`` steps and
+    WARMUP_FLOOR_S), or for ``spec.warmup_s`` at most. Returns the number of steps."""
+    start = window_start = time.monotonic()
+    steps = window_steps = 0
+    rates: list[float] = []  # steps per second of successive windows, each ended by a synchronisation
+    floor_s = min(WARMUP_FLOOR_S, spec.warmup_s)
+    while True:
+        step.train_step()
+        steps += 1
+        window_steps += 1
+        now = time.monotonic()
+        if now - window_start >= WARMUP_WINDOW_S:
+            sync()
+            now = time.monotonic()
+            rates.append(window_steps / (now - window_start))
+            window_start, window_steps = now, 0
+        elapsed = now - start
+        if steps >= spec.warmup_steps and (elapsed >= spec.warmup_s
+                                           or (elapsed >= floor_s and measure.stopped_rising(rates))):
+            break
+    sync()
+    return steps
 
 
 def measure_rounds(step, sync, command: protocol.Measure, samples_per_step: int) -> list[tuple[float, int]]:
@@ -175,18 +197,19 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
     while command is None:
         step.train_step()
         command = channel.poll()
-    if isinstance(command, protocol.Stop):
-        return 0
-    rounds = measure_rounds(step, sync, command, ready.samples_per_step)
     import torch
 
     cuda = device.type == "cuda"
-    channel.send(protocol.Result(rounds=rounds,
-                                 peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
-                                 reserved_memory_bytes=torch.cuda.memory_reserved(device) if cuda else None))
-    # Unmeasured cool-down: keep the load on until every worker has finished measuring.
-    while channel.poll() is None:
-        step.train_step()
+    while isinstance(command, protocol.Measure):  # the controller may ask for more rounds
+        rounds = measure_rounds(step, sync, command, ready.samples_per_step)
+        channel.send(protocol.Result(rounds=rounds,
+                                     peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
+                                     reserved_memory_bytes=torch.cuda.memory_reserved(device) if cuda else None))
+        # Unmeasured: keep the load on until every worker has finished measuring and the controller decides.
+        command = None
+        while command is None:
+            step.train_step()
+            command = channel.poll()
     return 0
 
 

@@ -22,7 +22,7 @@ SCENARIO = textwrap.dedent('''
     import pytest
     from pytest_gpucolloc import Workload
 
-    @pytest.mark.quick
+    @pytest.mark.gpucolloc_quick
     def test_two(collocate):
         collocate([Workload("resnet26-cifar10", batch_size=4)] * 2)
 ''')

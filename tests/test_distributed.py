@@ -32,12 +32,12 @@ def test_xdist_workers_results_are_recorded_by_the_controller(pytester, tmp_path
     out = tmp_path / "run.json"
     result = pytester.runpytest_subprocess("-n", "2", "--gpu-mode=sequential,naive", "--colloc-device=cpu",
                                            f"--benchmark-json={out}", "--benchmark-autosave", *FAST)
-    result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines(["*gpucolloc: collocation scenarios*", "*test_tiny?naive-2?*naive*"])
+    result.assert_outcomes(passed=3, skipped=1)  # sequential-2 is the job alone: skipped
+    result.stdout.fnmatch_lines(["*gpucolloc: collocation scenarios*", "*test_tiny?cpu-naive-2?*naive*"])
     data = json.loads(out.read_text())
     names = sorted(b["name"] for b in data["benchmarks"])
-    assert names == ["test_tiny[naive-1]", "test_tiny[naive-2]", "test_tiny[sequential-1]", "test_tiny[sequential-2]"]
+    assert names == ["test_tiny[cpu-naive-1]", "test_tiny[cpu-naive-2]", "test_tiny[cpu-sequential-1]"]
     for bench in data["benchmarks"]:
         assert bench["stats"]["rounds"] == 2 and bench["extra_info"]["mode"] in ("sequential", "naive")
     saved = list((pytester.path / ".benchmarks").rglob("*.json"))
-    assert len(saved) == 1 and len(json.loads(saved[0].read_text())["benchmarks"]) == 4
+    assert len(saved) == 1 and len(json.loads(saved[0].read_text())["benchmarks"]) == 3

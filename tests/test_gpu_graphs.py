@@ -8,7 +8,7 @@ from pytest_gpucolloc.modes.mps import MpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
 
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.gpucolloc_gpu
 
 SHORT = Settings(rounds=3, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=180)
 

@@ -10,7 +10,7 @@ from pytest_gpucolloc import nvml
 from pytest_gpucolloc.mig import planner
 from pytest_gpucolloc.mig.profiles import live_table, named_table
 
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.gpucolloc_gpu
 
 
 @pytest.fixture(scope="module")

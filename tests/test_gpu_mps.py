@@ -14,7 +14,7 @@ from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
 from pytest_gpucolloc.device import standalone_target
 from tests.ctrl_c import pytest_command
 
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.gpucolloc_gpu
 
 SHORT = Settings(rounds=3, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=180)
 SMALL = Workload("resnet26-cifar10", batch_size=32)
@@ -220,7 +220,7 @@ def pytester_like_run(tmp_path):
         test_file = tmp_path / "test_interrupted.py"
         test_file.write_text(
             "import pytest\nfrom pytest_gpucolloc import Workload\n"
-            "@pytest.mark.quick\n"
+            "@pytest.mark.gpucolloc_quick\n"
             "def test_long(collocate):\n"
             "    collocate([Workload('resnet26-cifar10', batch_size=32)] * 2)\n"
         )

@@ -13,7 +13,7 @@ from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
 from pytest_gpucolloc.device import standalone_target
 
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.gpucolloc_gpu
 
 # Holds a CUDA context (and keeps a kernel busy) for a while: what another team's job would look like.
 INTRUDER = ("import time, torch\n"

@@ -17,7 +17,7 @@ from pytest_gpucolloc import nvml
 
 from test_gpu_mps import our_mps_processes
 
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.gpucolloc_gpu
 
 SCENARIOS = """
 import pytest

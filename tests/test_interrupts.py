@@ -15,9 +15,9 @@ from tests.ctrl_c import pytest_command
 SCENARIO = '''
 import pytest
 from pytest_gpucolloc import Workload
-@pytest.mark.quick
+@pytest.mark.gpucolloc_quick
 def test_long(collocate):
-    collocate([Workload("tests.user_workloads:tiny", batch_size=4, options={"step_sleep": 0.001})] * 2)
+    collocate([Workload("tests.user_workloads:tiny", batch_size=b, options={"step_sleep": 0.001}) for b in (4, 2)])
 '''
 
 

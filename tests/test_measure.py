@@ -49,3 +49,21 @@ def test_cv():
 def test_invalid_rounds_are_rejected(rounds):
     with pytest.raises(ValueError):
         stats(rounds)
+
+
+def test_rounds_for_precision_asks_for_more_rounds_only_while_the_mean_is_uncertain():
+    steady = [100.0, 100.1, 99.9, 100.0, 100.05]
+    assert measure.rounds_for_precision(steady, 0.005) == 0  # known within 0.5% already
+    noisy = [100.0, 90.0, 110.0, 95.0, 105.0]
+    needed = measure.rounds_for_precision(noisy, 0.005)
+    assert needed > 100  # CV ~8%: hundreds of rounds for 0.5%
+    assert measure.rounds_for_precision(noisy, 0.05) < needed
+    assert measure.rounds_for_precision([100.0], 0.005) == 2
+
+
+def test_warm_up_is_over_once_throughput_stops_rising():
+    assert not measure.stopped_rising([10, 20, 40])  # too few windows to tell
+    assert not measure.stopped_rising([10, 20, 40, 80])  # still climbing
+    assert not measure.stopped_rising([10, 50, 100, 100.5])  # the last four windows still include the climb
+    assert measure.stopped_rising([10, 50, 100, 100.5, 100.2, 100.4])  # flat within 2%
+    assert measure.stopped_rising([100, 100, 90, 95])  # noise downwards is not warm-up

@@ -32,7 +32,7 @@ SCENARIOS = '''
 import pytest
 from pytest_gpucolloc import Workload
 
-pytestmark = pytest.mark.quick
+pytestmark = pytest.mark.gpucolloc_quick
 
 @pytest.mark.parametrize("n", [1, 2])
 def test_tiny(collocate, n):
@@ -99,19 +99,25 @@ def test_modes_that_cannot_run_here_are_skipped_with_the_reason(pytester, suite)
 def test_records_time_per_sample_and_throughput_in_the_benchmark_json(pytester, suite, tmp_path):
     suite()
     out = tmp_path / "run.json"
-    result = pytester.runpytest("--gpu-mode=sequential,naive", "--colloc-device=cpu", f"--benchmark-json={out}", *FAST)
-    result.assert_outcomes(passed=4)
+    result = pytester.runpytest("--gpu-mode=sequential,naive", "--colloc-device=cpu", f"--benchmark-json={out}", "-rs", *FAST)
+    # the same job twice one after another is the job alone: no second measurement, no second id
+    result.assert_outcomes(passed=3, skipped=1)
+    result.stdout.fnmatch_lines(["*SKIPPED*sequential: the same job run again one after another is the job alone*"])
     data = json.loads(out.read_text())
     by_name = {b["name"]: b for b in data["benchmarks"]}
-    assert set(by_name) == {"test_tiny[sequential-1]", "test_tiny[sequential-2]", "test_tiny[naive-1]", "test_tiny[naive-2]"}
-    naive = by_name["test_tiny[naive-2]"]
+    assert set(by_name) == {"test_tiny[cpu-sequential-1]", "test_tiny[cpu-naive-1]", "test_tiny[cpu-naive-2]"}
+    naive = by_name["test_tiny[cpu-naive-2]"]
     info = naive["extra_info"]
     assert info["mode"] == "naive" and info["n_workers"] == 2 and len(info["workers"]) == 2
     assert info["workloads"] == ["tiny_workload:factory/bs4"] * 2
     rounds = info["aggregate_round_throughputs"]
     assert naive["stats"]["rounds"] == len(rounds) == 2
     assert naive["stats"]["min"] == pytest.approx(1 / max(rounds))  # timing = seconds per sample
-    assert info["speedup_vs_sequential"] is not None  # the sequential baseline ran first in the session
+    assert info["speedup_vs_sequential"] is not None  # against the job alone, measured once in the session
+    alone = by_name["test_tiny[cpu-sequential-1]"]["extra_info"]
+    assert info["speedup_vs_sequential"] == pytest.approx(
+        sum(w["throughput"] for w in info["workers"]) / alone["aggregate_throughput"])
+    assert info["measurement"]["rounds"] == 2 and info["measurement"]["fixed_cost_s"] > 0
     assert all(len(w["round_throughputs"]) == 2 and w["cpus"] is not None or w["cpus"] is None for w in info["workers"])
     assert data["machine_info"]["gpucolloc"]["device"] == "cpu"
 
@@ -124,9 +130,12 @@ def test_summary_table_lists_every_scenario(pytester, suite):
         "CPU smoke mode (--colloc-device=cpu)",
         "telemetry sampler: off (no GPU)",
         "scenario*mode*workers*per-worker samples/s*aggregate samples/s*CV*speedup*efficiency*",
-        "test_tiny?sequential-1?*sequential*tiny_workload:factory/bs4*1.00x*",
-        "test_tiny?naive-2?*naive*2x tiny_workload:factory/bs4*",
+        "alone: tiny_workload:factory/bs4*sequential*",
+        "test_tiny?cpu-sequential-1?*sequential*tiny_workload:factory/bs4*1.00x*",
+        "test_tiny?cpu-naive-2?*naive*2x tiny_workload:factory/bs4*",
     ])
+    # measured alone once: one alone row although three scenarios used it
+    assert result.stdout.str().count("alone: tiny_workload:factory/bs4") == 1
 
 
 def test_benchmark_compare_fail_catches_a_throughput_loss(pytester, suite):
@@ -182,7 +191,7 @@ def test_big(collocate):
 def test_gpu_marked_tests_skip_with_the_reason_without_a_gpu(pytester):
     pytester.makepyfile('''
 import pytest
-@pytest.mark.gpu
+@pytest.mark.gpucolloc_gpu
 def test_needs_gpu():
     raise AssertionError("must not run")
 ''')
@@ -199,7 +208,7 @@ def factory(batch_size, device, precision="fp32"):
     pytester.makepyfile('''
 import pytest
 from pytest_gpucolloc import Workload
-@pytest.mark.quick
+@pytest.mark.gpucolloc_quick
 def test_x(collocate):
     collocate([Workload("tiny_workload:factory")] * 2)
 ''')
@@ -212,7 +221,7 @@ def test_collocate_runs_one_scenario_per_test(pytester, suite):
     pytester.makepyfile(tiny_workload=TINY)
     pytester.makepyfile('''
 import pytest
-@pytest.mark.quick
+@pytest.mark.gpucolloc_quick
 def test_twice(collocate):
     collocate(["tiny_workload:factory"])
     collocate(["tiny_workload:factory"])
@@ -228,14 +237,14 @@ def test_gate_fails_the_run_on_an_injected_slowdown(pytester, suite):
     suite(sleep=0.004)
     first = pytester.runpytest(*gated)
     first.assert_outcomes(passed=1)
-    first.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 1*", "*test_tiny?naive-1?*no baseline*"])
+    first.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 1*", "*test_tiny?cpu-naive-1?*no baseline*"])
     for _ in range(2):  # three runs make a baseline
         assert pytester.runpytest(*gated).ret == 0
     suite(sleep=0.02)  # the same scenario, genuinely (about five times) slower
     slow = pytester.runpytest(*gated, "--colloc-gate-report=gate.md")
     assert slow.ret == pytest.ExitCode.TESTS_FAILED
     slow.stdout.fnmatch_lines(["*gpucolloc gate: 1 regressed of 1*",
-                               "*test_tiny?naive-1?*regressed*slower, beyond the baseline's run-to-run spread*"])
+                               "*test_tiny?cpu-naive-1?*regressed*slower, beyond the baseline's run-to-run spread*"])
     assert "| regressed |" in (pytester.path / "gate.md").read_text().replace("  ", " ")
 
 
@@ -243,13 +252,13 @@ def test_gate_marker_threshold_must_be_a_percentage(pytester, suite):
     pytester.makepyfile(tiny_workload=TINY)
     pytester.makepyfile('''
 import pytest
-@pytest.mark.quick
-@pytest.mark.colloc_gate(threshold=-5)
+@pytest.mark.gpucolloc_quick
+@pytest.mark.gpucolloc_gate(threshold=-5)
 def test_x(collocate):
     collocate(["tiny_workload:factory"])
 ''')
     result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", *FAST)
-    result.stdout.fnmatch_lines(["*colloc_gate(threshold=...) must be a percentage between 0 and 99, got -5*"])
+    result.stdout.fnmatch_lines(["*gpucolloc_gate(threshold=...) must be a percentage between 0 and 99, got -5*"])
 
 
 def test_unwritable_storage_is_refused_before_anything_runs(pytester, suite, tmp_path):

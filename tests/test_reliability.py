@@ -58,7 +58,7 @@ def test_orphans_of_a_killed_run_are_killed_by_the_next_run(pytester, tmp_path):
 import pytest
 from pytest_gpucolloc import Workload
 
-@pytest.mark.quick
+@pytest.mark.gpucolloc_quick
 def test_x(collocate):
     collocate([Workload("tests.user_workloads:tiny", batch_size=4,
                         options={{"spawn": "plain", "pid_file": "{pid_file}", "step_sleep": 0.01}})])
@@ -109,7 +109,7 @@ def test_zero_samples_per_step_fails_its_scenario_and_the_others_are_saved(pytes
 import pytest
 from pytest_gpucolloc import Workload
 
-pytestmark = pytest.mark.quick
+pytestmark = pytest.mark.gpucolloc_quick
 
 def test_good(collocate):
     collocate([Workload("tiny_workload:factory", batch_size=4)])

@@ -12,12 +12,12 @@ REPEATED = '''
 import pytest
 from pytest_gpucolloc import Workload
 
-pytestmark = pytest.mark.quick
+pytestmark = pytest.mark.gpucolloc_quick
 
 def test_default(collocate):
     collocate([Workload("tiny_workload:factory", batch_size=4)] * 2)
 
-@pytest.mark.colloc_repeats(3)
+@pytest.mark.gpucolloc_repeats(3)
 def test_marked(collocate):
     collocate([Workload("tiny_workload:factory", batch_size=4)])
 '''
@@ -31,7 +31,7 @@ def test_repeats_start_the_workers_afresh_and_every_repeat_is_saved(pytester):
                                 f"--benchmark-json={out}", *FAST)
     result.assert_outcomes(passed=2)
     saved = {b["name"]: b["extra_info"] for b in json.loads(out.read_text())["benchmarks"]}
-    default, marked = saved["test_default[naive]"], saved["test_marked[naive]"]
+    default, marked = saved["test_default[cpu-naive]"], saved["test_marked[cpu-naive]"]
     assert [len(r) for r in default["repeats"]] == [2, 2]  # 2 repeats x 2 rounds
     assert default["aggregate_round_throughputs"] == default["repeats"][0] + default["repeats"][1]
     assert len(marked["repeats"]) == 3  # the marker wins over the option
@@ -41,14 +41,14 @@ def test_repeats_start_the_workers_afresh_and_every_repeat_is_saved(pytester):
 def test_a_bad_repeats_marker_fails_before_anything_starts(pytester):
     pytester.makepyfile(tiny_workload=TINY, test_bad='''
 import pytest
-@pytest.mark.quick
-@pytest.mark.colloc_repeats(0)
+@pytest.mark.gpucolloc_quick
+@pytest.mark.gpucolloc_repeats(0)
 def test_x(collocate):
     collocate(["tiny_workload:factory"])
 ''')
     result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", *FAST)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*colloc_repeats(K) takes a whole number of repeats from 1 to 1000, got 0*"])
+    result.stdout.fnmatch_lines(["*gpucolloc_repeats(K) takes a whole number of repeats from 1 to 1000, got 0*"])
 
 
 def test_bad_repeats_option_is_a_usage_error(pytester):
@@ -62,7 +62,7 @@ def test_graphed_workloads_are_skipped_with_the_reason_in_cpu_smoke_mode(pyteste
 import pytest
 from pytest_gpucolloc import Workload
 
-@pytest.mark.quick
+@pytest.mark.gpucolloc_quick
 def test_graphed(collocate):
     collocate([Workload("resnet26-cifar10", batch_size=128, cuda_graph=True)])
 ''')

@@ -130,3 +130,32 @@ def test_start_up_time_is_recorded_with_its_phases(cpu_target, tmp_path):
     assert phases["warm_up"] >= 0.5
     # the controller's clock runs from spawning the process: interpreter start-up comes on top of the phases
     assert worker["startup_s"] > sum(phases.values())
+
+
+def test_rounds_are_added_until_the_mean_is_known_within_the_precision(cpu_target, tmp_path):
+    import dataclasses
+
+    adaptive = dataclasses.replace(FAST, rounds=2, max_rounds=8, precision=0.5)  # 50%: met at once
+    result = run_scenario([tiny(step_sleep=0.002)], NaiveMode(), cpu_target, adaptive, tmp_path / "a")
+    assert len(result.aggregate_rounds) == 2 and result.measurement["stopped"] == "precision 50.00% reached"
+    assert result.measurement["fixed_cost_s"] > 0
+    strict = dataclasses.replace(adaptive, precision=1e-6)  # never met: more rounds, then the most
+    result = run_scenario([tiny(step_sleep=0.002)], NaiveMode(), cpu_target, strict, tmp_path / "b")
+    assert len(result.aggregate_rounds) == 8 and result.measurement["stopped"] == "most rounds reached"
+    assert all(len(w.stats.rounds) == 8 for w in result.workers)
+
+
+def test_warm_up_ends_when_the_step_time_stops_improving():
+    from pytest_gpucolloc import protocol, worker
+
+    class Step:  # slow for its first 0.3 s (autotuning, say), then steady
+        def __init__(self):
+            self.start = time.monotonic()
+
+        def train_step(self):
+            time.sleep(0.02 if time.monotonic() - self.start < 0.3 else 0.002)
+
+    spec = protocol.Spec(workload={}, device="cpu", warmup_s=10.0, warmup_steps=5)
+    began = time.monotonic()
+    steps = worker.warm_until_steady(Step(), lambda: None, spec)
+    assert worker.WARMUP_FLOOR_S <= time.monotonic() - began < 3.0 and steps > 5  # well before the 10 s cap

@@ -1,7 +1,10 @@
-"""The paper's matrix (Robroek et al., EuroMLSys '24): 1, 2, 3 and 7 processes per GPU, batch 32 and 128."""
+"""The paper's matrix (Robroek et al., EuroMLSys '24): 1, 2, 3 and 7 processes per GPU, batch 32 and 128.
+Deselected by default; ``--colloc-full`` runs it (its expected time is shown before it starts)."""
 import pytest
 
 from pytest_gpucolloc import Workload
+
+pytestmark = pytest.mark.gpucolloc_full
 
 PROCESSES = [1, 2, 3, 7]
 BATCH_SIZES = [32, 128]
@@ -34,5 +37,7 @@ def test_resnet152_imagenet(collocate, n, batch):
 
 
 @pytest.mark.parametrize("batch", BATCH_SIZES, ids=lambda b: f"bs{b}")
-def test_mixed_resnet26_resnet152(collocate, batch):
-    collocate([Workload("resnet26-cifar10", batch_size=batch), Workload("resnet152-imagenet", batch_size=batch)])
+@pytest.mark.parametrize("mix", [["resnet26-cifar10", "resnet152-imagenet"]], ids=lambda mix: "+".join(
+    name.split("-")[0] for name in mix))
+def test_mixed(collocate, mix, batch):
+    collocate([Workload(name, batch_size=batch) for name in mix])

@@ -43,6 +43,9 @@ class CollocateFixture:
         context = self.session.context(self.node)
         try:
             with self._outcome():
+                reason = MODES[self.mode]().unavailable_reason(context.target)
+                if reason:
+                    pytest.skip(f"{self.mode}: {reason}")
                 alone = self._alone(jobs, context)
                 if self.mode == SequentialMode.name:
                     result = sequential_of([alone[job.key()] for job in self._adapted(jobs, context)])
@@ -96,9 +99,6 @@ class CollocateFixture:
     def _run(self, jobs: list[Workload], context: ScenarioContext, mode_name: str | None = None) -> ScenarioResult:
         """The scenario, its workers started ``context.repeats`` times afresh."""
         mode = MODES[mode_name or self.mode]()
-        reason = mode.unavailable_reason(context.target)
-        if reason:
-            pytest.skip(f"{mode.name}: {reason}")
         log_dir = self.log_dir / mode.name
         return combine_repeats([run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{k}",
                                              context.sampler_factory) for k in range(context.repeats)])

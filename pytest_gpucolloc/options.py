@@ -136,8 +136,8 @@ class Option:
 
 OPTIONS = [
     Option("gpu_mode", "sharing modes to run scenarios under, comma-separated "
-           "(sequential, naive, mps, mps-partitioned, mig); default: sequential,naive",
-           parse_modes, "sequential,naive"),
+           "(sequential, naive, mps, mps-partitioned, mig); default: mps on a GPU, naive in CPU smoke mode",
+           parse_modes, None, "mps", "naive"),
     Option("colloc_device", "auto (GPU if NVML sees one, else CPU smoke mode), cuda, or cpu",
            parse_device, "auto"),
     Option("colloc_gpu", "GPU to run on: index or UUID (default 0)", parse_gpu_selector, "0"),
@@ -146,8 +146,8 @@ OPTIONS = [
     Option("colloc_rounds", "fewest measurement rounds per scenario (default: 5 on a GPU, 3 on the CPU)",
            number_option("--colloc-rounds", 2, 10000, integer=True), None, "5", "3"),
     Option("colloc_max_rounds", "most measurement rounds per scenario: rounds are added until the mean's 95%% "
-           "confidence interval is within --colloc-precision (default: 15 on a GPU; on the CPU --colloc-rounds)",
-           number_option("--colloc-max-rounds", 0, 10000, integer=True), None, "15", "0"),
+           "confidence interval is within --colloc-precision (default: 10 on a GPU; on the CPU --colloc-rounds)",
+           number_option("--colloc-max-rounds", 0, 10000, integer=True), None, "10", "0"),
     Option("colloc_precision", "stop adding rounds when the 95%% confidence interval of the scenario's mean "
            "throughput is within this many percent (default 0.5; 0: always --colloc-max-rounds)",
            number_option("--colloc-precision", 0, 100), "0.5"),

@@ -15,7 +15,6 @@ import pytest
 from . import benchmark_api, distributed, machine, process_marks, record, report, telemetry
 from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
-from .modes import MODES
 from .modes.base import ModeOptions, Target
 from .options import MAX_THRESHOLD, with_device_defaults
 from .scenario import ScenarioResult, Settings
@@ -76,6 +75,7 @@ class CollocSession:
         self.alone_measured: list[tuple[str, ScenarioResult]] = []  # (test that needed it, the job alone)
         self._device: DeviceChoice | None = None
         self._settings: Settings | None = None
+        self._values: dict[str, Any] | None = None
         self._previous_sigterm = None
         self.invited = False  # a gpucolloc option was given, or a collected test uses the plugin
         self.deselected_full = 0  # scenarios of the full matrix left out (no --colloc-full)
@@ -139,7 +139,13 @@ class CollocSession:
     # --- what scenarios get ----------------------------------------------------------------------------
     @property
     def modes(self) -> list[str]:
-        return self.options["gpu_mode"]
+        return self.values()["gpu_mode"]
+
+    def values(self) -> dict[str, Any]:
+        """The options with their device-dependent defaults filled in (GPU or CPU smoke mode)."""
+        if self._values is None:
+            self._values = with_device_defaults(self.options, self.device().device == "cuda")
+        return self._values
 
     def device(self) -> DeviceChoice:
         if self._device is None:
@@ -156,7 +162,7 @@ class CollocSession:
     def settings(self) -> Settings:
         if self._settings is None:
             on_gpu = self.device().device == "cuda"
-            values = with_device_defaults(self.options, on_gpu)
+            values = self.values()
             self._settings = Settings(
                 rounds=values["colloc_rounds"],
                 max_rounds=values["colloc_max_rounds"],
@@ -249,9 +255,12 @@ class CollocSession:
         if not ours:
             return
         self.invite()
-        if self.options["colloc_full"]:
+        if self.options["colloc_full"] or "gpucolloc_full" in (config.getoption("markexpr", "") or ""):
             return
-        full = [item for item in ours if item.get_closest_marker("gpucolloc_full")]
+        named = [arg for arg in config.args if "::" in arg]  # tests named one by one are asked for
+        full = [item for item in ours if item.get_closest_marker("gpucolloc_full")
+                and not any(item.nodeid == arg or item.nodeid.startswith(arg + "[") or item.nodeid.startswith(arg + "::")
+                            for arg in named)]
         if full:
             self.deselected_full = len(full)
             config.hook.pytest_deselected(items=full)

@@ -104,3 +104,20 @@ def test_matrix(collocate, n):
     full.stdout.fnmatch_lines(["*test_matrix?cpu-mps-2?*"])
     full.stdout.fnmatch_lines(["gpucolloc: 6 scenarios*"])
     assert "deselected" not in full.stdout.str()
+
+
+def test_tests_of_the_full_matrix_named_one_by_one_are_not_deselected(pytester):
+    pytester.makepyfile(test_scenarios='''
+import pytest
+from pytest_gpucolloc import Workload
+
+@pytest.mark.gpucolloc_full
+@pytest.mark.parametrize("n", [1, 2])
+def test_matrix(collocate, n):
+    collocate([Workload("resnet26-cifar10", batch_size=4)] * n)
+''')
+    result = pytester.runpytest("--collect-only", "-q", "--gpu-mode=naive", "--colloc-device=cpu",
+                                "test_scenarios.py::test_matrix[cpu-naive-2]")
+    result.stdout.fnmatch_lines(["*test_matrix?cpu-naive-2?*", "1 test collected*"])
+    by_marker = pytester.runpytest("--collect-only", "-q", "--gpu-mode=naive", "--colloc-device=cpu", "-m", "gpucolloc_full")
+    by_marker.stdout.fnmatch_lines(["2 tests collected*"])

@@ -47,7 +47,16 @@ def select(history: History, *, runs: list[str] | None = None, commits: list[str
     for label, chosen in zip(labels, sets):
         if not chosen:
             raise SelectionError(f"no saved run matches {label}")
+    kinds = [{_kind(run) for run in chosen} for chosen in sets]
+    if len(kinds[0] | kinds[1]) > 1:
+        raise SelectionError(f"{labels[0]} has {' and '.join(sorted(kinds[0]))} runs and {labels[1]} "
+                             f"{' and '.join(sorted(kinds[1]))} runs: CPU smoke runs (small batches on the CPU) "
+                             "are never compared with GPU runs; select runs of one kind")
     return sets[0], sets[1], labels[0], labels[1]
+
+
+def _kind(run: SavedRun) -> str:
+    return "CPU smoke" if run.machine.get("device") == "cpu" else "GPU"
 
 
 @dataclass

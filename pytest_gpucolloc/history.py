@@ -69,6 +69,8 @@ def read_run(path: Path) -> SavedRun:
     """One saved file; ValueError (or OSError) when it is not a pytest-benchmark file at all. Whatever sits in
     the storage, reading it is bounded: only regular files of a sane size are opened (a FIFO would block)."""
     path = Path(path)
+    if not path.exists():
+        raise ValueError("no such file")
     if not path.is_file():
         raise ValueError("not a regular file")
     size = path.stat().st_size

@@ -188,6 +188,16 @@ def test_cli_compare_by_driver_in_every_format(storage, capsys):
     assert cli.main(["compare", "--group-by", "nonsense", "--storage", str(storage)]) == 2
 
 
+def test_cli_compare_never_mixes_cpu_smoke_and_gpu_runs(storage, capsys):
+    run = sorted(storage.rglob("0006_run.json"))[0]
+    data = json.loads(run.read_text())
+    data["machine_info"]["gpucolloc"]["device"] = "cpu"
+    run.write_text(json.dumps(data))
+    code = cli.main(["compare", "--commits", "00", "05", "--storage", str(storage)])
+    assert code == 2
+    assert "CPU smoke runs (small batches on the CPU) are never compared with GPU runs" in capsys.readouterr().err
+
+
 def test_cli_plot_writes_figures(storage, tmp_path, capsys):
     out = tmp_path / "plots"
     assert cli.main(["plot", "--storage", str(storage), "--out", str(out)]) == 0

@@ -168,6 +168,39 @@ def cmd_gate(args) -> int:
     return 1 if any(r.verdict["verdict"] == "regressed" for r in rows) else 0
 
 
+def cmd_history(args) -> int:
+    from tabulate import tabulate
+
+    from . import changepoints
+    from .history import short_name
+
+    loaded = _history(args)
+    if not loaded.runs:
+        print(f"error: no saved pytest-gpucolloc runs under {args.storage}", file=sys.stderr)
+        return 3
+    points, looked = changepoints.find(loaded, args.scenario, args.gpu, args.alpha, args.min_runs)
+    if not looked:
+        print("error: no saved scenario matches " + " and ".join(
+            f"{flag} {value}" for flag, value in (("--scenario", args.scenario), ("--gpu", args.gpu)) if value),
+            file=sys.stderr)
+        return 2
+    if args.format == "json":
+        print(json.dumps({"change_points": [p.to_dict() for p in points],
+                          "series": [{"scenario": s, "gpu": g, "runs": n} for s, g, n in looked]}, indent=2))
+        return 0
+    rows = [[short_name(p.scenario), p.gpu[:16], p.run_id, (p.commit or "-")[:10], p.driver or "-", p.datetime[:19],
+             f"{p.before:,.0f}", f"{p.after:,.0f}", f"{p.change:+.1%}", f"{p.p_value:.2g}", f"{p.runs_before}/{p.runs_after}"]
+            for p in points]
+    headers = ["scenario", "GPU", "starts at run", "commit", "driver", "date", "before samples/s",
+               "after samples/s", "change", "p", "runs before/after"]
+    print(f"{len(points)} level shift(s) in {len(looked)} series (scenario x physical GPU); a level must hold for "
+          f"{args.min_runs} runs and differ at p < {args.alpha:g} with any one run left out")
+    if points:
+        print(tabulate(rows, headers=headers, tablefmt="github" if args.format == "markdown" else "simple",
+                       disable_numparse=True))
+    return 0
+
+
 def cmd_plot(args) -> int:
     from . import plots
 
@@ -253,6 +286,18 @@ def build_parser() -> argparse.ArgumentParser:
     compare_cmd.add_argument("--groups", nargs=2, metavar=("BEFORE", "AFTER"), help="the two values of --group-by")
     _gate_arguments(compare_cmd)
     compare_cmd.set_defaults(run_command=cmd_compare)
+
+    history_cmd = commands.add_parser("history", help="level shifts (change points) in each scenario's saved history, "
+                                      "per physical GPU (exit 0; 2 usage error, 3 no saved runs)")
+    history_cmd.add_argument("--storage", default=".benchmarks", help="pytest-benchmark storage folder (default .benchmarks)")
+    history_cmd.add_argument("--scenario", help="only scenarios whose name contains this")
+    history_cmd.add_argument("--gpu", help="only the GPU whose UUID starts with this")
+    history_cmd.add_argument("--alpha", type=_checked("--alpha", 1e-9, 0.2), default=0.01,
+                             help="a shift counts when its levels differ at p below this (default 0.01)")
+    history_cmd.add_argument("--min-runs", type=_checked("--min-runs", 2, 1000, integer=True), default=3,
+                             help="runs a level must hold on each side of a shift (default 3)")
+    history_cmd.add_argument("--format", choices=["table", "markdown", "json"], default="table")
+    history_cmd.set_defaults(run_command=cmd_history)
 
     plot = commands.add_parser("plot", help="PNG/SVG figures: scaling curve, slowdown, history with gate decisions")
     plot.add_argument("--storage", default=".benchmarks")

@@ -81,7 +81,13 @@ def slowdown(run: SavedRun, out: Path, fmt: str) -> list[Path]:
 
 def history(hist: History, out: Path, fmt: str) -> list[Path]:
     """Throughput of each scenario across saved runs (oldest first), marked with the gate's verdict
-    where the run was gated."""
+    where the run was gated, and a dashed line where a level shift starts (``changepoints``)."""
+    from . import changepoints
+
+    index_of = {run.run_id: index for index, run in enumerate(hist.runs)}
+    shifts: dict[str, list] = defaultdict(list)
+    for shift in changepoints.find(hist)[0]:
+        shifts[shift.scenario].append(shift)
     series: dict[str, list] = defaultdict(list)
     for index, run in enumerate(hist.runs):
         for name, scenario in run.scenarios.items():
@@ -96,6 +102,11 @@ def history(hist: History, out: Path, fmt: str) -> list[Path]:
         for x, y, verdict, _ in points:
             marker, colour = MARKERS.get(verdict, ("o", "tab:grey"))
             axes.scatter([x], [y], marker=marker, color=colour, zorder=2)
+        for shift in shifts[name]:
+            axes.axvline(index_of[shift.run_id] - 0.5, color="tab:purple", linestyle="--", linewidth=1,
+                         label=f"level shift {shift.change:+.1%} ({shift.gpu[:12]}, p={shift.p_value:.1g})")
+        if shifts[name]:
+            axes.legend(fontsize=7)
         axes.set_xticks(xs, [p[3] for p in points], rotation=45, fontsize=7)
         axes.set(ylabel="aggregate samples/s", title=short_name(name))
         axes.grid(alpha=0.3)

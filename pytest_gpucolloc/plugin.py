@@ -77,6 +77,8 @@ def pytest_runtest_makereport(item, call):
     diagnostics = item.stash.get(diagnostics_key, "")
     if rep.failed and diagnostics:
         rep.sections.append(("gpucolloc diagnostics", diagnostics))
+    if rep.skipped and "collocate" in getattr(item, "fixturenames", ()) and isinstance(rep.longrepr, tuple):
+        item.config.stash[session_key].skipped.append((item.name, str(rep.longrepr[2]).removeprefix("Skipped: ")))
     return rep
 
 

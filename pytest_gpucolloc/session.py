@@ -63,7 +63,7 @@ class CollocSession:
         self.options = options
         self.xdist_index = distributed.xdist_index(config)  # this xdist worker owns the index-th selected GPU
         self.results: list[tuple[str, ScenarioResult, dict | None]] = []  # (test, result, gate verdict)
-        self.unfit: list[tuple[str, str]] = []  # (test, why its MIG layout does not fit)
+        self.skipped: list[tuple[str, str]] = []  # (scenario, why it was skipped): said in the summary
         self.verdicts: list[tuple[str, dict]] = []  # (test, gate verdict)
         self.history = None  # history.History, loaded before this run saved anything
         self.stale_removed: list[str] = []
@@ -331,7 +331,7 @@ class CollocSession:
             return
         for problem in self.save_problems:
             terminalreporter.write_line(f"gpucolloc: {problem}", red=True)
-        if not (self.results or self.unfit or self.forwarded or self.alone_measured):
+        if not (self.results or self.forwarded or self.alone_measured or self.skipped):
             return
         terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
         device = self.device()
@@ -352,8 +352,8 @@ class CollocSession:
             "round-to-round spread of aggregate throughput; rounds: taken until the mean was known within "
             "--colloc-precision (or the most rounds); start-up s: spawn to every worker warm"
         )
-        for name, why in self.unfit:
-            terminalreporter.write_line(f"{name}: {why}")
+        for name, why in self.skipped:
+            terminalreporter.write_line(f"skipped {name}: {why}")
         if self.history is not None:
             self._gate_summary(terminalreporter)
 

@@ -94,6 +94,9 @@ def test_modes_that_cannot_run_here_are_skipped_with_the_reason(pytester, suite)
     result = pytester.runpytest("--gpu-mode=naive,mps", "--colloc-device=cpu", "-rs", *FAST)
     result.assert_outcomes(passed=2, skipped=2)
     result.stdout.fnmatch_lines(["*SKIPPED*mps: MPS needs an NVIDIA GPU (running in CPU smoke mode)*"])
+    # the plugin's own summary says what it skipped and why, without -rs
+    plain = pytester.runpytest("--gpu-mode=naive,mps", "--colloc-device=cpu", *FAST)
+    plain.stdout.fnmatch_lines(["skipped test_tiny?cpu-mps-1?: mps: MPS needs an NVIDIA GPU (running in CPU smoke mode)"])
 
 
 def test_records_time_per_sample_and_throughput_in_the_benchmark_json(pytester, suite, tmp_path):

@@ -1,0 +1,125 @@
+"""Level shifts in saved history: per scenario and per physical GPU, where its throughput moved to a new level
+and stayed there.
+
+Candidates come from ``ruptures`` (PELT over the runs' mean log throughput, a penalty scaled by the series' own
+run-to-run noise); a candidate is kept only where Welch's t-test between the runs since the previous kept
+level and the runs up to the next one says the levels differ (p < alpha) and keeps saying so with any one run left
+out. Each level must hold for ``min_runs`` runs: a single outlier run is never a change point.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+
+from .history import History, SavedRun
+
+DEFAULT_ALPHA = 0.01
+DEFAULT_MIN_RUNS = 3
+
+
+@dataclass(frozen=True)
+class Point:
+    run: SavedRun  # one run of the series
+    log_throughput: float
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    scenario: str
+    gpu: str  # physical GPU (UUID), or "CPU smoke"
+    run_id: str  # the first run at the new level
+    commit: str | None
+    driver: str | None
+    datetime: str
+    before: float  # samples/s, geometric mean of the level before
+    after: float
+    change: float  # fraction, + is faster
+    p_value: float  # Welch's t-test between the two levels, the largest with any one run left out
+    runs_before: int
+    runs_after: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def series(history: History) -> dict[tuple[str, str], list[Point]]:
+    """Each scenario's comparable runs per physical GPU, oldest first (throttled runs and runs that shared the
+    GPU with foreign processes are left out: their level is not the scenario's)."""
+    found: dict[tuple[str, str], list[Point]] = {}
+    for run in history.runs:
+        for name in run.scenarios:
+            sample = run.sample(name)
+            if sample.throttled or sample.contaminated:
+                continue
+            gpu = sample.gpu_uuid or ("CPU smoke" if run.scenarios[name].device == "cpu" else "unknown GPU")
+            found.setdefault((name, gpu), []).append(Point(run, sample.log_mean))
+    return found
+
+
+def _welch_p(before: list[float], after: list[float]) -> float:
+    from scipy import stats
+
+    if statistics.pvariance(before) == 0 and statistics.pvariance(after) == 0:
+        return 0.0 if statistics.fmean(before) != statistics.fmean(after) else 1.0
+    return float(stats.ttest_ind(before, after, equal_var=False).pvalue)
+
+
+def _robust_p(before: list[float], after: list[float]) -> float:
+    """The largest p with any one run left out: one odd run cannot make (or carry) a shift."""
+    ps = [_welch_p(before, after)]
+    ps += [_welch_p(before[:i] + before[i + 1:], after) for i in range(len(before))]
+    ps += [_welch_p(before, after[:i] + after[i + 1:]) for i in range(len(after))]
+    return max(ps)
+
+
+def _candidates(values: list[float], min_runs: int) -> list[int]:
+    """Indexes where a new level may start (ruptures' PELT, penalty from the run-to-run noise)."""
+    import numpy as np
+    import ruptures
+
+    diffs = [b - a for a, b in zip(values, values[1:])]
+    centre = statistics.median(diffs)
+    noise = 1.4826 * statistics.median(abs(d - centre) for d in diffs) / math.sqrt(2)  # robust to the shifts
+    noise = max(noise, 1e-6)
+    signal = np.asarray(values).reshape(-1, 1) / noise
+    ends = ruptures.Pelt(model="l2", min_size=min_runs, jump=1).fit(signal).predict(pen=2 * math.log(len(values)))
+    return ends[:-1]  # the last "end" is the series' length
+
+
+def detect(points: list[Point], scenario: str, gpu: str, alpha: float = DEFAULT_ALPHA,
+           min_runs: int = DEFAULT_MIN_RUNS) -> list[ChangePoint]:
+    values = [p.log_throughput for p in points]
+    if len(values) < 2 * min_runs:
+        return []
+    kept: list[int] = []
+    candidates = _candidates(values, min_runs)
+    for k, start in enumerate(candidates):
+        left = kept[-1] if kept else 0
+        right = candidates[k + 1] if k + 1 < len(candidates) else len(values)
+        before, after = values[left:start], values[start:right]
+        if len(before) >= min_runs and len(after) >= min_runs and _robust_p(before, after) < alpha:
+            kept.append(start)
+    found = []
+    bounds = [0, *kept, len(values)]
+    for i, start in enumerate(kept):
+        before, after = values[bounds[i]:start], values[start:bounds[i + 2]]
+        run = points[start].run
+        level_before, level_after = math.exp(statistics.fmean(before)), math.exp(statistics.fmean(after))
+        found.append(ChangePoint(scenario, gpu, run.run_id, run.commit, run.machine.get("driver_version"),
+                                 run.datetime, level_before, level_after, level_after / level_before - 1,
+                                 _robust_p(before, after), len(before), len(after)))
+    return found
+
+
+def find(history: History, scenario: str | None = None, gpu: str | None = None, alpha: float = DEFAULT_ALPHA,
+         min_runs: int = DEFAULT_MIN_RUNS) -> tuple[list[ChangePoint], list[tuple[str, str, int]]]:
+    """Change points of every series (optionally of scenarios whose name contains ``scenario`` and GPUs whose
+    UUID starts with ``gpu``), and every series looked at: (scenario, GPU, number of runs)."""
+    points, looked = [], []
+    for (name, uuid), runs in series(history).items():
+        if (scenario and scenario not in name) or (gpu and not uuid.startswith(gpu)):
+            continue
+        looked.append((name, uuid, len(runs)))
+        points += detect(runs, name, uuid, alpha, min_runs)
+    return points, looked

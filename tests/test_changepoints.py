@@ -1,0 +1,95 @@
+"""Level shifts in saved history (``pytest-gpucolloc history``): found where a level moved and stayed, per
+physical GPU; never for one odd run."""
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucolloc import changepoints, cli
+from pytest_gpucolloc.history import SavedRun, load
+
+TEMPLATE = next((Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-30-h200").rglob("0001_*.json"))
+
+
+def points(levels, noise=0.005, seed=3):
+    rng = random.Random(seed)
+    return [changepoints.Point(SavedRun(Path(f"{i:04d}.json"), f"{i:04d}_run", f"2026-11-{i + 1:02d}", f"c{i:03d}",
+                                        {"driver_version": "580"}, {}), math.log(level) + rng.gauss(0, noise))
+            for i, level in enumerate(levels)]
+
+
+def test_a_level_shift_is_found_where_it_starts_with_its_size():
+    found = changepoints.detect(points([1000] * 7 + [950] * 6), "s", "GPU-a")
+    assert len(found) == 1
+    shift = found[0]
+    assert shift.run_id == "0007_run" and shift.commit == "c007" and shift.driver == "580"
+    assert shift.change == pytest.approx(-0.05, abs=0.01) and shift.p_value < 0.01
+    assert (shift.runs_before, shift.runs_after) == (7, 6)
+
+
+@pytest.mark.parametrize("levels", [[1000] * 13, [1000] * 6 + [850] + [1000] * 6, [1000] * 12 + [850]],
+                         ids=["steady", "one-outlier-in-the-middle", "one-outlier-at-the-end"])
+def test_no_shift_without_a_new_level(levels):
+    assert changepoints.detect(points(levels), "s", "GPU-a") == []
+
+
+def test_two_shifts_and_a_short_series():
+    found = changepoints.detect(points([1000] * 5 + [900] * 5 + [1000] * 5), "s", "GPU-a")
+    assert [p.run_id for p in found] == ["0005_run", "0010_run"]
+    assert changepoints.detect(points([1000] * 3 + [500] * 2), "s", "GPU-a") == []  # too few runs to tell
+
+
+@pytest.fixture
+def storage(tmp_path):
+    """Runs on two physical GPUs: GPU-b's level drops after its 6th run (a driver change), GPU-a's does not."""
+    template = json.loads(TEMPLATE.read_text())
+    root = tmp_path / ".benchmarks" / "Linux"
+    root.mkdir(parents=True)
+    rng = random.Random(11)
+    for i in range(12):
+        for gpu in ("GPU-a", "GPU-b"):
+            data = json.loads(json.dumps(template))
+            data["datetime"] = f"2026-11-{i + 1:02d}T00:00:{0 if gpu == 'GPU-a' else 1:02d}"
+            data["commit_info"]["id"] = f"{i:02d}abcdef"
+            driver = "580.159" if gpu == "GPU-b" and i >= 6 else "570.86"
+            data["machine_info"]["gpucolloc"].update(driver_version=driver, gpu_uuid=gpu)
+            level = 540 if driver == "580.159" else 600
+            for bench in data["benchmarks"]:
+                info = bench["extra_info"]
+                info["aggregate_round_throughputs"] = [level * math.exp(rng.gauss(0, 0.004)) for _ in range(10)]
+                info.pop("repeats", None)
+                if isinstance(info.get("gpu"), dict):
+                    info["gpu"]["uuid"] = gpu
+            (root / f"{2 * i + (gpu == 'GPU-b') + 1:04d}_run.json").write_text(json.dumps(data))
+    return tmp_path / ".benchmarks"
+
+
+def test_history_command_lists_shifts_per_physical_gpu(storage, capsys):
+    assert cli.main(["history", "--storage", str(storage), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    scenarios = {s["scenario"] for s in out["series"]}
+    assert {s["gpu"] for s in out["series"]} == {"GPU-a", "GPU-b"}
+    assert len(out["change_points"]) == len(scenarios)  # every scenario shifted on GPU-b, none on GPU-a
+    for shift in out["change_points"]:
+        assert shift["gpu"] == "GPU-b" and shift["driver"] == "580.159"
+        assert shift["change"] == pytest.approx(-0.10, abs=0.01) and shift["p_value"] < 0.01
+    assert cli.main(["history", "--storage", str(storage), "--gpu", "GPU-a"]) == 0
+    assert capsys.readouterr().out.startswith("0 level shift(s)")
+    assert cli.main(["history", "--storage", str(storage), "--scenario", "nothing-like-this"]) == 2
+    assert "no saved scenario matches --scenario nothing-like-this" in capsys.readouterr().err
+    assert cli.main(["history", "--storage", str(storage / "missing")]) == 3
+
+
+def test_throttled_runs_are_not_part_of_a_level(storage):
+    history = load(storage)
+    for (name, gpu), series in changepoints.series(history).items():
+        assert all(not p.run.sample(name).throttled for p in series)
+
+
+def test_the_history_plot_marks_level_shifts(storage, tmp_path):
+    from pytest_gpucolloc import plots
+
+    figures = plots.history(load(storage), tmp_path, "svg")
+    assert figures and all("level shift -10" in f.read_text() for f in figures)

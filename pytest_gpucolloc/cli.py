@@ -201,6 +201,36 @@ def cmd_history(args) -> int:
     return 0
 
 
+def cmd_ab(args) -> int:
+    from . import ab
+
+    here = Path.cwd()
+    pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    settings = ab.Settings(threshold=args.threshold / 100, alpha=args.alpha, min_pairs=args.ab_min_pairs,
+                           max_pairs=max(args.ab_max_pairs, args.ab_min_pairs), budget_s=60 * args.ab_budget_minutes)
+    try:
+        arms = [ab.resolve(args.baseline, "baseline", here), ab.resolve(args.candidate, "candidate", here)]
+        if any(arm.kind == "revision" for arm in arms):
+            ab.check_clean(here)
+        ab.check_gpu_idle(pytest_args)
+        with ab.checked_out(arms, here):
+            judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, Path(args.storage).resolve(),
+                                      Path(args.out).resolve(), say=lambda text: print(text, file=sys.stderr))
+    except ab.ABError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    title = f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), {len(runs) // 2} pairs"
+    print(title)
+    print(ab.table(judgements))
+    if args.markdown:
+        Path(args.markdown).write_text(f"### {title}\n\n{ab.table(judgements, 'github')}\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"baseline": args.baseline, "candidate": args.candidate,
+                                               "judgements": [j.to_dict() for j in judgements],
+                                               "runs": [str(r.path) for r in runs]}, indent=2))
+    return 1 if any(j.verdict == "regressed" for j in judgements) else 0
+
+
 def cmd_plot(args) -> int:
     from . import plots
 
@@ -235,15 +265,22 @@ def _checked(name: str, low: float, high: float, integer: bool = False):
     return check
 
 
-def _gate_arguments(parser) -> None:
+def _judging_arguments(parser) -> None:
     from . import gate
-    from .options import MAX_ALPHA, MAX_RUNS, MAX_THRESHOLD, MIN_ALPHA
+    from .options import MAX_ALPHA, MAX_THRESHOLD, MIN_ALPHA
 
     parser.add_argument("--storage", default=".benchmarks", help="pytest-benchmark storage folder (default .benchmarks)")
     parser.add_argument("--threshold", type=_checked("--threshold", 0, MAX_THRESHOLD), default=100 * gate.DEFAULT_THRESHOLD,
                         help=f"smallest drop in percent that counts (default {100 * gate.DEFAULT_THRESHOLD:g})")
     parser.add_argument("--alpha", type=_checked("--alpha", MIN_ALPHA, MAX_ALPHA), default=gate.DEFAULT_ALPHA,
                         help=f"false-alarm rate per scenario (default {gate.DEFAULT_ALPHA:g})")
+
+
+def _gate_arguments(parser) -> None:
+    from . import gate
+    from .options import MAX_RUNS
+
+    _judging_arguments(parser)
     parser.add_argument("--runs", type=_checked("--runs", 2, MAX_RUNS, integer=True), default=gate.DEFAULT_RUNS,
                         help=f"baseline: most recent N comparable runs (default {gate.DEFAULT_RUNS})")
     parser.add_argument("--min-runs", type=_checked("--min-runs", 1, MAX_RUNS, integer=True),
@@ -298,6 +335,25 @@ def build_parser() -> argparse.ArgumentParser:
                              help="runs a level must hold on each side of a shift (default 3)")
     history_cmd.add_argument("--format", choices=["table", "markdown", "json"], default="table")
     history_cmd.set_defaults(run_command=cmd_history)
+
+    ab_cmd = commands.add_parser("ab", help="paired A/B in one job: two interpreters, environments or git revisions "
+                                 "of the scenario code, alternating in fresh processes (exit 0 no regression, "
+                                 "1 regression, 2 usage error)")
+    ab_cmd.add_argument("--baseline", required=True, help="a Python interpreter, a virtual environment or a git revision")
+    ab_cmd.add_argument("--candidate", required=True, help="the same kinds as --baseline")
+    ab_cmd.add_argument("--ab-min-pairs", type=_checked("--ab-min-pairs", 2, 1000, integer=True), default=3,
+                        help="pairs to run at least (default 3)")
+    ab_cmd.add_argument("--ab-max-pairs", type=_checked("--ab-max-pairs", 2, 1000, integer=True), default=10,
+                        help="pairs to run at most while a scenario is inconclusive (default 10)")
+    ab_cmd.add_argument("--ab-budget-minutes", type=_checked("--ab-budget-minutes", 0.1, 10000), default=60,
+                        help="no new pair once it would pass this much time (default 60)")
+    ab_cmd.add_argument("--out", default="gpucolloc-ab", help="each arm's run JSON and log (default gpucolloc-ab)")
+    ab_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file")
+    ab_cmd.add_argument("--json", help="also write the verdicts and log-ratios as JSON to this file")
+    _judging_arguments(ab_cmd)
+    ab_cmd.add_argument("pytest_args", nargs=argparse.REMAINDER,
+                        help="what each arm's pytest runs, e.g. benchmarks/ -m gpucolloc_quick --gpu-mode=mps")
+    ab_cmd.set_defaults(run_command=cmd_ab)
 
     plot = commands.add_parser("plot", help="PNG/SVG figures: scaling curve, slowdown, history with gate decisions")
     plot.add_argument("--storage", default=".benchmarks")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import statistics
 from dataclasses import dataclass
 
 from . import gate, report
@@ -65,8 +67,51 @@ class Row:
     verdict: dict
 
 
+def alternating(before: list[SavedRun], after: list[SavedRun]) -> list[tuple[int, SavedRun]] | None:
+    """Both sets' runs in time order, (0 for before, 1 for after), when they alternated (A B A B ...), the way
+    whole runner sessions are alternated to compare drivers; None otherwise."""
+    timeline = sorted([(0, run) for run in before] + [(1, run) for run in after], key=lambda entry: entry[1].datetime)
+    sides = [side for side, _ in timeline]
+    if len(before) < 2 or len(after) < 2 or any(a == b for a, b in zip(sides, sides[1:])):
+        return None
+    return timeline
+
+
+def paired(timeline: list[tuple[int, SavedRun]], policy: gate.Policy) -> list[Row]:
+    """Per scenario, each ``after`` run against the mean of the ``before`` runs on either side of it (which
+    cancels a machine level that drifts over the sessions), judged as ``pytest-gpucolloc ab`` judges pairs."""
+    from . import ab
+
+    rows = []
+    names = list(dict.fromkeys(name for side, run in timeline if side == 1 for name in run.scenarios))
+    for name in names:
+        levels = [(side, run.sample(name)) for side, run in timeline]
+        ratios, befores, afters = [], [], []
+        for i, (side, sample) in enumerate(levels):
+            around = [levels[j][1] for j in (i - 1, i + 1) if 0 <= j < len(levels) and levels[j][1] is not None]
+            if side == 1 and sample is not None and around:
+                ratios.append(sample.log_mean - statistics.fmean(s.log_mean for s in around))
+                afters.append(sample.log_mean)
+            elif side == 0 and sample is not None:
+                befores.append(sample.log_mean)
+        judged = ab.judge(name, ratios, policy.threshold, policy.alpha)
+        rows.append(Row(name, {
+            "verdict": judged.verdict, "change": judged.change, "ci": judged.ci, "mde": judged.detectable,
+            "baseline": math.exp(statistics.fmean(befores)) if befores else None,
+            "current": math.exp(statistics.fmean(afters)) if afters else None,
+            "threshold": policy.threshold, "baseline_runs": [run.run_id for side, run in timeline if side == 0],
+            "notes": [], "noise": None,
+            "reason": f"paired: {len(ratios)} runs, each against the runs on either side of it (alternating sessions)"
+                      + ("" if judged.p_slower is None else f", p(slower)={judged.p_slower:.2g}")}))
+    return rows
+
+
 def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) -> list[Row]:
-    """Per scenario: the newest run of ``after`` judged against the runs of ``before``."""
+    """Per scenario: when the runs alternated, their paired log-ratios (``paired``); else the newest run of
+    ``after`` judged against the runs of ``before``."""
+    timeline = alternating(before, after)
+    if timeline:
+        return paired(timeline, policy)
     rows = []
     names = list(dict.fromkeys(name for run in after for name in run.scenarios))
     for name in names:

@@ -345,7 +345,8 @@ class CollocSession:
                    for _, result in self.alone_measured]
         entries += [(name, record.read(record.write(result, verdict))) for name, result, verdict in self.results]
         entries += [(name, record.read(info)) for name, info in self.forwarded]
-        terminalreporter.write_line(report.table(entries))
+        if entries:
+            terminalreporter.write_line(report.table(entries))
         terminalreporter.write_line(
             "alone: each distinct job measured alone once per session (the sequential mode's results and every "
             "speedup's reference); speedup: sum of each job's throughput relative to running alone; CV: "

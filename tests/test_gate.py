@@ -188,6 +188,32 @@ def test_cli_compare_by_driver_in_every_format(storage, capsys):
     assert cli.main(["compare", "--group-by", "nonsense", "--storage", str(storage)]) == 2
 
 
+def test_compare_pairs_runner_sessions_that_alternated(tmp_path, capsys):
+    """Drivers cannot be paired in one boot: whole sessions alternate A B A B; the machine's level drifts by 10%
+    over the day, the new driver costs 3%, and only the pairing sees it."""
+    root = tmp_path / ".benchmarks" / "Linux"
+    root.mkdir(parents=True)
+    template = json.loads(next(H200_HISTORY.rglob("0001_*.json")).read_text())
+    rng = random.Random(2)
+    for i in range(8):
+        driver = "570.86" if i % 2 == 0 else "580.159"
+        level = 600 * (1 + 0.1 * i / 7) * (0.97 if driver == "580.159" else 1.0)
+        data = json.loads(json.dumps(template))
+        data["datetime"] = f"2026-11-20T{i:02d}:00:00"
+        data["machine_info"]["gpucolloc"]["driver_version"] = driver
+        for bench in data["benchmarks"]:
+            bench["extra_info"]["aggregate_round_throughputs"] = [level * math.exp(rng.gauss(0, 0.002)) for _ in range(10)]
+            bench["extra_info"].pop("repeats", None)
+        (root / f"{i + 1:04d}_run.json").write_text(json.dumps(data))
+    code = cli.main(["compare", "--group-by", "driver_version", "--groups", "570.86", "580.159", "--storage",
+                     str(tmp_path / ".benchmarks"), "--format", "json", "--alpha", "0.05"])
+    rows = json.loads(capsys.readouterr().out)
+    assert code == 1 and rows, rows
+    for row in rows:
+        assert row["verdict"] == "regressed" and row["reason"].startswith("paired: 4 runs, each against the runs on either side")
+        assert row["change"] == pytest.approx(-0.03, abs=0.01)
+
+
 def test_cli_compare_never_mixes_cpu_smoke_and_gpu_runs(storage, capsys):
     run = sorted(storage.rglob("0006_run.json"))[0]
     data = json.loads(run.read_text())

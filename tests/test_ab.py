@@ -1,0 +1,133 @@
+"""Paired A/B in one job (``pytest-gpucolloc ab``): real git revisions of a scenario, each arm a fresh pytest
+process on the CPU, alternating; bad input refused before anything runs; the working tree never touched."""
+import json
+import math
+import subprocess
+import sys
+import venv
+
+import pytest
+
+from pytest_gpucolloc import ab, cli
+
+WORKLOAD = '''
+import time
+import torch
+
+
+class Step:
+    def __init__(self, batch_size, sleep):
+        self.samples_per_step = batch_size
+        self.sleep = sleep
+        self.x = torch.ones(batch_size, 4)
+
+    def train_step(self):
+        (self.x * 2).sum()
+        time.sleep(self.sleep)
+
+
+def factory(batch_size, device, precision="fp32", sleep=0.002):
+    return Step(batch_size, sleep)
+'''
+
+SCENARIO = '''
+from pytest_gpucolloc import Workload
+
+def test_tiny(collocate):
+    collocate([Workload("workload:factory", batch_size=4, options={{"sleep": {sleep}}})])
+'''
+
+ARGS = ["--", "test_scenario.py", "--colloc-device=cpu", "--colloc-cpu-full", "--gpu-mode=sequential", "--colloc-rounds=3",
+        "--colloc-round-seconds=0.3", "--colloc-warmup-seconds=0.3"]
+
+
+def git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A project with two commits: the second makes each training step three times as slow."""
+    path = tmp_path / "project"
+    path.mkdir()
+    git(path, "init", "-q")
+    git(path, "config", "user.email", "ab@example.invalid")
+    git(path, "config", "user.name", "ab")
+    (path / "workload.py").write_text(WORKLOAD)
+    (path / "test_scenario.py").write_text(SCENARIO.format(sleep=0.002))
+    git(path, "add", ".")
+    git(path, "commit", "-qm", "fast")
+    (path / "test_scenario.py").write_text(SCENARIO.format(sleep=0.006))
+    git(path, "commit", "-qam", "slow")
+    monkeypatch.chdir(path)
+    return path
+
+
+def test_a_slower_revision_is_regressed_and_the_tree_is_left_as_it_was(repo, tmp_path, capsys):
+    before = git(repo, "status", "--porcelain")
+    report = tmp_path / "ab.json"
+    code = cli.main(["ab", "--baseline", "HEAD~1", "--candidate", "HEAD", "--threshold", "10", "--alpha", "0.05",
+                     "--out", str(tmp_path / "arms"), "--storage", str(tmp_path / "storage"), "--json", str(report),
+                     *ARGS])
+    out = capsys.readouterr()
+    assert code == 1, out.out + out.err
+    judged = json.loads(report.read_text())["judgements"]
+    assert [j["verdict"] for j in judged] == ["regressed"] and judged[0]["change"] < -0.3
+    assert judged[0]["pairs"] == 3 and len(judged[0]["log_ratios"]) == 3
+    # both arms' runs are saved, named as pairs of this A/B
+    saved = sorted(p.name for p in (tmp_path / "storage").rglob("*.json"))
+    assert len(saved) == 6 and all("-pair00" in name for name in saved)
+    assert sum("-baseline" in name for name in saved) == 3
+    # the arms alternated: A B, then B A, then A B
+    arms = [p.stem for p in sorted((tmp_path / "arms").glob("*.json"), key=lambda p: p.stat().st_mtime)]
+    assert arms == ["baseline-000", "candidate-000", "candidate-001", "baseline-001", "baseline-002", "candidate-002"]
+    assert git(repo, "status", "--porcelain") == before and git(repo, "worktree", "list").count("\n") == 0
+
+
+def test_the_same_revision_twice_is_not_regressed(repo, tmp_path, capsys):
+    code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--threshold", "30", "--alpha", "0.05",
+                     "--ab-max-pairs", "3", "--out", str(tmp_path / "arms"), "--storage", str(tmp_path / "s"), *ARGS])
+    out = capsys.readouterr().out
+    assert code == 0 and "test_tiny" in out and "regressed" not in out
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no-such-branch", "--candidate no-such-branch: no such git revision"),
+    ("/no/such/python", "--candidate /no/such/python: not a Python interpreter or a virtual environment"),
+])
+def test_bad_arms_are_refused_before_anything_runs(repo, tmp_path, capsys, spec, message):
+    assert cli.main(["ab", "--baseline", "HEAD", "--candidate", spec, "--out", str(tmp_path / "arms"), *ARGS]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "arms").exists()
+
+
+def test_an_interpreter_without_the_plugin_is_refused(repo, tmp_path, capsys):
+    bare = tmp_path / "bare-env"
+    venv.create(bare, with_pip=False)
+    assert cli.main(["ab", "--baseline", sys.executable, "--candidate", str(bare), *ARGS]) == 2
+    assert "lacks pytest-gpucolloc, pytest, pytest-benchmark" in capsys.readouterr().err
+
+
+def test_a_dirty_tree_is_refused_for_revision_arms(repo, capsys):
+    (repo / "workload.py").write_text(WORKLOAD + "\n# edited\n")
+    assert cli.main(["ab", "--baseline", "HEAD~1", "--candidate", "HEAD", *ARGS]) == 2
+    assert "uncommitted changes (workload.py)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("ratios, verdict", [
+    ([math.log(0.9)] * 2 + [math.log(0.91)], "regressed"),
+    ([0.001, -0.002, 0.0005, 0.001, -0.001, 0.0], "unchanged"),
+    ([0.05, -0.06, 0.04], "inconclusive"),
+    ([math.log(1.2), math.log(1.21), math.log(1.19)], "improved"),
+])
+def test_paired_log_ratios_decide(ratios, verdict):
+    assert ab.judge("s", ratios, threshold=0.02, alpha=0.05).verdict == verdict
+
+
+def test_arms_on_different_machines_are_named():
+    arms = [ab.Arm("baseline", "HEAD~1", "revision", sys.executable, None)] * 2
+    changes = ab.unexpected_differences(arms, {"driver_version": "570", "torch": "2.11"},
+                                        {"driver_version": "580", "torch": "2.11"})
+    assert changes == ["driver 570 -> 580"]
+    interpreters = [ab.Arm("candidate", "/venv", "interpreter", sys.executable, None)] * 2
+    assert ab.unexpected_differences(interpreters, {"torch": "2.11"}, {"torch": "2.12"}) == []  # the change itself

@@ -109,6 +109,8 @@ class CollocateFixture:
         """Each distinct job's measurement alone on this GPU: taken once per session, by the first scenario that
         needs it, and reused by every later one (their speedups, and the sequential mode)."""
         cache, device = self.session.baselines.alone, self.session.device().key
+        if not self.session.options["colloc_alone"] and self.mode != SequentialMode.name:
+            return {}  # --colloc-alone=off: no speedups
         reason = SequentialMode().unavailable_reason(context.target)
         if reason:  # e.g. a GPU in MIG mode: no whole GPU to run a job alone on; speedups stay unknown
             if self.mode == SequentialMode.name:

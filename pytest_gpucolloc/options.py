@@ -177,6 +177,8 @@ OPTIONS = [
     Option("colloc_extra_step_every", "inject a known slowdown to check a regression gate: every built-in "
            "workload runs one extra, uncounted step after every K steps (K=20 costs 1/21 of the throughput); default off",
            _optional_int("--colloc-extra-step-every", 1, 10**6), "0"),
+    Option("colloc_alone", "measure each distinct job alone once per session, the speedup's reference: on or off "
+           "(default on; off leaves speedups out and saves that time, e.g. for gated runs)", parse_flag, "on"),
     Option("colloc_telemetry", "sample GPU telemetry (NVML) over each measurement window: on or off "
            "(default on; always off in CPU smoke mode)", parse_flag, "on"),
     Option("mig_layout", "MIG layout for scenarios without per-workload profiles, e.g. '3g,2g,1g*2' or "

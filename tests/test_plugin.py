@@ -125,6 +125,16 @@ def test_records_time_per_sample_and_throughput_in_the_benchmark_json(pytester, 
     assert data["machine_info"]["gpucolloc"]["device"] == "cpu"
 
 
+def test_alone_measurements_can_be_left_out(pytester, suite, tmp_path):
+    suite()
+    out = tmp_path / "run.json"
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-alone=off", "-k", "naive-2",
+                                f"--benchmark-json={out}", *FAST)
+    result.assert_outcomes(passed=1)
+    assert "alone: tiny" not in result.stdout.str()
+    assert json.loads(out.read_text())["benchmarks"][0]["extra_info"]["speedup_vs_sequential"] is None
+
+
 def test_summary_table_lists_every_scenario(pytester, suite):
     suite()
     result = pytester.runpytest("--gpu-mode=sequential,naive", "--colloc-device=cpu", *FAST)

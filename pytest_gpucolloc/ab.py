@@ -201,8 +201,8 @@ def judge(scenario: str, ratios: list[float], threshold: float, alpha: float) ->
     from scipy import stats
 
     n = len(ratios)
-    if n < 2:
-        return Judgement(scenario, "inconclusive", n, log_ratios=ratios)
+    if n < 2:  # one pair shows a change but no spread to judge it by
+        return Judgement(scenario, "inconclusive", n, math.exp(ratios[0]) - 1 if ratios else None, log_ratios=ratios)
     mean, spread = statistics.fmean(ratios), statistics.stdev(ratios)
     error = spread / math.sqrt(n)
     critical = stats.t.ppf(1 - alpha, n - 1)
@@ -260,7 +260,7 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
         if pair + 1 >= settings.min_pairs and all(j.verdict != "inconclusive" for j in judgements):
             break
         if spent / (pair + 1) * (pair + 2) > settings.budget_s:
-            say(f"stopping: another pair would pass the budget of {settings.budget_s / 60:.0f} minutes")
+            say(f"stopping: another pair would pass the budget of {settings.budget_s / 60:g} minutes")
             break
     return judgements, runs
 

@@ -314,3 +314,20 @@ def test_mixed_profiles_and_layouts_are_configuration_errors(sim, tmp_path):
         MigMode().validate([Workload("resnet26", mig="1g"), Workload("resnet26")], sim_target(tmp_path, sim))
     with pytest.raises(ModeConfigError, match="2 instances for 3 workloads"):
         MigMode().validate([TINY] * 3, sim_target(tmp_path, sim, mig_layout="3g,3g"))
+
+
+def test_the_papers_mixed_matrix_fits_mig_except_three_layouts():
+    """benchmarks/test_paper.py's mixes with their MIG sizes (ResNet26 1g, ResNet50 2g, ResNet152 4g): on an
+    H200 the three layouts the paper names cannot exist, each with the planner's reason and a layout that fits."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("paper", Path(__file__).resolve().parents[1] / "benchmarks" / "test_paper.py")
+    paper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paper)
+    table = named_table("h200")
+    unfit = {mix: planner.plan(table, [job.mig for job in paper.jobs_of(mix)]) for mix in paper.MIXES}
+    unfit = {mix: plan for mix, plan in unfit.items() if not plan.feasible}
+    assert sorted(unfit) == ["r152+2r50", "r152+r50+2r26", "r152+r50+3r26"]
+    for plan in unfit.values():
+        assert "needs" in plan.explain() and "A layout that fits:" in plan.explain()
+    assert [job.model for job in paper.jobs_of("r152+2r26")] == ["resnet152-imagenet"] + ["resnet26-cifar10"] * 2

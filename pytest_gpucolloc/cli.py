@@ -231,6 +231,25 @@ def cmd_ab(args) -> int:
     return 1 if any(j.verdict == "regressed" for j in judgements) else 0
 
 
+def cmd_report(args) -> int:
+    from . import history, html_report
+
+    runs = []
+    for path in args.runs:
+        try:
+            runs.append(history.read_run(path))
+        except (OSError, ValueError) as error:
+            print(f"error: cannot read {path}: {error}", file=sys.stderr)
+            return 2
+    loaded = _history(args) if args.storage else None
+    if not any(run.scenarios for run in runs) and not (loaded and loaded.runs):
+        print("error: no pytest-gpucolloc scenarios in the given runs or storage", file=sys.stderr)
+        return 3
+    page = html_report.build([run for run in runs if run.scenarios], loaded, Path(args.out))
+    print(f"wrote {page} and its figures in {page.parent / 'figures'}")
+    return 0
+
+
 def cmd_plot(args) -> int:
     from . import plots
 
@@ -354,6 +373,13 @@ def build_parser() -> argparse.ArgumentParser:
     ab_cmd.add_argument("pytest_args", nargs=argparse.REMAINDER,
                         help="what each arm's pytest runs, e.g. benchmarks/ -m gpucolloc_quick --gpu-mode=mps")
     ab_cmd.set_defaults(run_command=cmd_ab)
+
+    report_cmd = commands.add_parser("report", help="one self-contained HTML page of runs (and the history of a "
+                                     "storage), with its figures also as PNG and SVG files")
+    report_cmd.add_argument("runs", nargs="*", type=Path, help="pytest-benchmark JSON files of this plugin's scenarios")
+    report_cmd.add_argument("--storage", help="also draw the history of this pytest-benchmark storage")
+    report_cmd.add_argument("--out", default="gpucolloc-report", help="folder for index.html and figures/")
+    report_cmd.set_defaults(run_command=cmd_report)
 
     plot = commands.add_parser("plot", help="PNG/SVG figures: scaling curve, slowdown, history with gate decisions")
     plot.add_argument("--storage", default=".benchmarks")

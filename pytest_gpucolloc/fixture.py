@@ -127,11 +127,12 @@ class CollocateFixture:
         """Speedup against each job alone (measured once per session), and the 'ideal' reference (one process
         with the summed batch) when asked for."""
         baselines, device = self.session.baselines, self.session.device().key
+        alone = [getattr(baselines.alone.get((w.workload.key(), device)), "aggregate_throughput", None)
+                 for w in result.workers]
+        result.alone_throughputs = alone
         if result.mode == SequentialMode.name:
             result.speedup = 1.0
         else:
-            alone = [getattr(baselines.alone.get((w.workload.key(), device)), "aggregate_throughput", None)
-                     for w in result.workers]
             result.speedup = measure.weighted_speedup([w.stats.throughput for w in result.workers], alone)
         if want_ideal and result.homogeneous:
             combined = result.workloads[0].with_batch_size(sum(w.batch_size for w in result.workloads))

@@ -31,7 +31,8 @@ read only the ``ScenarioRecord`` it returns.
         workload, params (Workload.to_dict()), throughput, round_throughputs, cv, step_time_median_s,
         step_time_cv, measured_s, peak_memory_bytes, reserved_memory_bytes, device_memory_bytes, cpus, pid,
         startup_s, startup_phases_s, cuda_visible_devices, device_uuid_seen, gpm_of_its_mig_instance,
-        mode_facts (the worker's limits and checks: sm_percent, sm_count_seen, MIG instance, ...)
+        mode_facts (the worker's limits and checks: sm_percent, sm_count_seen, MIG instance, ...),
+        alone_throughput (the same job alone in the same session: the speedup's reference)
 
 Version 1 (sessions before 2026-12) had the same fields but ``repeats``, the mode's facts stood beside the
 record's own keys (a fact could shadow a field), the CPU note was called ``cpu_placement``, and ``throttled``
@@ -53,7 +54,7 @@ LAUNCH_BOUND_SM_ACTIVITY = 50.0
 _WORKER_FIELDS = ("workload", "params", "throughput", "round_throughputs", "cv", "step_time_median_s",
                   "step_time_cv", "measured_s", "peak_memory_bytes", "reserved_memory_bytes", "device_memory_bytes",
                   "cpus", "pid", "startup_s", "startup_phases_s", "cuda_visible_devices", "device_uuid_seen",
-                  "gpm_of_its_mig_instance")
+                  "gpm_of_its_mig_instance", "alone_throughput")
 _SCENARIO_FIELDS = ("mode", "device", "gpu", "workloads", "n_workers", "aggregate_round_throughputs", "repeats",
                     "aggregate_throughput", "aggregate_cv", "speedup_vs_sequential", "ideal_throughput",
                     "efficiency", "cpu_affinity", "samples_per_joule", "throttled", "foreign_pids", "telemetry",
@@ -74,6 +75,7 @@ class WorkerRecord:
     device_memory_bytes: int | None = None
     peak_memory_bytes: int | None = None
     startup_s: float | None = None
+    alone_throughput: float | None = None  # the same job alone in the same session (absent before 2026-12-01)
     mode_facts: dict = field(default_factory=dict)
     other: dict = field(default_factory=dict)  # the remaining saved fields, as saved
 
@@ -160,7 +162,8 @@ def write(result, gate: dict | None = None) -> dict[str, Any]:
         "telemetry": result.telemetry,
         "mode_facts": dict(result.mode_facts),
         "measurement": dict(result.measurement),
-        "workers": [_write_worker(w) for w in result.workers],
+        "workers": [{**_write_worker(w), "alone_throughput": alone} for w, alone in
+                    zip(result.workers, result.alone_throughputs or [None] * len(result.workers))],
     }
     if gate is not None:
         info["gate"] = gate
@@ -240,6 +243,7 @@ def _read_worker(data: Any, version: int, index: int) -> WorkerRecord:
         device_memory_bytes=data.get("device_memory_bytes") if isinstance(data.get("device_memory_bytes"), int) else None,
         peak_memory_bytes=data.get("peak_memory_bytes") if isinstance(data.get("peak_memory_bytes"), int) else None,
         startup_s=_optional(data.get("startup_s"), f"worker {index}'s start-up time"),
+        alone_throughput=_optional(data.get("alone_throughput"), f"worker {index}'s alone throughput"),
         mode_facts=facts if isinstance(facts, dict) else {},
         other={k: data[k] for k in _WORKER_FIELDS if k in data},
     )

@@ -78,6 +78,7 @@ class ScenarioResult:
     mode_facts: dict = field(default_factory=dict)  # what the mode recorded (MPS daemon, MIG layout)
     gpu: dict | None = None  # index, uuid, name of the GPU it ran on, and its configuration (machine.BOUNDING)
     speedup: float | None = None
+    alone_throughputs: list[float | None] = field(default_factory=list)  # each worker's job alone, same session
     ideal_throughput: float | None = None
     repeats: list[list[float]] = field(default_factory=list)  # aggregate rounds of each fresh-process repeat
     measurement: dict = field(default_factory=dict)  # how it was measured: fixed cost, rounds, why it stopped

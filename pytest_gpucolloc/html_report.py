@@ -1,0 +1,232 @@
+"""One self-contained HTML page of saved runs (``pytest-gpucolloc report``): figures embedded in the page (it
+needs no network and no other file to be viewed) and also written beside it as PNG and SVG.
+
+Every figure is drawn per machine kind (one GPU model and driver, or CPU smoke mode), so CPU smoke runs are never
+drawn with GPU runs; a mode has one colour in every figure.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+
+from . import changepoints  # noqa: E402
+from .history import History, SavedRun, short_name  # noqa: E402
+from .modes import MODES  # noqa: E402
+from .record import ScenarioRecord  # noqa: E402
+
+MODE_COLOURS = dict(zip(MODES, ["tab:grey", "tab:blue", "tab:green", "tab:purple", "tab:orange"]))
+
+
+def machine_kind(run: SavedRun, scenario: ScenarioRecord) -> str:
+    """What a figure may put side by side: one GPU model and driver, or CPU smoke mode."""
+    if scenario.device == "cpu":
+        return "CPU smoke mode (batches capped, small inputs)"
+    name = (scenario.gpu or {}).get("name") or run.machine.get("gpu_name") or "GPU"
+    return f"{name}, driver {run.machine.get('driver_version', '?')}"
+
+
+def _family(name: str) -> str:
+    return short_name(name).split("[")[0]
+
+
+# Counts the figures the browser could draw, so that a test (or a reader's console) sees a broken one.
+CHECK = ("<script>addEventListener('load', () => { const images = [...document.images]; "
+         "document.body.dataset.figures = images.length; "
+         "document.body.dataset.broken = images.filter(i => !i.complete || i.naturalWidth === 0).length; });</script>")
+
+
+class Page:
+    """Figures in order, each kept as PNG and SVG files and embedded as a PNG."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.sections: list[tuple[str, list[tuple[str, str]]]] = []  # (heading, [(caption, <img> or text)])
+        (out / "figures").mkdir(parents=True, exist_ok=True)
+
+    def section(self, heading: str) -> None:
+        self.sections.append((heading, []))
+
+    def figure(self, figure, stem: str, caption: str) -> None:
+        figure.tight_layout()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=110)
+        (self.out / "figures" / f"{stem}.png").write_bytes(buffer.getvalue())
+        figure.savefig(self.out / "figures" / f"{stem}.svg")
+        plt.close(figure)
+        data = base64.b64encode(buffer.getvalue()).decode()
+        self.sections[-1][1].append((caption, f'<img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'))
+
+    def note(self, text: str) -> None:
+        self.sections[-1][1].append(("", f"<p>{html.escape(text)}</p>"))
+
+    def write(self, title: str, intro: list[str]) -> Path:
+        body = [f"<h1>{html.escape(title)}</h1>"] + [f"<p>{html.escape(line)}</p>" for line in intro]
+        for heading, items in self.sections:
+            body.append(f"<h2>{html.escape(heading)}</h2>")
+            for caption, element in items:
+                body.append(f"<figure>{element}<figcaption>{html.escape(caption)}</figcaption></figure>"
+                            if caption else element)
+        page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}img{max-width:100%}"
+                "figure{margin:1em 0}figcaption{color:#444;font-size:90%}</style></head><body>"
+                + "\n".join(body) + CHECK + "</body></html>")
+        path = self.out / "index.html"
+        path.write_text(page)
+        return path
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text).strip("-")[:80]
+
+
+def scaling(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
+    """Aggregate throughput against processes per workload: one colour per mode, round spread as error bars,
+    N x the job alone (dashed) and one process with the summed batch (dotted) where measured."""
+    curves: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    alone: dict[str, float] = {}
+    ideal: dict[str, list] = defaultdict(list)
+    for name, scenario in entries:
+        if not scenario.homogeneous:
+            continue
+        label = scenario.workloads[0]
+        spread = statistics.stdev(scenario.rounds) if len(scenario.rounds) > 1 else 0.0
+        curves[label][scenario.mode].append((scenario.n_workers, scenario.throughput, spread))
+        if alone_of(scenario, 0):
+            alone[label] = alone_of(scenario, 0)
+        if scenario.ideal_throughput:
+            ideal[label].append((scenario.n_workers, scenario.ideal_throughput))
+    for label, modes in sorted(curves.items()):
+        figure, axes = plt.subplots(figsize=(6.5, 4))
+        counts = sorted({n for points in modes.values() for n, _, _ in points})
+        for mode, points in sorted(modes.items(), key=lambda item: list(MODES).index(item[0])):
+            points.sort()
+            axes.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], marker="o",
+                          capsize=3, color=MODE_COLOURS.get(mode), label=mode)
+        if label in alone and len(counts) > 1:
+            axes.plot(counts, [n * alone[label] for n in counts], linestyle="--", color="black", linewidth=1,
+                      label="N x the job alone")
+        if ideal[label]:
+            xs, ys = zip(*sorted(ideal[label]))
+            axes.plot(xs, ys, linestyle=":", color="black", label="one process, summed batch")
+        axes.set(xlabel="processes", ylabel="aggregate samples/s", title=f"{label}\n{kind}")
+        axes.set_xticks(counts)
+        axes.legend(fontsize=8)
+        axes.grid(alpha=0.3)
+        page.figure(figure, f"scaling-{_slug(kind)}-{_slug(label)}",
+                    f"{label}: aggregate throughput per sharing mode ({kind}); bars: round-to-round spread")
+
+
+def alone_of(scenario: ScenarioRecord, index: int) -> float | None:
+    """The job alone in the same session: recorded per worker since 2026-12-01; before, for identical jobs, the
+    aggregate divided by the speedup."""
+    recorded = scenario.workers[index].alone_throughput
+    if recorded or not (scenario.homogeneous and scenario.speedup):
+        return recorded
+    return scenario.throughput / scenario.speedup
+
+
+def per_job(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
+    """Each job's throughput relative to the same job alone, grouped by scenario, coloured by mode."""
+    bars = [(short_name(name), i, worker.throughput / alone_of(scenario, i), scenario.mode)
+            for name, scenario in entries if scenario.mode != "sequential"
+            for i, worker in enumerate(scenario.workers) if alone_of(scenario, i)]
+    if not bars:
+        return
+    figure, axes = plt.subplots(figsize=(8, max(2.5, 0.22 * len(bars) + 1)))
+    for row, (name, i, value, mode) in enumerate(bars):
+        axes.barh(row, value, color=MODE_COLOURS.get(mode))
+    axes.set_yticks(range(len(bars)), [f"{name} job {i + 1}" for name, i, _, _ in bars], fontsize=7)
+    axes.axvline(1.0, color="black", linestyle="--", linewidth=1)
+    axes.invert_yaxis()
+    axes.set(xlabel="throughput relative to the same job alone", title=f"per-job throughput\n{kind}")
+    page.figure(figure, f"per-job-{_slug(kind)}", f"Each job's throughput while sharing, relative to alone ({kind})")
+
+
+def efficiency(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
+    """Samples per joule and SM activity per scenario and mode, where telemetry measured them."""
+    rows = [(short_name(name), scenario.mode, scenario.samples_per_joule, scenario.sm_activity)
+            for name, scenario in entries if scenario.samples_per_joule or scenario.sm_activity is not None]
+    if not rows:
+        page.note(f"{kind}: no energy or SM activity measured (no GPU telemetry).")
+        return
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, max(2.5, 0.22 * len(rows) + 1)), sharey=True)
+    for row, (name, mode, joule, activity) in enumerate(rows):
+        left.barh(row, joule or 0, color=MODE_COLOURS.get(mode))
+        right.barh(row, activity or 0, color=MODE_COLOURS.get(mode))
+    left.set_yticks(range(len(rows)), [name for name, *_ in rows], fontsize=7)
+    left.invert_yaxis()
+    left.set(xlabel="samples per joule (GPU energy)", title=kind)
+    right.set(xlabel="SM activity (%)")
+    page.figure(figure, f"efficiency-{_slug(kind)}", f"Samples per joule and SM activity per scenario ({kind})")
+
+
+def history_figures(page: Page, loaded: History) -> None:
+    """Each scenario's saved runs per physical GPU, with dates: gated runs marked by verdict with the gate's
+    baseline band (from the baseline down by the threshold), runs that were not comparable hollow, level shifts
+    dashed."""
+    shifts = defaultdict(list)
+    for shift in changepoints.find(loaded)[0]:
+        shifts[(shift.scenario, shift.gpu)].append(shift)
+    per_series: dict[tuple[str, str], list] = defaultdict(list)
+    for run in loaded.runs:
+        for name, scenario in run.scenarios.items():
+            gpu = (scenario.gpu or {}).get("uuid") or run.machine.get("gpu_uuid") or (
+                "CPU smoke" if scenario.device == "cpu" else "unknown GPU")
+            per_series[(name, gpu)].append((run, scenario))
+    for (name, gpu), points in sorted(per_series.items()):
+        figure, axes = plt.subplots(figsize=(7, 3.2))
+        xs = list(range(len(points)))
+        axes.plot(xs, [s.throughput for _, s in points], color="lightgrey", zorder=1)
+        for x, (run, scenario) in zip(xs, points):
+            verdict = (scenario.gate or {}).get("verdict")
+            colour = {"regressed": "tab:red", "improved": "tab:green"}.get(verdict, "tab:blue")
+            axes.scatter([x], [scenario.throughput], zorder=2, color=colour,
+                         facecolors="none" if scenario.throttled or scenario.foreign_pids else colour)
+            gate = scenario.gate or {}
+            if gate.get("baseline"):  # what the gate compared this run with: its baseline and the threshold below it
+                axes.fill_between([x - 0.4, x + 0.4], gate["baseline"] * (1 - gate.get("threshold", 0.0)),
+                                  gate["baseline"], color="tab:orange", alpha=0.25, linewidth=0)
+        index = {run.run_id: x for x, (run, _) in zip(xs, points)}
+        for shift in shifts[(name, gpu)]:
+            axes.axvline(index[shift.run_id] - 0.5, color="tab:purple", linestyle="--",
+                         label=f"level shift {shift.change:+.1%} (p={shift.p_value:.1g})")
+        if shifts[(name, gpu)]:
+            axes.legend(fontsize=7)
+        axes.set_xticks(xs, [run.datetime[:10] for run, _ in points], rotation=45, fontsize=7)
+        axes.set(ylabel="aggregate samples/s", title=f"{short_name(name)} on {gpu[:20]}")
+        axes.grid(alpha=0.3)
+        page.figure(figure, f"history-{_slug(short_name(name))}-{_slug(gpu)}",
+                    f"{short_name(name)} on {gpu}: saved runs by date (red: regressed, hollow: not comparable, "
+                    "orange: the gate's baseline band, dashed: level shift)")
+
+
+def build(runs: list[SavedRun], loaded: History | None, out: Path) -> Path:
+    page = Page(out)
+    by_kind: dict[str, list[tuple[str, ScenarioRecord]]] = defaultdict(list)
+    for run in runs:
+        for name, scenario in run.scenarios.items():
+            by_kind[machine_kind(run, scenario)].append((name, scenario))
+    page.section("Scaling: aggregate throughput per sharing mode")
+    for kind, entries in sorted(by_kind.items()):
+        scaling(page, kind, entries)
+    page.section("Each job while sharing")
+    for kind, entries in sorted(by_kind.items()):
+        per_job(page, kind, entries)
+    page.section("Energy and SM activity")
+    for kind, entries in sorted(by_kind.items()):
+        efficiency(page, kind, entries)
+    if loaded is not None and loaded.runs:
+        page.section("History per scenario and physical GPU")
+        history_figures(page, loaded)
+    intro = [f"{len(runs)} run(s): " + ", ".join(f"{run.run_id} ({run.datetime[:19]})" for run in runs),
+             "Machines: " + "; ".join(sorted(by_kind)) + ". CPU smoke runs are never drawn with GPU runs."]
+    return page.write("pytest-gpucolloc report", intro)

@@ -88,6 +88,13 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text).strip("-")[:80]
 
 
+def _mode_legend(axes, modes: set[str]) -> None:
+    from matplotlib.patches import Patch
+
+    axes.legend(handles=[Patch(color=MODE_COLOURS.get(mode), label=mode) for mode in MODES if mode in modes],
+                fontsize=8, loc="lower right")
+
+
 def scaling(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
     """Aggregate throughput against processes per workload: one colour per mode, round spread as error bars,
     N x the job alone (dashed) and one process with the summed batch (dotted) where measured."""
@@ -147,6 +154,7 @@ def per_job(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) ->
     axes.set_yticks(range(len(bars)), [f"{name} job {i + 1}" for name, i, _, _ in bars], fontsize=7)
     axes.axvline(1.0, color="black", linestyle="--", linewidth=1)
     axes.invert_yaxis()
+    _mode_legend(axes, {mode for *_, mode in bars})
     axes.set(xlabel="throughput relative to the same job alone", title=f"per-job throughput\n{kind}")
     page.figure(figure, f"per-job-{_slug(kind)}", f"Each job's throughput while sharing, relative to alone ({kind})")
 
@@ -165,6 +173,7 @@ def efficiency(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]])
     left.set_yticks(range(len(rows)), [name for name, *_ in rows], fontsize=7)
     left.invert_yaxis()
     left.set(xlabel="samples per joule (GPU energy)", title=kind)
+    _mode_legend(right, {mode for _, mode, _, _ in rows})
     right.set(xlabel="SM activity (%)")
     page.figure(figure, f"efficiency-{_slug(kind)}", f"Samples per joule and SM activity per scenario ({kind})")
 

@@ -250,6 +250,42 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_advise(args) -> int:
+    from tabulate import tabulate
+
+    from . import advisor, history
+
+    try:
+        jobs = advisor.parse_jobs(args.jobs)
+        runs = [history.read_run(path) for path in args.runs]
+    except advisor.AdviceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as error:
+        print(f"error: cannot read a run: {error}", file=sys.stderr)
+        return 2
+    try:
+        advice = advisor.advise(jobs, runs)
+    except advisor.AdviceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+    if args.format == "json":
+        print(json.dumps({**advice, "options": [vars(o) for o in advice["options"]]}, indent=2))
+        return 0
+    print(advice["recommendation"] + ".")
+    rows = [[o.way, o.scenario, o.run_id, "-" if o.speedup is None else f"{o.speedup:.2f}x",
+             "-" if o.worst_share is None else f"{o.worst_share:.0%}",
+             "-" if o.samples_per_joule is None else f"{o.samples_per_joule:.1f}",
+             "-" if o.memory_headroom_gb is None else f"{o.memory_headroom_gb:.0f}"] for o in advice["options"]]
+    print(tabulate(rows, headers=["way", "scenario", "run", "speedup", "slowest job", "samples/J", "memory free GB"],
+                   disable_numparse=True))
+    if advice["not_measured"]:
+        print(f"Not measured for this mix: {', '.join(advice['not_measured'])} ({advice['measure_with']}).")
+    if not advice["graphed_measured"]:
+        print("Not measured: the graphed variants (Workload(..., cuda_graph=True)).")
+    return 0
+
+
 def cmd_plot(args) -> int:
     from . import plots
 
@@ -380,6 +416,13 @@ def build_parser() -> argparse.ArgumentParser:
     report_cmd.add_argument("--storage", help="also draw the history of this pytest-benchmark storage")
     report_cmd.add_argument("--out", default="gpucolloc-report", help="folder for index.html and figures/")
     report_cmd.set_defaults(run_command=cmd_report)
+
+    advise_cmd = commands.add_parser("advise", help="rank the measured ways a job mix can share this GPU, and say "
+                                     "which and why (exit 0; 2 usage error, 3 nothing measured)")
+    advise_cmd.add_argument("runs", nargs="+", type=Path, help="pytest-benchmark JSON files of this plugin's scenarios")
+    advise_cmd.add_argument("--jobs", required=True, help="the mix, e.g. 'resnet26-cifar10/bs128*3,resnet50-imagenet64/bs32'")
+    advise_cmd.add_argument("--format", choices=["text", "json"], default="text")
+    advise_cmd.set_defaults(run_command=cmd_advise)
 
     plot = commands.add_parser("plot", help="PNG/SVG figures: scaling curve, slowdown, history with gate decisions")
     plot.add_argument("--storage", default=".benchmarks")

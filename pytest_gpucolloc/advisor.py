@@ -1,0 +1,137 @@
+"""How should these jobs share this GPU? Ranks the ways a job mix was measured to run (sequential, naive, mps,
+mps-partitioned, MIG layouts, graphed variants) from saved scenarios; never invents a number: a mix that was not
+measured is answered from the closest measured mixes only with that said, and what was not measured is named with
+the command that would measure it.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from .history import SavedRun, short_name
+from .modes import MODES
+from .record import ScenarioRecord
+
+MIN_FAIR_SHARE = 0.5  # below this a job runs at less than half its alone speed: said as a warning
+
+
+class AdviceError(ValueError):
+    pass
+
+
+def parse_jobs(text: str) -> Counter:
+    """'resnet26-cifar10/bs128*3,resnet50-imagenet64/bs32' -> Counter of workload labels."""
+    jobs: Counter = Counter()
+    for part in (p.strip() for p in text.split(",")):
+        match = re.fullmatch(r"([\w.:-]+/bs\d+(?:/[\w]+)*)(?:\*(\d+))?", part)
+        if not match:
+            raise AdviceError(f"--jobs: {part!r} is not LABEL[*COUNT], e.g. resnet26-cifar10/bs128*3 "
+                              "(labels as the summary table shows them)")
+        jobs[match.group(1)] += int(match.group(2) or 1)
+    return jobs
+
+
+@dataclass
+class Option:
+    scenario: str
+    run_id: str
+    mode: str
+    graphed: bool
+    speedup: float | None  # sum over jobs of throughput / the job alone as asked for (eager)
+    worst_share: float | None  # the slowest job's throughput / its alone throughput
+    samples_per_joule: float | None
+    memory_headroom_gb: float | None
+    mig_layout: str | None = None
+
+    @property
+    def way(self) -> str:
+        text = self.mode + (f" ({self.mig_layout})" if self.mig_layout else "")
+        return text + (", CUDA graphs" if self.graphed else "")
+
+
+def _graph_free(label: str) -> str:
+    return label.removesuffix("/graph")
+
+
+def alone_references(runs: list[SavedRun]) -> dict[str, float]:
+    """Each job's throughput alone, by label, as the runs measured it (the reference of every speedup)."""
+    found: dict[str, float] = {}
+    for run in runs:
+        for scenario in run.scenarios.values():
+            for worker in scenario.workers:
+                if worker.alone_throughput:
+                    found[worker.workload] = worker.alone_throughput
+            if scenario.homogeneous and scenario.speedup and scenario.workloads[0] not in found:
+                found[scenario.workloads[0]] = scenario.throughput / scenario.speedup  # older records
+    return found
+
+
+def option_of(name: str, run: SavedRun, scenario: ScenarioRecord, alone: dict[str, float]) -> Option:
+    """One measured way. Its progress is counted against the jobs as asked for, alone: a graphed variant's
+    throughput is divided by the eager job's alone throughput, so that graphs and sharing are compared fairly."""
+    references = [alone.get(_graph_free(w.workload)) for w in scenario.workers]
+    shares = [w.throughput / a for w, a in zip(scenario.workers, references) if a]
+    complete = len(shares) == scenario.n_workers
+    total = run.machine.get("gpu_memory_total_bytes")
+    used = [w.device_memory_bytes for w in scenario.workers]
+    headroom = (total - sum(used)) / 1e9 if total and all(used) else None
+    instances = scenario.mode_facts.get("mig_layout") if scenario.mode == "mig" else None
+    layout = ",".join(str(i.get("profile")) for i in instances) if isinstance(instances, list) else None
+    return Option(short_name(name), run.run_id, scenario.mode, all(w.workload.endswith("/graph") for w in scenario.workers),
+                  sum(shares) if complete else None,
+                  min(shares) if complete else None, scenario.samples_per_joule, headroom, layout)
+
+
+def options_for(jobs: Counter, runs: list[SavedRun]) -> tuple[list[Option], bool]:
+    """The measured ways to run ``jobs`` (graphed variants of the same jobs included), and whether they are the
+    exact mix; when it was never measured, the measured mixes closest to it (most jobs in common)."""
+    wanted = Counter({_graph_free(label): n for label, n in jobs.items()})
+    measured = [(name, run, scenario) for run in runs for name, scenario in run.scenarios.items()
+                if scenario.device == "cuda"]
+    alone = alone_references(runs)
+    exact = [option_of(n, r, s, alone) for n, r, s in measured
+             if Counter(_graph_free(w) for w in s.workloads) == wanted]
+    if exact:
+        return exact, True
+    overlap = {id(s): sum((Counter(_graph_free(w) for w in s.workloads) & wanted).values()) for _, _, s in measured}
+    best = max(overlap.values(), default=0)
+    close = [option_of(n, r, s, alone) for n, r, s in measured if best and overlap[id(s)] == best]
+    return close, False
+
+
+def rank(options: list[Option]) -> list[Option]:
+    """Most aggregate progress first; a way that starves a job (below MIN_FAIR_SHARE) after the fair ones."""
+    def key(option: Option):
+        starving = option.worst_share is not None and option.worst_share < MIN_FAIR_SHARE
+        return (starving, -(option.speedup or 0.0), -(option.samples_per_joule or 0.0))
+
+    return sorted(options, key=key)
+
+
+def advise(jobs: Counter, runs: list[SavedRun]) -> dict:
+    options, exact = options_for(jobs, runs)
+    if not options:
+        raise AdviceError("no measured GPU scenario runs any of these jobs; measure them first, e.g. a test with "
+                          f"collocate([...]) of {', '.join(sorted(jobs))} and pytest --gpu-mode=naive,mps,mps-partitioned,mig")
+    ranked = rank(options)
+    best = ranked[0]
+    words = [f"{'Recommended' if exact else 'Closest measured, not this mix'}: {best.way} "
+             f"({best.scenario}, run {best.run_id})"]
+    if best.speedup is not None:
+        words.append(f"the jobs together make {best.speedup:.2f}x the progress of running them one after another "
+                     "as asked (without graphs)")
+    if best.worst_share is not None:
+        words.append(f"the slowest job runs at {best.worst_share:.0%} of its speed alone as asked")
+    if best.samples_per_joule:
+        words.append(f"{best.samples_per_joule:.1f} samples per joule")
+    if best.worst_share is not None and best.worst_share < MIN_FAIR_SHARE:
+        words.append(f"but every measured way slows some job below {MIN_FAIR_SHARE:.0%} of its alone speed")
+    measured_modes = {option.mode for option in options}
+    missing = [mode for mode in MODES if mode not in measured_modes]
+    return {
+        "jobs": dict(jobs), "exact": exact, "recommendation": "; ".join(words), "options": ranked,
+        "not_measured": missing,
+        "measure_with": (f"pytest <your scenario of these jobs> --gpu-mode={','.join(missing)}" if missing else None),
+        "graphed_measured": any(option.graphed for option in options),
+    }

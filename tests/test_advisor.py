@@ -1,0 +1,42 @@
+"""``pytest-gpucolloc advise``: ranks the measured ways to run a job mix, from H200 runs as saved; never invents a
+number."""
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucolloc import advisor, cli
+
+RUN = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-12-01-h200-eager-graphed-collocated" / "graphs-table.json"
+
+
+def test_the_measured_ways_are_ranked_against_the_jobs_as_asked(capsys):
+    assert cli.main(["advise", str(RUN), "--jobs", "resnet26-cifar10/bs128*7", "--format", "json"]) == 0
+    advice = json.loads(capsys.readouterr().out)
+    ways = [(o["mode"], o["graphed"]) for o in advice["options"]]
+    # graphed jobs under MPS do the most: 99,408 samples/s against 7 x 12,201 for the eager jobs one after another
+    assert ways[0] == ("mps", True) and advice["options"][0]["speedup"] == pytest.approx(99408 / 12201, rel=0.01)
+    assert ("naive", False) in ways and advice["exact"] is True
+    assert advice["recommendation"].startswith("Recommended: mps, CUDA graphs")
+    assert advice["not_measured"] == ["sequential", "mps-partitioned", "mig"]
+
+
+def test_a_mix_never_measured_is_answered_from_the_closest_saying_so(capsys):
+    assert cli.main(["advise", str(RUN), "--jobs", "resnet26-cifar10/bs128*3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Closest measured, not this mix:")
+
+
+def test_a_job_that_would_starve_is_ranked_after_the_fair_ways():
+    fast_unfair = advisor.Option("a", "r", "mps", False, 3.0, 0.3, None, None)
+    fair = advisor.Option("b", "r", "mps-partitioned", False, 2.0, 0.9, None, None)
+    assert [o.scenario for o in advisor.rank([fast_unfair, fair])] == ["b", "a"]
+
+
+@pytest.mark.parametrize("jobs, code, message", [
+    ("resnet26", 2, "is not LABEL[*COUNT]"),
+    ("bert-large/bs8*2", 3, "no measured GPU scenario runs any of these jobs"),
+])
+def test_bad_or_unmeasured_mixes(capsys, jobs, code, message):
+    assert cli.main(["advise", str(RUN), "--jobs", jobs]) == code
+    assert message in capsys.readouterr().err

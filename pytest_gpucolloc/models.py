@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .workloads import NAMED_WORKLOADS, Workload
+from .workloads import NAMED_WORKLOADS, SMOKE_SEQ_LEN, LanguageModelShape, Workload
 
 
 def build_network(arch: str, num_classes: int) -> nn.Module:
@@ -34,8 +34,25 @@ def build_network(arch: str, num_classes: int) -> nn.Module:
     raise ValueError(f"unknown architecture {arch!r}")
 
 
-class SupervisedStep:
-    """SGD training on one synthetic batch resident on the device (no data loader, no downloads)."""
+class TrainingStep:
+    """One optimiser step per ``train_step`` on a synthetic batch resident on the device (no data loader, no
+    downloads); with ``extra_step_every`` K, one extra, uncounted step after every K (a known slowdown)."""
+
+    extra_step_every: int | None = None
+    steps = 0
+
+    def _step(self) -> None:
+        raise NotImplementedError
+
+    def train_step(self) -> None:
+        self._step()
+        self.steps += 1
+        if self.extra_step_every and self.steps % self.extra_step_every == 0:
+            self._step()  # uncounted extra work (a known slowdown)
+
+
+class SupervisedStep(TrainingStep):
+    """An image classifier trained with SGD."""
 
     def __init__(self, model: nn.Module, batch_size: int, image_size: int, num_classes: int,
                  device: torch.device, precision: str, extra_step_every: int | None = None,
@@ -43,7 +60,6 @@ class SupervisedStep:
         self.device = device
         self.graph_safe = graph_safe  # autocast's weight cache must be off inside a CUDA graph capture
         self.extra_step_every = extra_step_every
-        self.steps = 0
         self.samples_per_step = batch_size
         self.autocast = precision == "bf16"
         memory_format = torch.channels_last if device.type == "cuda" else torch.contiguous_format
@@ -63,11 +79,72 @@ class SupervisedStep:
         loss.backward()
         self.optimizer.step()
 
-    def train_step(self) -> None:
-        self._step()
-        self.steps += 1
-        if self.extra_step_every and self.steps % self.extra_step_every == 0:
-            self._step()  # uncounted extra work (a known slowdown)
+
+class Block(nn.Module):
+    """A pre-norm transformer decoder block with causal scaled-dot-product attention."""
+
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(batch, length, 3, self.heads, width // self.heads).unbind(2)
+        attended = nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                              is_causal=True)
+        x = x + self.proj(attended.transpose(1, 2).reshape(batch, length, width))
+        return x + self.mlp(self.norm2(x))
+
+
+class LanguageModel(nn.Module):
+    """Decoder-only, GPT-2-like: token and position embeddings, blocks, a head tied to the token embedding."""
+
+    def __init__(self, shape: LanguageModelShape, seq_len: int):
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(shape.vocab, shape.d_model), nn.Embedding(seq_len, shape.d_model)
+        self.blocks = nn.Sequential(*[Block(shape.d_model, shape.heads) for _ in range(shape.layers)])
+        self.norm = nn.LayerNorm(shape.d_model)
+        self.head = nn.Linear(shape.d_model, shape.vocab, bias=False)
+        self.head.weight = self.tokens.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        return self.head(self.norm(self.blocks(self.tokens(ids) + self.positions(positions))))
+
+
+class LanguageModelStep(TrainingStep):
+    """Next-token training with AdamW on one batch of random tokens resident on the device."""
+
+    def __init__(self, shape: LanguageModelShape, batch_size: int, seq_len: int, device: torch.device,
+                 precision: str, extra_step_every: int | None = None, graph_safe: bool = False):
+        self.device, self.graph_safe, self.extra_step_every = device, graph_safe, extra_step_every
+        self.samples_per_step = batch_size
+        self.autocast = precision == "bf16"
+        self.model = LanguageModel(shape, seq_len).to(device).train()
+        # capturable: AdamW's step counter stays on the device, so the step can be captured as a CUDA graph
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4,
+                                           capturable=graph_safe and device.type == "cuda")
+        generator = torch.Generator(device="cpu").manual_seed(0)
+        ids = torch.randint(0, shape.vocab, (batch_size, seq_len + 1), generator=generator).to(device)
+        self.inputs, self.targets = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+        self.vocab = shape.vocab
+
+    def _step(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast,
+                            cache_enabled=False if self.graph_safe else None):
+            logits = self.model(self.inputs)
+            loss = nn.functional.cross_entropy(logits.view(-1, self.vocab), self.targets.view(-1))
+        loss.backward()
+        self.optimizer.step()
+
+
+# CPU smoke mode keeps a language model's code path but not its size (a CPU cannot train GPT-2 in a round).
+# (its sequence length is capped by scenario.Settings.adapt, so that the label says what ran)
+SMOKE_LANGUAGE_MODEL = LanguageModelShape(layers=2, d_model=64, heads=4, vocab=512, seq_len=SMOKE_SEQ_LEN)
 
 
 class GraphedStep:
@@ -111,16 +188,16 @@ class GraphedStep:
 
 def build_named(workload: Workload, device: torch.device, image_size: int | None = None):
     shape = NAMED_WORKLOADS[workload.model]
-    step = SupervisedStep(
-        build_network(shape.arch, shape.num_classes),
-        batch_size=workload.batch_size,
-        image_size=image_size or shape.image_size,
-        num_classes=shape.num_classes,
-        device=device,
-        precision=workload.precision,
-        extra_step_every=None if workload.cuda_graph else workload.options.get("extra_step_every"),
-        graph_safe=workload.cuda_graph,
-    )
+    extra = None if workload.cuda_graph else workload.options.get("extra_step_every")
+    if isinstance(shape, LanguageModelShape):
+        shape = SMOKE_LANGUAGE_MODEL if image_size is not None else shape  # CPU smoke mode
+        step = LanguageModelStep(shape, workload.batch_size, workload.tokens_per_sample, device, workload.precision,
+                                 extra, graph_safe=workload.cuda_graph)
+    else:
+        step = SupervisedStep(build_network(shape.arch, shape.num_classes), batch_size=workload.batch_size,
+                              image_size=image_size or shape.image_size, num_classes=shape.num_classes,
+                              device=device, precision=workload.precision, extra_step_every=extra,
+                              graph_safe=workload.cuda_graph)
     if workload.cuda_graph:
         return GraphedStep(step._step, step.samples_per_step, workload.options.get("extra_step_every"))
     return step

@@ -32,7 +32,8 @@ read only the ``ScenarioRecord`` it returns.
         step_time_cv, measured_s, peak_memory_bytes, reserved_memory_bytes, device_memory_bytes, cpus, pid,
         startup_s, startup_phases_s, cuda_visible_devices, device_uuid_seen, gpm_of_its_mig_instance,
         mode_facts (the worker's limits and checks: sm_percent, sm_count_seen, MIG instance, ...),
-        alone_throughput (the same job alone in the same session: the speedup's reference)
+        alone_throughput (the same job alone in the same session: the speedup's reference), tokens_per_s
+        (language models: samples/s times the sequence length)
 
 Version 1 (sessions before 2026-12) had the same fields but ``repeats``, the mode's facts stood beside the
 record's own keys (a fact could shadow a field), the CPU note was called ``cpu_placement``, and ``throttled``
@@ -54,7 +55,7 @@ LAUNCH_BOUND_SM_ACTIVITY = 50.0
 _WORKER_FIELDS = ("workload", "params", "throughput", "round_throughputs", "cv", "step_time_median_s",
                   "step_time_cv", "measured_s", "peak_memory_bytes", "reserved_memory_bytes", "device_memory_bytes",
                   "cpus", "pid", "startup_s", "startup_phases_s", "cuda_visible_devices", "device_uuid_seen",
-                  "gpm_of_its_mig_instance", "alone_throughput")
+                  "gpm_of_its_mig_instance", "alone_throughput", "tokens_per_s")
 _SCENARIO_FIELDS = ("mode", "device", "gpu", "workloads", "n_workers", "aggregate_round_throughputs", "repeats",
                     "aggregate_throughput", "aggregate_cv", "speedup_vs_sequential", "ideal_throughput",
                     "efficiency", "cpu_affinity", "samples_per_joule", "throttled", "foreign_pids", "telemetry",
@@ -76,6 +77,7 @@ class WorkerRecord:
     peak_memory_bytes: int | None = None
     startup_s: float | None = None
     alone_throughput: float | None = None  # the same job alone in the same session (absent before 2026-12-01)
+    tokens_per_s: float | None = None  # language models
     mode_facts: dict = field(default_factory=dict)
     other: dict = field(default_factory=dict)  # the remaining saved fields, as saved
 
@@ -172,10 +174,12 @@ def write(result, gate: dict | None = None) -> dict[str, Any]:
 
 def _write_worker(worker) -> dict[str, Any]:
     ready, result = worker.ready, worker.result
+    tokens = worker.workload.tokens_per_sample
     return {
         "workload": worker.workload.label,
         "params": worker.workload.to_dict(),
         **worker.stats.summary(),  # throughput, round_throughputs, cv, step_time_median_s, step_time_cv, measured_s
+        "tokens_per_s": worker.stats.throughput * tokens if tokens else None,
         "peak_memory_bytes": result.peak_memory_bytes,
         "reserved_memory_bytes": result.reserved_memory_bytes,
         "device_memory_bytes": worker.device_memory_bytes,  # as NVML saw the process
@@ -244,6 +248,7 @@ def _read_worker(data: Any, version: int, index: int) -> WorkerRecord:
         peak_memory_bytes=data.get("peak_memory_bytes") if isinstance(data.get("peak_memory_bytes"), int) else None,
         startup_s=_optional(data.get("startup_s"), f"worker {index}'s start-up time"),
         alone_throughput=_optional(data.get("alone_throughput"), f"worker {index}'s alone throughput"),
+        tokens_per_s=_optional(data.get("tokens_per_s"), f"worker {index}'s tokens/s"),
         mode_facts=facts if isinstance(facts, dict) else {},
         other={k: data[k] for k in _WORKER_FIELDS if k in data},
     )

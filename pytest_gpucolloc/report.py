@@ -52,6 +52,16 @@ def _flags(scenario: ScenarioRecord) -> str:
     return "; ".join(flags + notes)
 
 
+def _tokens(scenario: ScenarioRecord) -> str:
+    """Language models: the aggregate in tokens/s as well."""
+    tokens = [w.tokens_per_s for w in scenario.workers]
+    if not tokens or not all(tokens) or (scenario.mode == "sequential" and not scenario.homogeneous):
+        return ""  # one after another, different sequence lengths do not add up
+    per_sample = scenario.workers[0].tokens_per_s / scenario.workers[0].throughput
+    total = scenario.throughput * per_sample if scenario.homogeneous else sum(tokens)
+    return f" ({total / 1e6:,.2f}M tokens/s)"
+
+
 def describe_workers(labels: list[str]) -> str:
     counts = Counter(labels)
     return " + ".join(f"{n}x {label}" if n > 1 else label for label, n in counts.items())
@@ -64,7 +74,7 @@ def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
         table.append([
             name, scenario.mode, describe_workers(list(scenario.workloads)),
             ", ".join(_num(w.throughput) for w in scenario.workers),
-            _num(scenario.throughput), _pct(scenario.cv),
+            _num(scenario.throughput) + _tokens(scenario), _pct(scenario.cv),
             "-" if scenario.speedup is None else f"{scenario.speedup:.2f}x",
             _pct(scenario.efficiency),
             _sm_activity(scenario.telemetry),

@@ -13,7 +13,7 @@ from .cpu_affinity import CpuPolicy, assign_cpus
 from .modes.base import SharingMode, Target, WorkerCheckFailed
 from .modes.sequential import SequentialMode
 from .pool import ScenarioTimeout, WorkerFailed, WorkerPool, WorkerSlot
-from .workloads import Workload
+from .workloads import SMOKE_SEQ_LEN, Workload
 
 START_LEAD_S = 0.5  # time for the measure command to reach every worker before the first boundary
 
@@ -35,6 +35,8 @@ class Settings:
     def adapt(self, workload: Workload) -> Workload:
         if self.batch_cap and workload.batch_size > self.batch_cap:
             workload = workload.with_batch_size(self.batch_cap)
+        if self.batch_cap and (workload.tokens_per_sample or 0) > SMOKE_SEQ_LEN:  # CPU smoke mode
+            workload = dataclasses.replace(workload, options={**workload.options, "seq_len": SMOKE_SEQ_LEN})
         if self.extra_step_every and workload.is_named:
             workload = dataclasses.replace(workload, options={**workload.options,
                                                               "extra_step_every": self.extra_step_every})

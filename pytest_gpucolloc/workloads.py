@@ -23,11 +23,25 @@ class ModelShape:
     dataset: str
 
 
-# The paper's workloads (Robroek et al., EuroMLSys '24) with synthetic inputs of the datasets' shapes.
-NAMED_WORKLOADS: dict[str, ModelShape] = {
+@dataclass(frozen=True)
+class LanguageModelShape:
+    """A decoder-only transformer language model (GPT-2-like): causal scaled-dot-product attention, AdamW."""
+
+    layers: int
+    d_model: int
+    heads: int
+    vocab: int
+    seq_len: int  # default sequence length; Workload(..., options={"seq_len": N}) changes it
+
+
+# The paper's workloads (Robroek et al., EuroMLSys '24) with synthetic inputs of the datasets' shapes, and two
+# language models of the kind users now collocate (random weights and tokens: nothing is downloaded).
+NAMED_WORKLOADS: dict[str, ModelShape | LanguageModelShape] = {
     "resnet26-cifar10": ModelShape("resnet26", 32, 10, "CIFAR-10 (3x32x32)"),
     "resnet50-imagenet64": ModelShape("resnet50", 64, 1000, "ImageNet 64px (3x64x64)"),
     "resnet152-imagenet": ModelShape("resnet152", 224, 1000, "ImageNet (3x224x224)"),
+    "gpt2-small": LanguageModelShape(layers=12, d_model=768, heads=12, vocab=50257, seq_len=1024),
+    "gpt-mini": LanguageModelShape(layers=6, d_model=512, heads=8, vocab=50257, seq_len=512),
 }
 ALIASES = {
     "resnet26": "resnet26-cifar10",
@@ -38,6 +52,9 @@ PRECISIONS = ("fp32", "bf16")
 # Options of the named workloads. extra_step_every=K runs one extra, uncounted training step after every
 # K counted ones: a genuine, known slowdown of 1/(K+1) (K=20: -4.8%), for testing regression gates.
 NAMED_OPTIONS = {"extra_step_every"}
+LANGUAGE_MODEL_OPTIONS = NAMED_OPTIONS | {"seq_len"}  # seq_len: tokens per sample
+MAX_SEQ_LEN = 32768
+SMOKE_SEQ_LEN = 32  # CPU smoke mode's cap on a language model's sequence length
 MAX_BATCH_SIZE = 65536
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
@@ -98,9 +115,14 @@ class Workload:
         if not isinstance(self.options, Mapping) or not all(isinstance(k, str) for k in self.options):
             raise WorkloadError("options must be a mapping with string keys")
         if name in NAMED_WORKLOADS:
-            unknown = set(self.options) - NAMED_OPTIONS
+            known = LANGUAGE_MODEL_OPTIONS if isinstance(NAMED_WORKLOADS[name], LanguageModelShape) else NAMED_OPTIONS
+            unknown = set(self.options) - known
             if unknown:
-                raise WorkloadError(f"unknown option(s) {sorted(unknown)} for {name}; known: {sorted(NAMED_OPTIONS)}")
+                raise WorkloadError(f"unknown option(s) {sorted(unknown)} for {name}; known: {sorted(known)}")
+            seq_len = self.options.get("seq_len")
+            if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
+                                        or not 1 <= seq_len <= MAX_SEQ_LEN):
+                raise WorkloadError(f"seq_len must be an integer from 1 to {MAX_SEQ_LEN}, got {seq_len!r}")
             every = self.options.get("extra_step_every")
             if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
                 raise WorkloadError(f"extra_step_every must be a positive integer, got {every!r}")
@@ -115,9 +137,18 @@ class Workload:
         return NAMED_WORKLOADS.get(self.model)
 
     @property
+    def tokens_per_sample(self) -> int | None:
+        """A language model's sequence length (its throughput in tokens/s is samples/s times this)."""
+        if not isinstance(self.shape, LanguageModelShape):
+            return None
+        return self.options.get("seq_len", self.shape.seq_len)
+
+    @property
     def label(self) -> str:
-        """Short human label, e.g. ``resnet26-cifar10/bs128``."""
+        """Short human label, e.g. ``resnet26-cifar10/bs128`` or ``gpt2-small/bs8/seq1024``."""
         text = f"{self.model}/bs{self.batch_size}"
+        if self.tokens_per_sample:
+            text += f"/seq{self.tokens_per_sample}"
         if self.precision != "fp32":
             text += f"/{self.precision}"
         if self.cuda_graph:

@@ -36,3 +36,15 @@ def test_a_step_that_cannot_be_captured_fails_with_the_reason(target, tmp_path):
     job = Workload("tests.user_workloads:tiny", batch_size=8, cuda_graph=True, options={"host_sync": True})
     with pytest.raises(ScenarioFailed, match="cannot be captured as a CUDA graph"):
         run_scenario([job], NaiveMode(), target, SHORT, tmp_path)
+
+
+@pytest.mark.parametrize("graphed", [False, True], ids=["eager", "graphed"])
+def test_a_language_model_trains_in_bf16_and_counts_tokens(target, tmp_path, graphed, evidence):
+    job = Workload("gpt-mini", batch_size=4, precision="bf16", options={"seq_len": 256}, cuda_graph=graphed)
+    result = run_scenario([job], NaiveMode(), target, SHORT, tmp_path)
+    saved = record.read(record.write(result))
+    worker = saved.workers[0]
+    evidence(f"language_model_{'graphed' if graphed else 'eager'}", {
+        "samples_per_s": worker.throughput, "tokens_per_s": worker.tokens_per_s,
+        "peak_memory_bytes": worker.peak_memory_bytes, "cv": result.cv})
+    assert worker.tokens_per_s == pytest.approx(256 * worker.throughput) and worker.peak_memory_bytes > 0

@@ -159,3 +159,13 @@ def test_warm_up_ends_when_the_step_time_stops_improving():
     began = time.monotonic()
     steps = worker.warm_until_steady(Step(), lambda: None, spec)
     assert worker.WARMUP_FLOOR_S <= time.monotonic() - began < 3.0 and steps > 5  # well before the 10 s cap
+
+
+def test_a_language_model_trains_for_real_in_cpu_smoke_mode_and_counts_tokens(cpu_target, tmp_path):
+    smoke = Settings(rounds=2, round_s=0.3, warmup_s=0.2, warmup_steps=2, timeout_s=120, image_size=32, batch_cap=4)
+    job = Workload("gpt2-small", batch_size=8, precision="bf16", options={"seq_len": 1024})
+    result = run_scenario([job, job], NaiveMode(), cpu_target, smoke, tmp_path)
+    saved = record.read(record.write(result))
+    assert saved.workloads == ("gpt2-small/bs4/seq32/bf16",) * 2  # what ran: the batch and sequence it used
+    for worker in saved.workers:
+        assert worker.throughput > 0 and worker.tokens_per_s == pytest.approx(32 * worker.throughput)

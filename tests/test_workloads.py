@@ -65,3 +65,16 @@ def test_named_workloads_accept_only_their_options():
         Workload("resnet50", options={"sleep": 1})
     with pytest.raises(WorkloadError, match="positive integer"):
         Workload("resnet50", options={"extra_step_every": 0})
+
+
+def test_language_models_take_a_sequence_length_and_say_it():
+    from pytest_gpucolloc.workloads import WorkloadError
+
+    job = Workload("gpt2-small", batch_size=8, options={"seq_len": 512})
+    assert job.label == "gpt2-small/bs8/seq512" and job.tokens_per_sample == 512
+    assert Workload("gpt-mini", batch_size=4).tokens_per_sample == 512  # its default
+    assert Workload("resnet26", batch_size=4).tokens_per_sample is None
+    with pytest.raises(WorkloadError, match="seq_len must be an integer"):
+        Workload("gpt2-small", options={"seq_len": 0})
+    with pytest.raises(WorkloadError, match="unknown option"):
+        Workload("resnet26", options={"seq_len": 64})

@@ -81,20 +81,36 @@ class CollocSession:
         self.deselected_full = 0  # scenarios of the full matrix left out (no --colloc-full)
 
     # --- set-up and tear-down (called from plugin.py) ------------------------------------------------
-    def invite(self) -> None:
+    def invite(self, before_running: bool = True) -> None:
         """The plugin acts only where invited: by one of its options, or by a test that uses its fixtures or
-        markers. Until then it adds nothing to the session."""
+        markers. Until then it adds nothing to the session. An xdist controller is invited by its workers'
+        scenarios, after they ran: then there is nothing left to check beforehand."""
         if not self.invited:
             self.invited = True
-            self.start()
+            self.start(before_running)
 
-    def start(self) -> None:
+    def start(self, before_running: bool = True) -> None:
         """Check what can be checked before anything runs (usage errors), clean up after killed runs, and
         make saving safe."""
         config = self.config
         if self.xdist_index is None:  # the controller cleans up; xdist workers start after it
             self.stale_removed = clean_stale_scratch()
             self.orphans_killed = process_marks.kill_orphans()
+        if before_running:
+            self._check_usage()
+        if self.xdist_index is None:
+            if before_running:
+                self._check_writable()
+            storage = benchmark_api.file_storage(config)
+            if storage is not None:
+                benchmark_api.guard_saving(storage, self.save_problems)
+        try:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+        except ValueError:  # not the main thread
+            pass
+
+    def _check_usage(self) -> None:
+        config = self.config
         try:
             if distributed.is_controller_of_workers(config) and self.options["colloc_device"] != "cpu":
                 distributed.check_workers_per_gpu(config.getoption("numprocesses") or 0,
@@ -106,15 +122,6 @@ class CollocSession:
                 self.settings()  # device-dependent defaults checked against each other
         except (ValueError, DeviceUnavailable) as exc:
             raise pytest.UsageError(str(exc)) from None
-        if self.xdist_index is None:
-            self._check_writable()
-            storage = benchmark_api.file_storage(config)
-            if storage is not None:
-                benchmark_api.guard_saving(storage, self.save_problems)
-        try:
-            self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-        except ValueError:  # not the main thread
-            pass
 
     def stop(self) -> None:
         if self.invited and self._previous_sigterm is not None:
@@ -292,7 +299,7 @@ class CollocSession:
     def pytest_testnodedown(self, node, error):
         entries = distributed.receive(node)
         if entries:
-            self.invite()  # an xdist controller collects nothing: its workers' scenarios invite it
+            self.invite(before_running=False)  # an xdist controller collects nothing: its workers' scenarios invite it
         for entry in entries:
             benchmark_api.add_to_session(node.config, entry)
             self.forwarded.append((entry["name"], entry["extra_info"]))

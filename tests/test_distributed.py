@@ -41,3 +41,16 @@ def test_xdist_workers_results_are_recorded_by_the_controller(pytester, tmp_path
         assert bench["stats"]["rounds"] == 2 and bench["extra_info"]["mode"] in ("sequential", "naive")
     saved = list((pytester.path / ".benchmarks").rglob("*.json"))
     assert len(saved) == 1 and len(json.loads(saved[0].read_text())["benchmarks"]) == 3
+
+
+def test_an_xdist_controller_is_invited_by_its_workers_scenarios(pytester, tmp_path):
+    """No gpucolloc option at all: the controller, which collects nothing, learns of the plugin from its workers'
+    scenarios and still records them."""
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
+    out = tmp_path / "run.json"
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", f"--benchmark-json={out}")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*gpucolloc: collocation scenarios*"])
+    names = sorted(b["name"] for b in json.loads(out.read_text())["benchmarks"])
+    assert names == ["test_tiny[cpu-naive-1]", "test_tiny[cpu-naive-2]"]

@@ -186,7 +186,7 @@ def test_x(collocate):
     collocate(JOBS)
 ''')
     result = pytester.runpytest("--colloc-device=cpu")
-    result.stdout.fnmatch_lines(["*unknown workload 'resnet999'; known workloads: resnet152-imagenet*"])
+    result.stdout.fnmatch_lines(["*unknown workload 'resnet999'; known workloads: gpt-mini, gpt2-small, resnet152-imagenet*"])
     assert result.ret == pytest.ExitCode.INTERRUPTED  # collection error
 
 

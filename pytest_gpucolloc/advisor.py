@@ -59,11 +59,9 @@ def alone_references(runs: list[SavedRun]) -> dict[str, float]:
     found: dict[str, float] = {}
     for run in runs:
         for scenario in run.scenarios.values():
-            for worker in scenario.workers:
-                if worker.alone_throughput:
-                    found[worker.workload] = worker.alone_throughput
-            if scenario.homogeneous and scenario.speedup and scenario.workloads[0] not in found:
-                found[scenario.workloads[0]] = scenario.throughput / scenario.speedup  # older records
+            for index, worker in enumerate(scenario.workers):
+                if scenario.alone_of(index):
+                    found.setdefault(worker.workload, scenario.alone_of(index))
     return found
 
 

@@ -12,7 +12,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 
-from .history import History, SavedRun
+from .history import History, SavedRun, series_gpu
 
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_RUNS = 3
@@ -52,8 +52,7 @@ def series(history: History) -> dict[tuple[str, str], list[Point]]:
             sample = run.sample(name)
             if sample.throttled or sample.contaminated:
                 continue
-            gpu = sample.gpu_uuid or ("CPU smoke" if run.scenarios[name].device == "cpu" else "unknown GPU")
-            found.setdefault((name, gpu), []).append(Point(run, sample.log_mean))
+            found.setdefault((name, series_gpu(run, run.scenarios[name])), []).append(Point(run, sample.log_mean))
     return found
 
 

@@ -24,16 +24,32 @@ def cmd_info(args) -> int:
     return 0
 
 
+class _Unreadable(Exception):
+    """A run file named on the command line cannot be read (already said, in one line)."""
+
+
+def _read_runs(paths) -> list:
+    from . import history
+
+    runs = []
+    for path in paths:
+        try:
+            runs.append(history.read_run(path))
+        except (OSError, ValueError) as error:
+            print(f"error: cannot read {path}: {str(error)[:200]}", file=sys.stderr)
+            raise _Unreadable from None
+    return runs
+
+
 def cmd_table(args) -> int:
     from . import history, report
 
     entries, sources = [], []
-    for path in args.files:
-        try:
-            run = history.read_run(path)
-        except (OSError, ValueError) as error:
-            print(f"error: cannot read {path}: {str(error)[:200]}", file=sys.stderr)
-            return 2
+    try:
+        runs = _read_runs(args.files)
+    except _Unreadable:
+        return 2
+    for path, run in zip(args.files, runs):
         if not run.scenarios and not run.problems:
             print(f"error: {path} holds no pytest-gpucolloc scenarios", file=sys.stderr)
             return 2
@@ -232,15 +248,12 @@ def cmd_ab(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from . import history, html_report
+    from . import html_report
 
-    runs = []
-    for path in args.runs:
-        try:
-            runs.append(history.read_run(path))
-        except (OSError, ValueError) as error:
-            print(f"error: cannot read {path}: {error}", file=sys.stderr)
-            return 2
+    try:
+        runs = _read_runs(args.runs)
+    except _Unreadable:
+        return 2
     loaded = _history(args) if args.storage else None
     if not any(run.scenarios for run in runs) and not (loaded and loaded.runs):
         print("error: no pytest-gpucolloc scenarios in the given runs or storage", file=sys.stderr)
@@ -253,16 +266,15 @@ def cmd_report(args) -> int:
 def cmd_advise(args) -> int:
     from tabulate import tabulate
 
-    from . import advisor, history
+    from . import advisor
 
     try:
         jobs = advisor.parse_jobs(args.jobs)
-        runs = [history.read_run(path) for path in args.runs]
+        runs = _read_runs(args.runs)
     except advisor.AdviceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except (OSError, ValueError) as error:
-        print(f"error: cannot read a run: {error}", file=sys.stderr)
+    except _Unreadable:
         return 2
     try:
         advice = advisor.advise(jobs, runs)

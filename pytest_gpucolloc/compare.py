@@ -95,14 +95,13 @@ def paired(timeline: list[tuple[int, SavedRun]], policy: gate.Policy) -> list[Ro
             elif side == 0 and sample is not None:
                 befores.append(sample.log_mean)
         judged = ab.judge(name, ratios, policy.threshold, policy.alpha)
-        rows.append(Row(name, {
-            "verdict": judged.verdict, "change": judged.change, "ci": judged.ci, "mde": judged.detectable,
-            "baseline": math.exp(statistics.fmean(befores)) if befores else None,
-            "current": math.exp(statistics.fmean(afters)) if afters else None,
-            "threshold": policy.threshold, "baseline_runs": [run.run_id for side, run in timeline if side == 0],
-            "notes": [], "noise": None,
-            "reason": f"paired: {len(ratios)} runs, each against the runs on either side of it (alternating sessions)"
-                      + ("" if judged.p_slower is None else f", p(slower)={judged.p_slower:.2g}")}))
+        reason = (f"paired: {len(ratios)} runs, each against the runs on either side of it (alternating sessions)"
+                  + ("" if judged.p_slower is None else f", p(slower)={judged.p_slower:.2g}"))
+        verdict = gate.Verdict(judged.verdict, reason, math.exp(statistics.fmean(befores)) if befores else None,
+                               math.exp(statistics.fmean(afters)) if afters else None, judged.change, judged.ci,
+                               judged.detectable, policy.threshold,
+                               [run.run_id for side, run in timeline if side == 0])
+        rows.append(Row(name, verdict.to_dict()))
     return rows
 
 

@@ -44,6 +44,12 @@ def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | 
                      bool(scenario.foreign_pids), config, scenario.repeats, scenario.eager_on_gpu)
 
 
+def series_gpu(run: SavedRun, scenario: record.ScenarioRecord) -> str:
+    """The physical GPU a saved scenario ran on (its history is kept per GPU), or "CPU smoke"."""
+    uuid = (scenario.gpu or {}).get("uuid") or run.machine.get("gpu_uuid")
+    return uuid or ("CPU smoke" if scenario.device == "cpu" else "unknown GPU")
+
+
 def short_name(fullname: str) -> str:
     """The test's name as pytest-benchmark shows it: ``test_x[naive-2]`` of ``benchmarks/f.py::test_x[naive-2]``."""
     return fullname.split("::")[-1]

@@ -13,15 +13,11 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
-
-from . import changepoints  # noqa: E402
-from .history import History, SavedRun, short_name  # noqa: E402
-from .modes import MODES  # noqa: E402
-from .record import ScenarioRecord  # noqa: E402
+from . import changepoints
+from .history import History, SavedRun, series_gpu, short_name
+from .modes import MODES
+from .plots import plt, slug as _slug  # matplotlib without a display, set up once
+from .record import ScenarioRecord
 
 MODE_COLOURS = dict(zip(MODES, ["tab:grey", "tab:blue", "tab:green", "tab:purple", "tab:orange"]))
 
@@ -32,10 +28,6 @@ def machine_kind(run: SavedRun, scenario: ScenarioRecord) -> str:
         return "CPU smoke mode (batches capped, small inputs)"
     name = (scenario.gpu or {}).get("name") or run.machine.get("gpu_name") or "GPU"
     return f"{name}, driver {run.machine.get('driver_version', '?')}"
-
-
-def _family(name: str) -> str:
-    return short_name(name).split("[")[0]
 
 
 # Counts the figures the browser could draw, so that a test (or a reader's console) sees a broken one.
@@ -84,10 +76,6 @@ class Page:
         return path
 
 
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in text).strip("-")[:80]
-
-
 def _mode_legend(axes, modes: set[str]) -> None:
     from matplotlib.patches import Patch
 
@@ -107,8 +95,8 @@ def scaling(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) ->
         label = scenario.workloads[0]
         spread = statistics.stdev(scenario.rounds) if len(scenario.rounds) > 1 else 0.0
         curves[label][scenario.mode].append((scenario.n_workers, scenario.throughput, spread))
-        if alone_of(scenario, 0):
-            alone[label] = alone_of(scenario, 0)
+        if scenario.alone_of(0):
+            alone[label] = scenario.alone_of(0)
         if scenario.ideal_throughput:
             ideal[label].append((scenario.n_workers, scenario.ideal_throughput))
     for label, modes in sorted(curves.items()):
@@ -132,20 +120,11 @@ def scaling(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) ->
                     f"{label}: aggregate throughput per sharing mode ({kind}); bars: round-to-round spread")
 
 
-def alone_of(scenario: ScenarioRecord, index: int) -> float | None:
-    """The job alone in the same session: recorded per worker since 2026-12-01; before, for identical jobs, the
-    aggregate divided by the speedup."""
-    recorded = scenario.workers[index].alone_throughput
-    if recorded or not (scenario.homogeneous and scenario.speedup):
-        return recorded
-    return scenario.throughput / scenario.speedup
-
-
 def per_job(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
     """Each job's throughput relative to the same job alone, grouped by scenario, coloured by mode."""
-    bars = [(short_name(name), i, worker.throughput / alone_of(scenario, i), scenario.mode)
+    bars = [(short_name(name), i, worker.throughput / scenario.alone_of(i), scenario.mode)
             for name, scenario in entries if scenario.mode != "sequential"
-            for i, worker in enumerate(scenario.workers) if alone_of(scenario, i)]
+            for i, worker in enumerate(scenario.workers) if scenario.alone_of(i)]
     if not bars:
         return
     figure, axes = plt.subplots(figsize=(8, max(2.5, 0.22 * len(bars) + 1)))
@@ -188,9 +167,7 @@ def history_figures(page: Page, loaded: History) -> None:
     per_series: dict[tuple[str, str], list] = defaultdict(list)
     for run in loaded.runs:
         for name, scenario in run.scenarios.items():
-            gpu = (scenario.gpu or {}).get("uuid") or run.machine.get("gpu_uuid") or (
-                "CPU smoke" if scenario.device == "cpu" else "unknown GPU")
-            per_series[(name, gpu)].append((run, scenario))
+            per_series[(name, series_gpu(run, scenario))].append((run, scenario))
     for (name, gpu), points in sorted(per_series.items()):
         figure, axes = plt.subplots(figsize=(7, 3.2))
         xs = list(range(len(points)))

@@ -17,8 +17,9 @@ MARKERS = {"regressed": ("v", "tab:red"), "improved": ("^", "tab:green"), "uncha
            "inconclusive": ("o", "tab:orange")}
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:120] or "scenario"
+def slug(text: str) -> str:
+    """A file-name-safe form of a scenario or machine name."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", text).strip("-")[:120] or "scenario"
 
 
 def _family(name: str) -> str:
@@ -50,7 +51,7 @@ def scaling(run: SavedRun, out: Path, fmt: str) -> list[Path]:
         axes.set(xlabel="collocated processes", ylabel="aggregate samples/s", title=f"{label} ({run.run_id})")
         axes.legend()
         axes.grid(alpha=0.3)
-        written.append(_save(figure, out / f"scaling-{_slug(family)}-{_slug(label)}.{fmt}"))
+        written.append(_save(figure, out / f"scaling-{slug(family)}-{slug(label)}.{fmt}"))
     return written
 
 
@@ -110,7 +111,7 @@ def history(hist: History, out: Path, fmt: str) -> list[Path]:
         axes.set_xticks(xs, [p[3] for p in points], rotation=45, fontsize=7)
         axes.set(ylabel="aggregate samples/s", title=short_name(name))
         axes.grid(alpha=0.3)
-        written.append(_save(figure, out / f"history-{_slug(short_name(name))}.{fmt}"))
+        written.append(_save(figure, out / f"history-{slug(short_name(name))}.{fmt}"))
     return written
 
 

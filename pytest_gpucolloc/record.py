@@ -123,6 +123,14 @@ class ScenarioRecord:
         launch_bound = self.sm_activity is None or self.sm_activity < LAUNCH_BOUND_SM_ACTIVITY
         return self.device == "cuda" and launch_bound and not all(w.params.get("cuda_graph") for w in self.workers)
 
+    def alone_of(self, index: int) -> float | None:
+        """Worker ``index``'s job alone in the same session: recorded per worker since 2026-12-01; before, for
+        identical jobs, the aggregate divided by the speedup."""
+        recorded = self.workers[index].alone_throughput
+        if recorded or not (self.homogeneous and self.speedup):
+            return recorded
+        return self.throughput / self.speedup
+
     @property
     def throughput(self) -> float:
         """Aggregate samples/s: the mean of the rounds."""

@@ -68,8 +68,13 @@ class Assignment:
     note: str
 
 
-def assign_cpus(n_workers: int, policy: CpuPolicy, available: list[int] | None = None) -> Assignment:
+def assign_cpus(n_workers: int, policy: CpuPolicy, available: list[int] | None = None,
+                wants: list[int] | None = None) -> Assignment:
+    """Cores per worker. ``auto`` splits the cores (less one for the controller, when there is room) in
+    proportion to what each job ``wants`` (``Workload.cores_wanted``: its training process and its data-loader
+    workers; 1 each by default), never two workers on one core, and says when the jobs want more than there is."""
     available = sorted(available if available is not None else os.sched_getaffinity(0))
+    wants = wants or [1] * n_workers
     if policy.kind == "none":
         return Assignment([None] * n_workers, "not pinned (--colloc-cpus=none)")
     if policy.kind == "explicit":
@@ -85,6 +90,19 @@ def assign_cpus(n_workers: int, policy: CpuPolicy, available: list[int] | None =
             f"not pinned: {n_workers} workers but only {len(available)} cores (never two workers per core)",
         )
     cores = available[1:] if len(available) > n_workers else available  # keep one core for the controller
-    per_worker = len(cores) // n_workers
-    sets = [tuple(cores[i * per_worker:(i + 1) * per_worker]) for i in range(n_workers)]
-    return Assignment(list(sets), f"auto: {per_worker} core(s) per worker")
+    if len(set(wants)) == 1:  # alike jobs get alike shares (what is left over stays free)
+        counts = [len(cores) // n_workers] * n_workers
+    else:
+        counts = [max(1, len(cores) * want // sum(wants)) for want in wants]
+        while sum(counts) > len(cores):  # the floor of 1 overshot: take from the largest share
+            counts[counts.index(max(counts))] -= 1
+    sets, start = [], 0
+    for count in counts:
+        sets.append(tuple(cores[start:start + count]))
+        start += count
+    note = (f"auto: {counts[0]} core(s) per worker" if len(set(counts)) == 1
+            else "auto: " + ", ".join(map(str, counts)) + " cores for the workers in order")
+    if sum(wants) > len(cores):
+        note += (f"; the jobs want {sum(wants)} cores (a training process and its data-loader workers each) but only "
+                 f"{len(cores)} can be given: data-loader workers share cores")
+    return Assignment(sets, note)

@@ -52,12 +52,14 @@ class TrainingStep:
 
 
 class SupervisedStep(TrainingStep):
-    """An image classifier trained with SGD."""
+    """An image classifier trained with SGD, on one synthetic batch or on batches from a data loader (copied into
+    the same input tensors, so that a CUDA graph of ``compute`` reads each new batch)."""
 
     def __init__(self, model: nn.Module, batch_size: int, image_size: int, num_classes: int,
                  device: torch.device, precision: str, extra_step_every: int | None = None,
-                 graph_safe: bool = False):
+                 graph_safe: bool = False, loader=None):
         self.device = device
+        self.loader = loader  # image_data.LoaderFeed, or None: one synthetic batch stays on the device
         self.graph_safe = graph_safe  # autocast's weight cache must be off inside a CUDA graph capture
         self.extra_step_every = extra_step_every
         self.samples_per_step = batch_size
@@ -71,13 +73,21 @@ class SupervisedStep(TrainingStep):
         self.images = images.to(device=device, memory_format=memory_format)
         self.labels = torch.randint(0, num_classes, (batch_size,), generator=generator).to(device)
 
-    def _step(self) -> None:
+    def fetch(self) -> None:
+        if self.loader is not None:
+            self.loader.next_into(self.images, self.labels)
+
+    def compute(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast,
                             cache_enabled=False if self.graph_safe else None):
             loss = self.loss(self.model(self.images), self.labels)
         loss.backward()
         self.optimizer.step()
+
+    def _step(self) -> None:
+        self.fetch()
+        self.compute()
 
 
 class Block(nn.Module):
@@ -150,18 +160,24 @@ SMOKE_LANGUAGE_MODEL = LanguageModelShape(layers=2, d_model=64, heads=4, vocab=5
 class GraphedStep:
     """A training step captured once as a CUDA graph and replayed. ``step_fn`` is warmed up on a side stream
     (cuDNN autotuning, allocator, optimiser state), then captured; ``extra_step_every`` replays once more after
-    every K counted steps (the known slowdown of the named workloads)."""
+    every K counted steps (the known slowdown of the named workloads). ``fetch``, when given, runs before every
+    replay, outside the graph: it puts the next batch into the tensors the graph reads (``loader`` is its
+    data loader, for the time spent waiting on it)."""
 
     WARMUP_STEPS = 3
 
-    def __init__(self, step_fn, samples_per_step: int, extra_step_every: int | None = None):
+    def __init__(self, step_fn, samples_per_step: int, extra_step_every: int | None = None, fetch=None,
+                 loader=None):
         self.step_fn = step_fn
         self.samples_per_step = samples_per_step
         self.extra_step_every = extra_step_every
+        self.fetch = fetch or (lambda: None)
+        self.loader = loader
         self.steps = 0
         self.graph = None
 
     def capture(self) -> None:
+        self.fetch()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -180,9 +196,11 @@ class GraphedStep:
         self.graph = graph
 
     def train_step(self) -> None:
+        self.fetch()
         self.graph.replay()
         self.steps += 1
         if self.extra_step_every and self.steps % self.extra_step_every == 0:
+            self.fetch()
             self.graph.replay()  # uncounted extra work (a known slowdown)
 
 
@@ -194,13 +212,30 @@ def build_named(workload: Workload, device: torch.device, image_size: int | None
         step = LanguageModelStep(shape, workload.batch_size, workload.tokens_per_sample, device, workload.precision,
                                  extra, graph_safe=workload.cuda_graph)
     else:
+        loader = None
+        if workload.uses_loader:
+            from .image_data import LoaderFeed
+
+            loader = LoaderFeed(image_size or shape.image_size, shape.num_classes, workload.batch_size,
+                                workload.loader_workers, device)
         step = SupervisedStep(build_network(shape.arch, shape.num_classes), batch_size=workload.batch_size,
                               image_size=image_size or shape.image_size, num_classes=shape.num_classes,
                               device=device, precision=workload.precision, extra_step_every=extra,
-                              graph_safe=workload.cuda_graph)
+                              graph_safe=workload.cuda_graph, loader=loader)
+        if workload.cuda_graph:
+            return GraphedStep(step.compute, step.samples_per_step, workload.options.get("extra_step_every"),
+                               fetch=step.fetch, loader=loader)
     if workload.cuda_graph:
         return GraphedStep(step._step, step.samples_per_step, workload.options.get("extra_step_every"))
     return step
+
+
+def data_wait_s(step) -> float | None:
+    """Seconds the step has waited for its data loader so far; None for a job without one."""
+    from .image_data import LoaderFeed
+
+    loader = getattr(step, "loader", None)  # a user's step may have a "loader" of its own
+    return loader.wait_s if isinstance(loader, LoaderFeed) else None
 
 
 def load_factory(path: str):

@@ -101,6 +101,13 @@ class Result:
     rounds: list[tuple[float, int]]  # (seconds, samples) between two device synchronisations
     peak_memory_bytes: int | None = None  # PyTorch's peak of allocated tensors
     reserved_memory_bytes: int | None = None  # what PyTorch's allocator held at the end of measurement
+    data_wait_s: list[float] | None = None  # per round: time spent waiting for the data loader (loader jobs)
+
+
+def joined(first: Result, more: Result) -> Result:
+    """One worker's result over two batches of rounds (the controller asked for more)."""
+    waits = None if first.data_wait_s is None or more.data_wait_s is None else first.data_wait_s + more.data_wait_s
+    return dataclasses.replace(more, rounds=list(first.rounds) + list(more.rounds), data_wait_s=waits)
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,11 @@ def _check(event: Ready | Result | Error) -> None:
             if _number(seconds, "a round's seconds") <= 0:
                 raise ProtocolError(f"a round's seconds must be positive, got {seconds!r}")
             _number(samples, "a round's samples", integer=True)
+        if event.data_wait_s is not None:
+            if not isinstance(event.data_wait_s, list) or len(event.data_wait_s) != len(event.rounds):
+                raise ProtocolError("data_wait_s must list one number per round")
+            for seconds in event.data_wait_s:
+                _number(seconds, "a round's data wait")
 
 
 def decode_event(line: bytes) -> Ready | Result | Error:

@@ -33,7 +33,8 @@ read only the ``ScenarioRecord`` it returns.
         startup_s, startup_phases_s, cuda_visible_devices, device_uuid_seen, gpm_of_its_mig_instance,
         mode_facts (the worker's limits and checks: sm_percent, sm_count_seen, MIG instance, ...),
         alone_throughput (the same job alone in the same session: the speedup's reference), tokens_per_s
-        (language models: samples/s times the sequence length)
+        (language models: samples/s times the sequence length), data_wait_share (data-loader jobs: share of
+        the measured time the training process waited for a batch)
 
 Version 1 (sessions before 2026-12) had the same fields but ``repeats``, the mode's facts stood beside the
 record's own keys (a fact could shadow a field), the CPU note was called ``cpu_placement``, and ``throttled``
@@ -55,7 +56,7 @@ LAUNCH_BOUND_SM_ACTIVITY = 50.0
 _WORKER_FIELDS = ("workload", "params", "throughput", "round_throughputs", "cv", "step_time_median_s",
                   "step_time_cv", "measured_s", "peak_memory_bytes", "reserved_memory_bytes", "device_memory_bytes",
                   "cpus", "pid", "startup_s", "startup_phases_s", "cuda_visible_devices", "device_uuid_seen",
-                  "gpm_of_its_mig_instance", "alone_throughput", "tokens_per_s")
+                  "gpm_of_its_mig_instance", "alone_throughput", "tokens_per_s", "data_wait_share")
 _SCENARIO_FIELDS = ("mode", "device", "gpu", "workloads", "n_workers", "aggregate_round_throughputs", "repeats",
                     "aggregate_throughput", "aggregate_cv", "speedup_vs_sequential", "ideal_throughput",
                     "efficiency", "cpu_affinity", "samples_per_joule", "throttled", "foreign_pids", "telemetry",
@@ -78,6 +79,7 @@ class WorkerRecord:
     startup_s: float | None = None
     alone_throughput: float | None = None  # the same job alone in the same session (absent before 2026-12-01)
     tokens_per_s: float | None = None  # language models
+    data_wait_share: float | None = None  # data-loader jobs
     mode_facts: dict = field(default_factory=dict)
     other: dict = field(default_factory=dict)  # the remaining saved fields, as saved
 
@@ -188,6 +190,7 @@ def _write_worker(worker) -> dict[str, Any]:
         "params": worker.workload.to_dict(),
         **worker.stats.summary(),  # throughput, round_throughputs, cv, step_time_median_s, step_time_cv, measured_s
         "tokens_per_s": worker.stats.throughput * tokens if tokens else None,
+        "data_wait_share": worker.data_wait_share,
         "peak_memory_bytes": result.peak_memory_bytes,
         "reserved_memory_bytes": result.reserved_memory_bytes,
         "device_memory_bytes": worker.device_memory_bytes,  # as NVML saw the process
@@ -257,6 +260,7 @@ def _read_worker(data: Any, version: int, index: int) -> WorkerRecord:
         startup_s=_optional(data.get("startup_s"), f"worker {index}'s start-up time"),
         alone_throughput=_optional(data.get("alone_throughput"), f"worker {index}'s alone throughput"),
         tokens_per_s=_optional(data.get("tokens_per_s"), f"worker {index}'s tokens/s"),
+        data_wait_share=_optional(data.get("data_wait_share"), f"worker {index}'s data wait"),
         mode_facts=facts if isinstance(facts, dict) else {},
         other={k: data[k] for k in _WORKER_FIELDS if k in data},
     )

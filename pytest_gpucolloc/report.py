@@ -10,7 +10,7 @@ from tabulate import tabulate
 from .record import ScenarioRecord
 
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
-           "speedup", "efficiency", "SM activity", "mem/worker GB", "samples/J", "rounds", "start-up s", "flags"]
+           "speedup", "efficiency", "SM activity", "mem/worker GB", "data wait", "samples/J", "rounds", "start-up s", "flags"]
 
 
 def _num(value: float | None, digits: int = 0) -> str:
@@ -62,6 +62,12 @@ def _tokens(scenario: ScenarioRecord) -> str:
     return f" ({total / 1e6:,.2f}M tokens/s)"
 
 
+def _data_wait(scenario: ScenarioRecord) -> str:
+    """Per worker, the share of the time it waited for its data loader ('-': no loader)."""
+    shares = [w.data_wait_share for w in scenario.workers]
+    return "-" if all(v is None for v in shares) else ", ".join(_pct(v) for v in shares)
+
+
 def describe_workers(labels: list[str]) -> str:
     counts = Counter(labels)
     return " + ".join(f"{n}x {label}" if n > 1 else label for label, n in counts.items())
@@ -79,6 +85,7 @@ def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
             _pct(scenario.efficiency),
             _sm_activity(scenario.telemetry),
             ", ".join(_gb(w.device_memory_bytes) for w in scenario.workers),
+            _data_wait(scenario),
             _num(scenario.samples_per_joule, 1),
             str(scenario.measurement.get("rounds", len(scenario.rounds))),
             _num(scenario.measurement.get("fixed_cost_s"), 1),

@@ -61,6 +61,12 @@ class MeasuredWorker:
         return self.phase_telemetry.get("memory_bytes_by_pid", {}).get(str(self.ready.pid))
 
     @property
+    def data_wait_share(self) -> float | None:
+        """Share of the measured time this worker waited for its data loader (None: no loader)."""
+        waits = self.result.data_wait_s
+        return None if waits is None else sum(waits) / sum(seconds for seconds, _ in self.result.rounds)
+
+    @property
     def instance_metrics(self) -> dict | None:
         """GPM metrics of this worker's own MIG instance."""
         gi = self.mode_facts.get("gpu_instance_id")
@@ -186,7 +192,7 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
               sampler_factory: Callable | None = None
               ) -> tuple[list[tuple[protocol.Ready, protocol.Result]], str, dict]:
     """Start one phase's workers, wait until all are warm, measure them together, stop them."""
-    assignment = assign_cpus(len(slots), settings.cpu_policy)
+    assignment = assign_cpus(len(slots), settings.cpu_policy, wants=[s.workload.cores_wanted for s in slots])
     for slot, cpus in zip(slots, assignment.cpus):
         slot.cpus = cpus
     telemetry: dict = {}
@@ -223,8 +229,7 @@ def measure_until_precise(pool: WorkerPool, start: float, settings: Settings) ->
     merged: list[protocol.Result] = []
     while True:
         results = pool.measure(start, settings.round_s, batch, timeout_s=batch * settings.round_s + settings.timeout_s)
-        merged = results if not merged else [dataclasses.replace(new, rounds=list(old.rounds) + list(new.rounds))
-                                             for old, new in zip(merged, results)]
+        merged = results if not merged else [protocol.joined(old, new) for old, new in zip(merged, results)]
         done = len(merged[0].rounds)
         aggregate = measure.concurrent_aggregate([measure.WorkerStats(list(r.rounds), 1) for r in merged])
         needed = measure.rounds_for_precision(aggregate, settings.precision) if settings.precision > 0 else longest

@@ -360,6 +360,10 @@ class CollocSession:
             "round-to-round spread of aggregate throughput; rounds: taken until the mean was known within "
             "--colloc-precision (or the most rounds); start-up s: spawn to every worker warm"
         )
+        for name, scenario in entries:  # data loading: the cores each job got, and whether they were enough
+            if any(w.data_wait_share is not None for w in scenario.workers):
+                terminalreporter.write_line(f"data wait (time spent waiting for the next batch) and CPU cores of "
+                                            f"{name}: {scenario.cpu_affinity}")
         for name, why in self.skipped:
             terminalreporter.write_line(f"skipped {name}: {why}")
         if self.history is not None:

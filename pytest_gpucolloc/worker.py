@@ -35,10 +35,14 @@ class Channel:
         threading.Thread(target=self._read_commands, daemon=True).start()
 
     def _read_commands(self) -> None:
-        for line in sys.stdin:
-            line = line.strip()
-            if line:
-                self.commands.put(protocol.decode_command(line))
+        # Raw reads of fd 0, not sys.stdin: a thread blocked inside sys.stdin holds its lock, and a process the
+        # job forks (a DataLoader worker closes its sys.stdin at start) would wait for that lock for ever.
+        buffer = b""
+        while chunk := os.read(0, 65536):
+            *lines, buffer = (buffer + chunk).split(b"\n")
+            for line in lines:
+                if line.strip():
+                    self.commands.put(protocol.decode_command(line.decode()))
         self.commands.put(protocol.Stop())  # controller gone: stop
 
     def send(self, event: protocol.Ready | protocol.Result | protocol.Error) -> None:
@@ -166,12 +170,17 @@ def warm_until_steady(step, sync, spec: protocol.Spec) -> int:
     return steps
 
 
-def measure_rounds(step, sync, command: protocol.Measure, samples_per_step: int) -> list[tuple[float, int]]:
-    """Train through the rounds of ``command``; at each shared boundary synchronise once and count."""
+def measure_rounds(step, sync, command: protocol.Measure, samples_per_step: int, data_wait=lambda: None
+                   ) -> tuple[list[tuple[float, int]], list[float] | None]:
+    """Train through the rounds of ``command``; at each shared boundary synchronise once and count. Also
+    returns, per round, the time spent waiting for the data loader (``data_wait()`` is its running total;
+    None for a job without a loader)."""
     while time.monotonic() < command.start:
         step.train_step()
     sync()
     rounds: list[tuple[float, int]] = []
+    waits: list[float] = []
+    waited = data_wait()
     last = time.monotonic()
     boundary = command.start + command.round_s
     steps = 0
@@ -182,11 +191,15 @@ def measure_rounds(step, sync, command: protocol.Measure, samples_per_step: int)
             sync()
             now = time.monotonic()
             rounds.append((now - last, steps * samples_per_step))
+            if waited is not None:
+                total = data_wait()
+                waits.append(total - waited)
+                waited = total
             last, steps = now, 0
             boundary += command.round_s
             while boundary <= now:  # a step longer than a round: skip boundaries already passed
                 boundary += command.round_s
-    return rounds
+    return rounds, (waits if waited is not None else None)
 
 
 def run(spec: protocol.Spec, channel: Channel) -> int:
@@ -199,10 +212,13 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
         command = channel.poll()
     import torch
 
+    from . import models
+
     cuda = device.type == "cuda"
     while isinstance(command, protocol.Measure):  # the controller may ask for more rounds
-        rounds = measure_rounds(step, sync, command, ready.samples_per_step)
-        channel.send(protocol.Result(rounds=rounds,
+        rounds, waits = measure_rounds(step, sync, command, ready.samples_per_step,
+                                       lambda: models.data_wait_s(step))
+        channel.send(protocol.Result(rounds=rounds, data_wait_s=waits,
                                      peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
                                      reserved_memory_bytes=torch.cuda.memory_reserved(device) if cuda else None))
         # Unmeasured: keep the load on until every worker has finished measuring and the controller decides.

@@ -56,6 +56,8 @@ LANGUAGE_MODEL_OPTIONS = NAMED_OPTIONS | {"seq_len"}  # seq_len: tokens per samp
 MAX_SEQ_LEN = 32768
 SMOKE_SEQ_LEN = 32  # CPU smoke mode's cap on a language model's sequence length
 MAX_BATCH_SIZE = 65536
+DATA_SOURCES = ("synthetic", "loader")
+MAX_LOADER_WORKERS = 64
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
@@ -72,6 +74,9 @@ class Workload:
     profile (``"1g.18gb"`` or ``"1g"``); ``options`` go to a user factory as keyword arguments.
     ``cuda_graph=True`` captures the whole training step once, after warm-up, as a CUDA graph and replays it:
     the CPU no longer issues every kernel, which removes launch-bound jobs' noise at its source.
+    ``data="loader"`` (built-in image workloads) feeds every step from a ``torch.utils.data.DataLoader`` with
+    ``loader_workers`` processes decoding and augmenting JPEG images on the CPU, instead of one synthetic batch
+    resident on the device.
     """
 
     model: str
@@ -82,6 +87,8 @@ class Workload:
     mig: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     cuda_graph: bool = False
+    data: str = "synthetic"
+    loader_workers: int = 4  # the paper's jobs used 4; only with data="loader"
 
     def __post_init__(self) -> None:
         name = self.model.strip() if isinstance(self.model, str) else self.model
@@ -112,6 +119,16 @@ class Workload:
             raise WorkloadError(f"mig profile must look like '1g' or '1g.18gb', got {self.mig!r}")
         if not isinstance(self.cuda_graph, bool):
             raise WorkloadError(f"cuda_graph must be True or False, got {self.cuda_graph!r}")
+        if self.data not in DATA_SOURCES:
+            raise WorkloadError(f"data must be one of {', '.join(DATA_SOURCES)}, got {self.data!r}")
+        if isinstance(self.loader_workers, bool) or not isinstance(self.loader_workers, int) \
+                or not 0 <= self.loader_workers <= MAX_LOADER_WORKERS:
+            raise WorkloadError(f"loader_workers must be an integer from 0 to {MAX_LOADER_WORKERS}, "
+                                f"got {self.loader_workers!r}")
+        if self.data == "loader" and not isinstance(NAMED_WORKLOADS.get(name), ModelShape):
+            raise WorkloadError(f"data='loader' feeds the built-in image workloads "
+                                f"({', '.join(n for n, s in NAMED_WORKLOADS.items() if isinstance(s, ModelShape))}); "
+                                f"{name} brings its own data")
         if not isinstance(self.options, Mapping) or not all(isinstance(k, str) for k in self.options):
             raise WorkloadError("options must be a mapping with string keys")
         if name in NAMED_WORKLOADS:
@@ -153,11 +170,23 @@ class Workload:
             text += f"/{self.precision}"
         if self.cuda_graph:
             text += "/graph"
+        if self.uses_loader:
+            text += f"/loader{self.loader_workers}"
         return text
+
+    @property
+    def uses_loader(self) -> bool:
+        return self.data == "loader"
+
+    @property
+    def cores_wanted(self) -> int:
+        """CPU cores the job can use: its training process, and one per data-loader worker."""
+        return 1 + (self.loader_workers if self.uses_loader else 0)
 
     def key(self) -> tuple:
         """Identity of the training job itself (what it computes), without sharing limits."""
-        return (self.model, self.batch_size, self.precision, tuple(sorted(self.options.items())), self.cuda_graph)
+        key = (self.model, self.batch_size, self.precision, tuple(sorted(self.options.items())), self.cuda_graph)
+        return key + (("loader", self.loader_workers),) if self.uses_loader else key
 
     def with_batch_size(self, batch_size: int) -> "Workload":
         return dataclasses.replace(self, batch_size=batch_size)
@@ -165,6 +194,8 @@ class Workload:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["options"] = dict(self.options)
+        if not self.uses_loader:  # a synthetic job is saved as it was before loaders existed
+            del data["data"], data["loader_workers"]
         return data
 
     @classmethod

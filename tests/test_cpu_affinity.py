@@ -40,3 +40,17 @@ def test_malformed_lists(text):
 
 def test_none_disables_pinning():
     assert assign_cpus(2, parse_cpu_policy("none"), available=[0, 1, 2]).cpus == [None, None]
+
+
+def test_jobs_with_data_loaders_get_cores_in_proportion_to_their_loader_workers():
+    result = assign_cpus(3, CpuPolicy("auto"), available=list(range(16)), wants=[5, 1, 1])
+    assert [len(cores) for cores in result.cpus] == [10, 2, 2]
+    flat = [c for s in result.cpus for c in s]
+    assert len(flat) == len(set(flat)) and 0 not in flat
+    assert "10, 2, 2 cores" in result.note and "share cores" not in result.note
+
+
+def test_too_few_cores_for_the_loaders_is_said():
+    result = assign_cpus(7, CpuPolicy("auto"), available=list(range(16)), wants=[5] * 7)
+    assert result.cpus[0] == (1, 2)  # alike jobs: alike shares, still one per core
+    assert "want 35 cores" in result.note and "only 15 can be given" in result.note

@@ -78,3 +78,26 @@ def test_language_models_take_a_sequence_length_and_say_it():
         Workload("gpt2-small", options={"seq_len": 0})
     with pytest.raises(WorkloadError, match="unknown option"):
         Workload("resnet26", options={"seq_len": 64})
+
+
+def test_a_data_loader_is_part_of_the_jobs_identity_and_label():
+    job = Workload("resnet50", batch_size=32, data="loader", loader_workers=4)
+    assert job.label == "resnet50-imagenet64/bs32/loader4" and job.cores_wanted == 5
+    assert job.key() != Workload("resnet50", batch_size=32).key()
+    assert job.key() != Workload("resnet50", batch_size=32, data="loader", loader_workers=2).key()
+    assert Workload.from_dict(job.to_dict()) == job
+    # a synthetic job is saved and identified exactly as before loaders existed
+    assert "data" not in Workload("resnet50").to_dict() and len(Workload("resnet50").key()) == 5
+    assert Workload("resnet50").cores_wanted == 1
+
+
+@pytest.mark.parametrize("kwargs,why", [
+    ({"model": "resnet50", "data": "disk"}, "data must be one of synthetic, loader"),
+    ({"model": "resnet50", "data": "loader", "loader_workers": -1}, "loader_workers must be an integer"),
+    ({"model": "resnet50", "data": "loader", "loader_workers": 1.5}, "loader_workers must be an integer"),
+    ({"model": "gpt2-small", "data": "loader"}, "gpt2-small brings its own data"),
+    ({"model": "tests.user_workloads:tiny", "data": "loader"}, "brings its own data"),
+])
+def test_bad_data_settings_are_rejected(kwargs, why):
+    with pytest.raises(WorkloadError, match=why):
+        Workload(**kwargs)

@@ -70,3 +70,22 @@ def no_samples(batch_size, device, precision="fp32"):
     step = TinyStep(batch_size, device)
     step.samples_per_step = 0
     return step
+
+
+class OwnLoaderStep(TinyStep):
+    """A user workload with its own DataLoader worker processes (forked from the worker)."""
+
+    def __init__(self, batch_size, device, loader_workers=2):
+        super().__init__(batch_size, device)
+        data = torch.utils.data.TensorDataset(torch.randn(64, 16))
+        self.batches = iter(torch.utils.data.DataLoader(
+            data, batch_size=batch_size, num_workers=loader_workers, persistent_workers=True,
+            sampler=torch.utils.data.RandomSampler(data, replacement=True, num_samples=1 << 40)))
+
+    def train_step(self):
+        self.x.copy_(next(self.batches)[0])
+        super().train_step()
+
+
+def own_loader(batch_size, device, precision="fp32", **options):
+    return OwnLoaderStep(batch_size, device, **options)

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from pytest_gpucolloc import Workload, record, report
+from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.image_data import JpegImages, LoaderFeed
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
 
-from test_workers import FAST, cpu_target  # noqa: F401  (fixture)
+from test_workers import FAST
 
 SMOKE = Settings(rounds=2, round_s=0.3, warmup_s=0.2, warmup_steps=2, timeout_s=120, image_size=32, batch_cap=4)
 
@@ -25,6 +26,15 @@ def processes_named(text: bytes) -> set[int]:
         except OSError:
             pass
     return pids
+
+
+@pytest.fixture
+def cpu_target():
+    """The CPU as the target; every worker process and its loader processes gone afterwards."""
+    before = processes_named(b"pytest_gpucolloc.worker")
+    with standalone_target("cpu") as target:
+        yield target
+    assert processes_named(b"pytest_gpucolloc.worker") <= before, "a worker or its loader outlived its scenario"
 
 
 def test_images_are_decoded_and_augmented_afresh_for_every_sample():
@@ -49,7 +59,6 @@ def test_the_feed_copies_batches_from_loader_processes_and_counts_the_wait():
 
 
 def test_a_loader_job_trains_for_real_in_cpu_smoke_mode_and_says_how_long_it_waited(cpu_target, tmp_path):
-    before = processes_named(b"pytest_gpucolloc.worker")
     job = Workload("resnet50-imagenet64", batch_size=128, data="loader", loader_workers=2)
     result = run_scenario([job, job], NaiveMode(), cpu_target, SMOKE, tmp_path)
     saved = record.read(record.write(result))
@@ -59,7 +68,6 @@ def test_a_loader_job_trains_for_real_in_cpu_smoke_mode_and_says_how_long_it_wai
     assert "want 6 cores" in saved.cpu_affinity or "core(s) per worker" in saved.cpu_affinity
     row = report.rows([("test_x", saved)])[0]
     assert row[report.HEADERS.index("data wait")].count("%") == 2
-    assert processes_named(b"pytest_gpucolloc.worker") <= before  # the loaders' processes went with their jobs
 
 
 def test_a_user_workload_with_its_own_loader_processes_trains(cpu_target, tmp_path):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,14 +178,22 @@ class ScenarioFailed(RuntimeError):
 
 
 def _explain(error: WorkerFailed, slot: WorkerSlot) -> str:
-    """Make an out-of-memory under a memory partition read as what it is."""
+    """Make an out-of-memory read as what it is: the job does not fit its partition, or the GPU, with the
+    numbers (what it tried to allocate, what was free)."""
+    if error.error is None or error.error.type != "OutOfMemoryError":
+        return str(error)
+    details = error.error.details
+    peak = details.get("max_memory_allocated_bytes")
+    peak_text = f"; it had allocated {peak / 2**20:,.0f} MB at its peak" if peak else ""
     limit = slot.mode_facts.get("memory_limit_mb")
-    if limit and error.error is not None and error.error.type == "OutOfMemoryError":
-        peak = error.error.details.get("max_memory_allocated_bytes")
-        peak_text = f"; it had allocated {peak / 2**20:.0f} MB at its peak" if peak else ""
+    if limit:
         return (f"{slot.workload.label} does not fit in its partition: pinned device memory limit "
                 f"{limit} MB{peak_text}\n{error}")
-    return str(error)
+    asked = re.search(r"Tried to allocate ([\d.]+ [KMGT]?i?B)", error.error.message)
+    free, total = details.get("device_free_bytes"), details.get("device_total_bytes")
+    room = f" with {free / 2**30:,.1f} GiB of {total / 2**30:,.1f} GiB free" if free is not None and total else ""
+    return (f"{slot.workload.label} does not fit in the GPU's memory: it tried to allocate "
+            f"{asked.group(1) if asked else 'more'}{room}{peak_text}\n{error}")
 
 
 def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_dir: Path,

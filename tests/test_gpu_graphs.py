@@ -48,3 +48,10 @@ def test_a_language_model_trains_in_bf16_and_counts_tokens(target, tmp_path, gra
         "samples_per_s": worker.throughput, "tokens_per_s": worker.tokens_per_s,
         "peak_memory_bytes": worker.peak_memory_bytes, "cv": result.cv})
     assert worker.tokens_per_s == pytest.approx(256 * worker.throughput) and worker.peak_memory_bytes > 0
+
+
+def test_a_language_model_too_big_for_the_gpu_fails_with_the_numbers(target, tmp_path):
+    job = Workload("gpt2-small", batch_size=4096, precision="bf16", options={"seq_len": 4096})
+    with pytest.raises(ScenarioFailed, match="does not fit in the GPU's memory: it tried to allocate") as failure:
+        run_scenario([job], NaiveMode(), target, SHORT, tmp_path)
+    assert "GiB free" in str(failure.value)

@@ -44,3 +44,20 @@ def test_a_workload_writing_on_the_message_channel_fails_promptly_naming_its_wor
         run_scenario(jobs, NaiveMode(), target, settings, tmp_path)
     assert "worker w1 failed: wrote on its message channel what is not a message" in str(failure.value)
     assert "progress: 50%" in str(failure.value)
+
+
+def test_an_out_of_memory_says_what_the_job_tried_to_allocate_and_what_was_free():
+    from pytest_gpucolloc.pool import WorkerFailed, WorkerSlot
+    from pytest_gpucolloc.scenario import _explain
+
+    message = ("CUDA out of memory. Tried to allocate 1.50 TiB. GPU 0 has a total capacity of 139.81 GiB of which "
+               "139.20 GiB is free.")
+    error = protocol.Error("OutOfMemoryError", message, details={
+        "device_free_bytes": 139 * 2**30, "device_total_bytes": 140 * 2**30, "max_memory_allocated_bytes": 2**30})
+    job = Workload("gpt2-small", batch_size=4096, options={"seq_len": 4096})
+    text = _explain(WorkerFailed("w0", f"OutOfMemoryError: {message}", "", error), WorkerSlot(job))
+    assert text.startswith("gpt2-small/bs4096/seq4096 does not fit in the GPU's memory: it tried to allocate "
+                           "1.50 TiB with 139.0 GiB of 140.0 GiB free; it had allocated 1,024 MB at its peak")
+    partitioned = WorkerSlot(job, mode_facts={"memory_limit_mb": 1024})
+    assert "does not fit in its partition: pinned device memory limit 1024 MB" in _explain(
+        WorkerFailed("w0", "OutOfMemoryError", "", error), partitioned)

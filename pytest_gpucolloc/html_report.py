@@ -138,6 +138,64 @@ def per_job(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) ->
     page.figure(figure, f"per-job-{_slug(kind)}", f"Each job's throughput while sharing, relative to alone ({kind})")
 
 
+def impossible_mig_layout(scenario: ScenarioRecord) -> str | None:
+    """Why this mix's MIG layout (each job's ``mig`` size) cannot exist on the scenario's GPU, by the planner on
+    the GPU model's profile table; None when it fits, or when the jobs name no MIG sizes or the GPU has no table."""
+    from .mig import planner
+    from .mig.profiles import table_for_gpu
+
+    sizes = [worker.params.get("mig") for worker in scenario.workers]
+    table = table_for_gpu((scenario.gpu or {}).get("name") or "")
+    if not all(sizes) or table is None:
+        return None
+    try:
+        plan = planner.plan(table, sizes)
+    except (planner.LayoutError, KeyError, ValueError):
+        return None
+    return None if plan.feasible else plan.explain()
+
+
+def mixes(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
+    """Mixed scenarios (different jobs together): the speedup of each sharing mode as bars, one row per mix; a
+    mix whose MIG layout cannot exist on this GPU gets a hatched cell saying so, with the planner's reason."""
+    from .report import describe_workers
+
+    rows: dict[str, dict[str, float]] = defaultdict(dict)
+    impossible: dict[str, str] = {}
+    for _, scenario in entries:
+        if scenario.homogeneous or scenario.n_workers < 2:
+            continue
+        mix = describe_workers(list(scenario.workloads))
+        if scenario.speedup is not None:
+            rows[mix][scenario.mode] = scenario.speedup
+        reason = impossible_mig_layout(scenario)
+        if reason:
+            impossible[mix] = reason
+    if not rows:
+        return
+    modes = [mode for mode in MODES if any(mode in cells for cells in rows.values()) or (mode == "mig" and impossible)]
+    height = 0.8 / len(modes)
+    figure, axes = plt.subplots(figsize=(8, max(2.5, 0.35 * len(rows) * len(modes) / 2 + 1)))
+    top = max(value for cells in rows.values() for value in cells.values())
+    for row, (mix, cells) in enumerate(rows.items()):
+        for k, mode in enumerate(modes):
+            y = row + (k - (len(modes) - 1) / 2) * height
+            if mode in cells:
+                axes.barh(y, cells[mode], height=height, color=MODE_COLOURS.get(mode))
+            elif mode == "mig" and mix in impossible:
+                axes.barh(y, top, height=height, color="none", edgecolor=MODE_COLOURS["mig"], hatch="//")
+                axes.text(top * 0.02, y, "MIG: this layout cannot exist on this GPU", va="center", fontsize=7)
+    axes.set_yticks(range(len(rows)), list(rows), fontsize=7)
+    axes.axvline(1.0, color="black", linestyle="--", linewidth=1)
+    axes.invert_yaxis()
+    _mode_legend(axes, set(modes))
+    axes.set(xlabel="speedup (sum of each job's throughput relative to alone)", title=f"mixed jobs\n{kind}")
+    page.figure(figure, f"mixes-{_slug(kind)}", f"Mixed jobs: speedup per sharing mode ({kind}); hatched: a MIG "
+                "layout that cannot exist on this GPU")
+    for mix, reason in impossible.items():
+        page.note(f"{mix} under mig: {reason}")
+
+
 def efficiency(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
     """Samples per joule and SM activity per scenario and mode, where telemetry measured them."""
     rows = [(short_name(name), scenario.mode, scenario.samples_per_joule, scenario.sm_activity)
@@ -204,6 +262,9 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path) -> Path:
     page.section("Scaling: aggregate throughput per sharing mode")
     for kind, entries in sorted(by_kind.items()):
         scaling(page, kind, entries)
+    page.section("Mixed jobs")
+    for kind, entries in sorted(by_kind.items()):
+        mixes(page, kind, entries)
     page.section("Each job while sharing")
     for kind, entries in sorted(by_kind.items()):
         per_job(page, kind, entries)

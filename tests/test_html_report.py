@@ -67,3 +67,31 @@ def test_a_browser_draws_every_figure(runs, tmp_path):
     subprocess.run(flags + ["--window-size=1200,3000", f"--screenshot={tmp_path / 'page.png'}",
                             (out / "index.html").as_uri()], capture_output=True, timeout=120)
     assert (tmp_path / "page.png").stat().st_size > 50_000  # a page with figures on it, not a blank one
+
+
+def test_a_mix_whose_mig_layout_cannot_exist_is_shown_as_such_with_the_planners_reason(tmp_path):
+    data = json.loads(H200_RUN.read_text())
+    mixed = next(b for b in data["benchmarks"] if b["name"].startswith("test_mixed"))
+    for worker, size in zip(mixed["extra_info"]["workers"], ["4g", "4g"]):  # ResNet152 and its partner at 4g each
+        worker["params"]["mig"] = size
+    run = tmp_path / "mig-sizes.json"
+    run.write_text(json.dumps(data))
+    out = tmp_path / "report"
+    assert cli.main(["report", str(run), "--out", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert (out / "figures" / "mixes-NVIDIA-H200-driver-580.159.04.png").exists()
+    note = re.search(r"<p>resnet26-cifar10/bs128 \+ resnet152-imagenet/bs32 under mig: ([^<]*)</p>", page)
+    assert note and note.group(1).startswith("does not fit on NVIDIA H200"), note
+    assert "A layout that fits" in note.group(1)
+
+
+def test_a_mix_whose_mig_layout_fits_has_no_such_cell(tmp_path):
+    data = json.loads(H200_RUN.read_text())
+    mixed = next(b for b in data["benchmarks"] if b["name"].startswith("test_mixed"))
+    for worker, size in zip(mixed["extra_info"]["workers"], ["1g", "4g"]):  # the paper's sizes: they fit
+        worker["params"]["mig"] = size
+    run = tmp_path / "mig-sizes.json"
+    run.write_text(json.dumps(data))
+    out = tmp_path / "report"
+    assert cli.main(["report", str(run), "--out", str(out)]) == 0
+    assert "under mig:" not in (out / "index.html").read_text()

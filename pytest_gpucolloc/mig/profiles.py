@@ -100,6 +100,15 @@ def named_table(name: str) -> ProfileTable:
     return table_from_dict(json.loads(NAMED_TABLES[name].read_text()))
 
 
+def table_for_gpu(gpu_name: str) -> ProfileTable | None:
+    """The in-repo profile table of a GPU model, by the name NVML gives it (None: no table for it)."""
+    for name in NAMED_TABLES:
+        table = named_table(name)
+        if table.gpu == gpu_name:
+            return table
+    return None
+
+
 def live_table(gpu_uuid: str, gpu_name: str) -> ProfileTable:
     """The profile table the GPU itself reports (read-only NVML queries; work with MIG mode off)."""
     from .nvml_backend import read_profiles

@@ -60,7 +60,7 @@ def base_environment() -> dict[str, str]:
 
 
 class _Worker:
-    def __init__(self, label: str, slot: WorkerSlot, spec: protocol.Spec, log_path: Path):
+    def __init__(self, label: str, slot: WorkerSlot, spec: protocol.Spec, log_path: Path, forkserver=None):
         self.label, self.slot, self.log_path = label, slot, log_path
         read_fd, write_fd = os.pipe()
         env = base_environment()
@@ -72,11 +72,23 @@ class _Worker:
             env["OMP_NUM_THREADS"] = str(len(slot.cpus))
         self.spawned_at = time.monotonic()
         with open(log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "pytest_gpucolloc.worker"],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
-                pass_fds=(write_fd,), start_new_session=True,  # Ctrl-C reaches the controller only
-            )
+            if forkserver is None:
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "pytest_gpucolloc.worker"],
+                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
+                    pass_fds=(write_fd,), start_new_session=True,  # Ctrl-C reaches the controller only
+                )
+            else:  # forked by the server, which has imported torch already (its own session too)
+                stdin_read, stdin_write = os.pipe()
+                try:
+                    self.process = forkserver.spawn(env, stdin_read, log.fileno(), write_fd)
+                except BaseException:
+                    for fd in (stdin_write, read_fd, write_fd):
+                        os.close(fd)
+                    raise
+                finally:
+                    os.close(stdin_read)
+                self.process.stdin = os.fdopen(stdin_write, "wb")
         os.close(write_fd)
         self.messages_fd = read_fd
         self._buffer = b""
@@ -150,8 +162,9 @@ class WorkerPool:
     """Workers of one phase of a scenario (all running at the same time)."""
 
     def __init__(self, slots: list[WorkerSlot], *, device: str, warmup_s: float, warmup_steps: int,
-                 log_dir: Path, image_size: int | None = None, label_offset: int = 0):
+                 log_dir: Path, image_size: int | None = None, label_offset: int = 0, forkserver=None):
         self.slots = slots
+        self.forkserver = forkserver  # forkserver.ForkServer, or None: each worker a fresh interpreter
         self.spec = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps, image_size=image_size)
         self.log_dir = Path(log_dir)
         self.label_offset = label_offset
@@ -164,7 +177,7 @@ class WorkerPool:
                 label = f"w{self.label_offset + i}"
                 spec = protocol.Spec(workload=slot.workload.to_dict(), cpus=list(slot.cpus) if slot.cpus else None,
                                      threads=len(slot.cpus) if slot.cpus else None, **self.spec)
-                self.workers.append(_Worker(label, slot, spec, self.log_dir / f"{label}.log"))
+                self.workers.append(_Worker(label, slot, spec, self.log_dir / f"{label}.log", self.forkserver))
         except BaseException:
             self.close()
             raise

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import machine, measure, protocol
+from . import forkserver, machine, measure, protocol
 from .cpu_affinity import CpuPolicy, assign_cpus
 from .modes.base import SharingMode, Target, WorkerCheckFailed
 from .modes.sequential import SequentialMode
@@ -32,6 +32,7 @@ class Settings:
     image_size: int | None = None  # CPU smoke mode shrinks inputs
     batch_cap: int | None = None  # CPU smoke mode caps batch sizes
     extra_step_every: int | None = None  # injected slowdown (checking a regression gate)
+    spawn: str = "fresh"  # fresh interpreters, or forked by the session's fork server (forkserver.py)
 
     def adapt(self, workload: Workload) -> Workload:
         if self.batch_cap and workload.batch_size > self.batch_cap:
@@ -205,10 +206,11 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
     for slot, cpus in zip(slots, assignment.cpus):
         slot.cpus = cpus
     telemetry: dict = {}
+    server = forkserver.shared() if settings.spawn == "forkserver" else None
     began = time.monotonic()
     with WorkerPool(slots, device=target.device, warmup_s=settings.warmup_s,
                     warmup_steps=settings.warmup_steps, log_dir=log_dir, image_size=settings.image_size,
-                    label_offset=label_offset) as pool:
+                    label_offset=label_offset, forkserver=server) as pool:
         try:
             ready = pool.wait_ready(settings.timeout_s)
             facts = {"fixed_cost_s": time.monotonic() - began}  # spawn to every worker warm

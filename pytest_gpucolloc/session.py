@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import pytest
 
-from . import benchmark_api, distributed, machine, process_marks, record, report, telemetry
+from . import benchmark_api, distributed, forkserver, machine, process_marks, record, report, telemetry
 from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
 from .modes.base import ModeOptions, Target
@@ -124,6 +124,7 @@ class CollocSession:
             raise pytest.UsageError(str(exc)) from None
 
     def stop(self) -> None:
+        forkserver.close_shared()
         if self.invited and self._previous_sigterm is not None:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
 
@@ -182,6 +183,7 @@ class CollocSession:
                 image_size=None if on_gpu else CPU_IMAGE_SIZE,
                 batch_cap=None if on_gpu else CPU_BATCH_CAP,
                 extra_step_every=values["colloc_extra_step_every"],
+                spawn=values["colloc_spawn"],
             )
         return self._settings
 

@@ -1,0 +1,263 @@
+"""A fork server for workers (``--colloc-spawn=forkserver``): one process per pytest session imports torch,
+torchvision and the worker's code once, never touches CUDA, and forks each worker on request. A forked worker
+skips the imports a fresh ``python -m pytest_gpucolloc.worker`` pays (about 3 s for torch and 2 s for
+torchvision on an H200 host); it is a real process of its own all the same, with its own environment, session,
+log and CUDA context.
+
+Controller and server talk over a Unix socket pair (SOCK_SEQPACKET: one message per send). A request is
+``{"env": {...}, "cwd": ...}`` with three file descriptors (the worker's stdin, its log, its message channel); the server
+answers ``{"pid": N}``, and ``{"exited": N, "status": S}`` (an ``os.waitpid`` status) once it has reaped the
+worker. The server is single-threaded: a thread in a process that forks could hold a lock its children would then
+wait on for ever. It dies with the controller, and its workers die with it.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from .logs import tail
+from .protocol import MSG_FD_ENV
+
+SOCKET_ENV = "GPUCOLLOC_FORKSERVER_FD"
+# What every worker imports anyway; none of it initialises CUDA.
+PRELOAD = ("torch", "torchvision.models", "torchvision.transforms.v2", "PIL.Image", "pytest_gpucolloc.models",
+           "pytest_gpucolloc.image_data", "pytest_gpucolloc.worker")
+MAX_MESSAGE = 1 << 20
+START_TIMEOUT_S = 120.0
+
+
+class ForkServerError(RuntimeError):
+    pass
+
+
+class ForkedProcess:
+    """A worker forked by the server, with the part of ``subprocess.Popen``'s interface the pool uses."""
+
+    def __init__(self, server: "ForkServer", pid: int, stdin):
+        self.server, self.pid, self.stdin = server, pid, stdin
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            status = self.server.status(self.pid)
+            if status is not None:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+
+class ForkServer:
+    """Controller side: starts the server, asks it for workers, learns how they ended."""
+
+    def __init__(self, env: dict[str, str]):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.log_path = Path(tempfile.mkstemp(prefix="gpucolloc-forkserver-", suffix=".log")[1])
+        env = {**env, SOCKET_ENV: str(theirs.fileno()), "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", "pytest_gpucolloc.forkserver"], env=env,
+                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                            pass_fds=(theirs.fileno(),), start_new_session=True)
+        theirs.close()
+        self.sock = ours
+        self.exits: dict[int, int] = {}
+        try:
+            self._expect("ready", START_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
+
+    def _receive(self, timeout: float) -> dict | None:
+        if not select.select([self.sock], [], [], timeout)[0]:
+            return None
+        data = self.sock.recv(MAX_MESSAGE)
+        if not data:
+            raise ForkServerError("the worker fork server exited; its output ends:\n" + tail(self.log_path))
+        message = json.loads(data)
+        if "exited" in message:
+            self.exits[message["exited"]] = message["status"]
+        return message
+
+    def _expect(self, key: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            message = self._receive(remaining)
+            if message is not None and key in message:
+                return message
+        raise ForkServerError(f"the worker fork server did not answer within {timeout:.0f} s; its output ends:\n"
+                              + tail(self.log_path))
+
+    def spawn(self, env: dict[str, str], stdin_fd: int, log_fd: int, channel_fd: int) -> ForkedProcess:
+        """A new worker with ``env`` and these descriptors as its stdin, stdout and stderr, and message channel.
+        The caller keeps its own copies of the descriptors (close them after this returns)."""
+        request = {"env": env, "cwd": os.getcwd()}
+        socket.send_fds(self.sock, [json.dumps(request).encode()], [stdin_fd, log_fd, channel_fd])
+        return ForkedProcess(self, self._expect("pid", 30.0)["pid"], None)
+
+    def status(self, pid: int) -> int | None:
+        """The ``waitpid`` status of a worker that has ended, else None."""
+        try:
+            while pid not in self.exits and self._receive(0) is not None:
+                pass
+        except (ForkServerError, OSError):
+            pass  # the server is gone: its workers died with it
+        if pid in self.exits:
+            return self.exits[pid]
+        if self.process.poll() is not None and _gone(pid):
+            return signal.SIGKILL  # killed with the server (PR_SET_PDEATHSIG)
+        return None
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        """Stop the server (it kills any worker still running) and remove its log."""
+        self.sock.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.log_path.unlink(missing_ok=True)
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its zombie (an orphan that nobody has reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+_SHARED: ForkServer | None = None
+
+
+def shared() -> ForkServer:
+    """The session's fork server, started on first use (again if it died)."""
+    global _SHARED
+    if _SHARED is None or not _SHARED.alive():
+        from .pool import base_environment
+
+        close_shared()
+        _SHARED = ForkServer(base_environment())
+        atexit.register(close_shared)
+    return _SHARED
+
+
+def close_shared() -> None:
+    global _SHARED
+    if _SHARED is not None:
+        _SHARED.close()
+        _SHARED = None
+
+
+# --- server side ---------------------------------------------------------------------------------------------
+
+def _take_environment(env: dict, cwd: str) -> None:
+    """What a fresh ``python -m`` started by the controller now would have: its environment (set before anything
+    reads it: CUDA reads its variables when it initialises), its working directory, and an import path that
+    begins with that directory and PYTHONPATH."""
+    old_paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    first = [cwd] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = first + [p for p in sys.path[1:] if p not in first and p not in old_paths]
+    importlib.invalidate_caches()
+
+
+def _become_worker(server_pid: int, sock: socket.socket, request: dict, fds: list[int]) -> None:
+    """In the forked child: take the worker's descriptors and environment, and run it. Never returns."""
+    code = 1
+    try:
+        sock.close()
+        os.setsid()  # its own session and process group, as a fresh worker has
+        stdin, log, channel = fds
+        os.dup2(stdin, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(stdin)
+        os.close(log)
+        _take_environment(request["env"], request["cwd"])
+        os.environ[MSG_FD_ENV] = str(channel)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        from . import worker
+
+        worker._die_with_parent()
+        if os.getppid() != server_pid:  # the server died before the line above: so must this worker
+            os._exit(1)
+        code = worker.main()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(sock: socket.socket) -> None:
+    children: set[int] = set()
+    try:
+        while True:
+            if select.select([sock], [], [], 0.05)[0]:
+                data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
+                if not data:
+                    return  # the controller has gone
+                request = json.loads(data)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    _become_worker(os.getppid(), sock, request, fds)
+                for fd in fds:
+                    os.close(fd)
+                children.add(pid)
+                sock.send(json.dumps({"pid": pid}).encode())
+            for pid in list(children):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    children.discard(pid)
+                    sock.send(json.dumps({"exited": pid, "status": status}).encode())
+    finally:
+        for pid in children:  # the controller is gone: nothing it started may stay
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def main() -> int:
+    from . import worker
+
+    worker._die_with_parent()
+    sock = socket.socket(fileno=int(os.environ.pop(SOCKET_ENV)))
+    for name in PRELOAD:
+        importlib.import_module(name)
+    sock.send(json.dumps({"ready": True}).encode())
+    try:
+        serve(sock)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

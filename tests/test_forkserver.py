@@ -1,0 +1,106 @@
+"""--colloc-spawn=forkserver: workers forked from one process that has imported torch already, on the CPU for
+real: each is its own process with the controller's environment, directory and descriptors; failures, hangs and
+a dying server end as they do for fresh workers; nothing is left behind."""
+import dataclasses
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucolloc import Workload, forkserver
+from pytest_gpucolloc.device import standalone_target
+from pytest_gpucolloc.modes.naive import NaiveMode
+from pytest_gpucolloc.pool import WorkerPool, WorkerSlot
+from pytest_gpucolloc.scenario import ScenarioFailed, run_scenario
+
+from test_workers import FAST, tiny
+
+FORKED = dataclasses.replace(FAST, spawn="forkserver")
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def cpu_target():
+    with standalone_target("cpu") as target:
+        yield target
+    forkserver.close_shared()
+
+
+def test_forked_workers_are_measured_and_start_without_importing_torch(cpu_target, tmp_path):
+    result = run_scenario([tiny(), tiny()], NaiveMode(), cpu_target, FORKED, tmp_path)
+    server = forkserver.shared()
+    pids = {w.ready.pid for w in result.workers}
+    assert len(pids) == 2 and os.getpid() not in pids and server.process.pid not in pids
+    for worker in result.workers:
+        assert worker.stats.throughput > 0
+        assert worker.ready.startup_phases_s["import"] < 0.5  # torch came with the fork
+    assert not any(alive(pid) for pid in pids)  # stopped with their scenario
+    server_pid = server.process.pid
+    forkserver.close_shared()
+    assert not alive(server_pid) and not server.log_path.exists()
+
+
+def test_a_forked_worker_has_the_controllers_environment_and_directory(cpu_target, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "here_only.py").write_text("from tests.user_workloads import tiny as factory\n")
+    slot = WorkerSlot(Workload("here_only:factory", batch_size=4), env={"CUDA_VISIBLE_DEVICES": "7"})
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    with WorkerPool([slot], device="cpu", warmup_s=0.1, warmup_steps=2, log_dir=tmp_path,
+                    forkserver=forkserver.shared()) as pool:
+        ready = pool.wait_ready(60)[0]
+        assert parent_of(ready.pid) == forkserver.shared().process.pid
+        assert os.getsid(ready.pid) == ready.pid  # its own session, as a fresh worker's
+    assert ready.cuda_visible_devices == "7"  # the slot's environment, not the server's
+
+
+@pytest.mark.parametrize("failure,expected", [
+    ("raise", "RuntimeError: injected failure in train_step"),
+    ("segfault", "killed by SIGSEGV"),
+    ("exit", "exited with code 3"),
+])
+def test_a_failing_forked_worker_fails_the_scenario_with_its_own_error(cpu_target, tmp_path, failure, expected):
+    with pytest.raises(ScenarioFailed, match=expected) as error:
+        run_scenario([tiny(), tiny(fail_after=4, failure=failure)], NaiveMode(), cpu_target, FORKED, tmp_path)
+    assert "last lines of w1" in str(error.value)
+
+
+def test_a_hanging_forked_worker_times_out_and_is_stopped(cpu_target, tmp_path):
+    settings = dataclasses.replace(FORKED, rounds=2, timeout_s=10)
+    with pytest.raises(ScenarioFailed, match="timed out after 10s"):
+        run_scenario([tiny(fail_after=4, failure="hang")], NaiveMode(), cpu_target, settings, tmp_path)
+    time.sleep(0.2)
+    assert forkserver.shared().exits  # the server reaped it
+
+
+def test_workers_die_with_their_fork_server(cpu_target, tmp_path):
+    slot = WorkerSlot(tiny())
+    server = forkserver.shared()
+    with WorkerPool([slot, slot], device="cpu", warmup_s=0.1, warmup_steps=2, log_dir=tmp_path,
+                    forkserver=server) as pool:
+        pids = [ready.pid for ready in pool.wait_ready(60)]
+        os.killpg(server.process.pid, signal.SIGKILL)
+        server.process.wait()
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(pid) for pid in pids)
+        assert all(worker.process.poll() == -signal.SIGKILL for worker in pool.workers)
+    assert forkserver.shared() is not server  # the next scenario gets a new server
+
+
+def test_an_unknown_spawn_method_is_a_usage_error(pytester):
+    result = pytester.runpytest("--colloc-spawn=thread")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--colloc-spawn must be one of fresh, forkserver, got 'thread'*"])

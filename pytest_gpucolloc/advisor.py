@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .history import SavedRun, short_name
+from .mig.planner import why_it_cannot_exist
 from .modes import MODES
 from .record import ScenarioRecord
 
@@ -43,6 +44,7 @@ class Option:
     samples_per_joule: float | None
     memory_headroom_gb: float | None
     mig_layout: str | None = None
+    mig_cannot_exist: str | None = None  # why this mix's MIG layout (its jobs' mig sizes) cannot exist on the GPU
 
     @property
     def way(self) -> str:
@@ -76,9 +78,10 @@ def option_of(name: str, run: SavedRun, scenario: ScenarioRecord, alone: dict[st
     headroom = (total - sum(used)) / 1e9 if total and all(used) else None
     instances = scenario.mode_facts.get("mig_layout") if scenario.mode == "mig" else None
     layout = ",".join(str(i.get("profile")) for i in instances) if isinstance(instances, list) else None
+    impossible = why_it_cannot_exist((scenario.gpu or {}).get("name"), [w.params.get("mig") for w in scenario.workers])
     return Option(short_name(name), run.run_id, scenario.mode, all(w.workload.endswith("/graph") for w in scenario.workers),
                   sum(shares) if complete else None,
-                  min(shares) if complete else None, scenario.samples_per_joule, headroom, layout)
+                  min(shares) if complete else None, scenario.samples_per_joule, headroom, layout, impossible)
 
 
 def options_for(jobs: Counter, runs: list[SavedRun]) -> tuple[list[Option], bool]:
@@ -127,9 +130,13 @@ def advise(jobs: Counter, runs: list[SavedRun]) -> dict:
         words.append(f"but every measured way slows some job below {MIN_FAIR_SHARE:.0%} of its alone speed")
     measured_modes = {option.mode for option in options}
     missing = [mode for mode in MODES if mode not in measured_modes]
+    cannot_exist = next((o.mig_cannot_exist for o in options if o.mig_cannot_exist), None) if exact else None
+    if cannot_exist and "mig" in missing:  # nothing to measure: say why instead
+        missing.remove("mig")
+        words.append(f"MIG is no way for this mix here: its layout {cannot_exist}")
     return {
         "jobs": dict(jobs), "exact": exact, "recommendation": "; ".join(words), "options": ranked,
-        "not_measured": missing,
+        "not_measured": missing, "mig_cannot_exist": cannot_exist,
         "measure_with": (f"pytest <your scenario of these jobs> --gpu-mode={','.join(missing)}" if missing else None),
         "graphed_measured": any(option.graphed for option in options),
     }

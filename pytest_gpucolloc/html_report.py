@@ -139,20 +139,10 @@ def per_job(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) ->
 
 
 def impossible_mig_layout(scenario: ScenarioRecord) -> str | None:
-    """Why this mix's MIG layout (each job's ``mig`` size) cannot exist on the scenario's GPU, by the planner on
-    the GPU model's profile table; None when it fits, or when the jobs name no MIG sizes or the GPU has no table."""
-    from .mig import planner
-    from .mig.profiles import table_for_gpu
+    """Why this mix's MIG layout (each job's ``mig`` size) cannot exist on the scenario's GPU; None when it fits."""
+    from .mig.planner import why_it_cannot_exist
 
-    sizes = [worker.params.get("mig") for worker in scenario.workers]
-    table = table_for_gpu((scenario.gpu or {}).get("name") or "")
-    if not all(sizes) or table is None:
-        return None
-    try:
-        plan = planner.plan(table, sizes)
-    except (planner.LayoutError, KeyError, ValueError):
-        return None
-    return None if plan.feasible else plan.explain()
+    return why_it_cannot_exist((scenario.gpu or {}).get("name"), [w.params.get("mig") for w in scenario.workers])
 
 
 def mixes(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:

@@ -40,3 +40,19 @@ def test_a_job_that_would_starve_is_ranked_after_the_fair_ways():
 def test_bad_or_unmeasured_mixes(capsys, jobs, code, message):
     assert cli.main(["advise", str(RUN), "--jobs", jobs]) == code
     assert message in capsys.readouterr().err
+
+
+def test_a_mix_whose_mig_layout_cannot_exist_says_so_instead_of_asking_to_measure_it(capsys, tmp_path):
+    default_run = RUN.parents[1] / "2026-12-01-h200-default-run-before-after" / "default-run.json"
+    data = json.loads(default_run.read_text())
+    mixed = next(b for b in data["benchmarks"] if b["name"].startswith("test_mixed"))
+    for worker in mixed["extra_info"]["workers"]:
+        worker["params"]["mig"] = "4g"  # two 4g instances: 8 compute slices of the H200's 7
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(data))
+    jobs = "resnet26-cifar10/bs128,resnet152-imagenet/bs32"
+    assert cli.main(["advise", str(run), "--jobs", jobs, "--format", "json"]) == 0
+    advice = json.loads(capsys.readouterr().out)
+    assert "mig" not in advice["not_measured"]
+    assert advice["mig_cannot_exist"].startswith("does not fit on NVIDIA H200: 4g+4g needs 8 compute slices of 7")
+    assert "MIG is no way for this mix here" in advice["recommendation"]

@@ -165,3 +165,20 @@ def _alternative(table: ProfileTable, profiles: list[Profile]) -> list[str] | No
                 if not _budget_reasons(table, candidate) and _place(table, candidate) is not None:
                     return [p.name for p in candidate]
     return None
+
+
+def why_it_cannot_exist(gpu_name: str, sizes: list) -> str | None:
+    """Why one MIG instance of each of these sizes (the jobs' ``mig`` settings) cannot exist on this GPU model,
+    by the planner on the model's in-repo profile table; None when it fits, when a job names no size, or when there
+    is no table for the model."""
+    from .profiles import table_for_gpu
+
+    table = table_for_gpu(gpu_name or "")
+    if table is None or not sizes or not all(sizes):
+        return None
+    try:
+        result = plan(table, list(sizes))
+    except (LayoutError, KeyError, ValueError):
+        return None
+    return None if result.feasible else result.explain()
+

@@ -206,6 +206,8 @@ class GraphedStep:
 
 def build_named(workload: Workload, device: torch.device, image_size: int | None = None):
     shape = NAMED_WORKLOADS[workload.model]
+    if device.type == "cuda":  # one job per process: the flag is the job's
+        torch.backends.cudnn.benchmark = workload.options.get("cudnn_autotune", True)
     extra = None if workload.cuda_graph else workload.options.get("extra_step_every")
     if isinstance(shape, LanguageModelShape):
         shape = SMOKE_LANGUAGE_MODEL if image_size is not None else shape  # CPU smoke mode

@@ -51,7 +51,9 @@ ALIASES = {
 PRECISIONS = ("fp32", "bf16")
 # Options of the named workloads. extra_step_every=K runs one extra, uncounted training step after every
 # K counted ones: a genuine, known slowdown of 1/(K+1) (K=20: -4.8%), for testing regression gates.
-NAMED_OPTIONS = {"extra_step_every"}
+# cudnn_autotune=False picks convolution algorithms by cuDNN's heuristics instead of timing them in each process
+# (torch.backends.cudnn.benchmark, on by default): slightly slower, possibly steadier from process to process.
+NAMED_OPTIONS = {"extra_step_every", "cudnn_autotune"}
 LANGUAGE_MODEL_OPTIONS = NAMED_OPTIONS | {"seq_len"}  # seq_len: tokens per sample
 MAX_SEQ_LEN = 32768
 SMOKE_SEQ_LEN = 32  # CPU smoke mode's cap on a language model's sequence length
@@ -140,6 +142,8 @@ class Workload:
             if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
                                         or not 1 <= seq_len <= MAX_SEQ_LEN):
                 raise WorkloadError(f"seq_len must be an integer from 1 to {MAX_SEQ_LEN}, got {seq_len!r}")
+            if not isinstance(self.options.get("cudnn_autotune", True), bool):
+                raise WorkloadError(f"cudnn_autotune must be True or False, got {self.options['cudnn_autotune']!r}")
             every = self.options.get("extra_step_every")
             if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
                 raise WorkloadError(f"extra_step_every must be a positive integer, got {every!r}")

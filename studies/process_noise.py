@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-VARIANTS = {"autotune": True, "heuristics": False}  # torch.backends.cudnn.benchmark
+VARIANTS = {"autotune": True, "heuristics": False}  # the workload's cudnn_autotune (torch.backends.cudnn.benchmark)
 
 
 def child(args) -> None:
@@ -26,10 +26,11 @@ def child(args) -> None:
     from pytest_gpucolloc import models
     from pytest_gpucolloc.workloads import Workload
 
-    torch.backends.cudnn.benchmark = VARIANTS[args.variant]
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
-    step = models.build(Workload(args.workload, batch_size=args.batch, cuda_graph=args.graph), device)
+    job = Workload(args.workload, batch_size=args.batch, cuda_graph=args.graph,
+                   options={"cudnn_autotune": VARIANTS[args.variant]})
+    step = models.build(job, device)
     if isinstance(step, models.GraphedStep):
         step.capture()
     end = time.monotonic() + args.warmup

@@ -101,3 +101,10 @@ def test_a_data_loader_is_part_of_the_jobs_identity_and_label():
 def test_bad_data_settings_are_rejected(kwargs, why):
     with pytest.raises(WorkloadError, match=why):
         Workload(**kwargs)
+
+
+def test_cudnn_autotuning_is_an_option_of_the_named_workloads_and_part_of_the_job():
+    heuristics = Workload("resnet26", cuda_graph=True, options={"cudnn_autotune": False})
+    assert heuristics.key() != Workload("resnet26", cuda_graph=True).key()
+    with pytest.raises(WorkloadError, match="cudnn_autotune must be True or False"):
+        Workload("resnet26", options={"cudnn_autotune": "off"})

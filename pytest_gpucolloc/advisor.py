@@ -25,7 +25,7 @@ def parse_jobs(text: str) -> Counter:
     """'resnet26-cifar10/bs128*3,resnet50-imagenet64/bs32' -> Counter of workload labels."""
     jobs: Counter = Counter()
     for part in (p.strip() for p in text.split(",")):
-        match = re.fullmatch(r"([\w.:-]+/bs\d+(?:/[\w]+)*)(?:\*(\d+))?", part)
+        match = re.fullmatch(r"([\w.:-]+/bs\d+(?:/[\w-]+)*)(?:\*(\d+))?", part)
         if not match:
             raise AdviceError(f"--jobs: {part!r} is not LABEL[*COUNT], e.g. resnet26-cifar10/bs128*3 "
                               "(labels as the summary table shows them)")
@@ -53,7 +53,12 @@ class Option:
 
 
 def _graph_free(label: str) -> str:
-    return label.removesuffix("/graph")
+    """The label of the same job without a CUDA graph (``.../bs128/graph/loader4`` -> ``.../bs128/loader4``)."""
+    return "/".join(part for part in label.split("/") if part != "graph")
+
+
+def _graphed(label: str) -> bool:
+    return "graph" in label.split("/")[1:]
 
 
 def alone_references(runs: list[SavedRun]) -> dict[str, float]:
@@ -79,7 +84,7 @@ def option_of(name: str, run: SavedRun, scenario: ScenarioRecord, alone: dict[st
     instances = scenario.mode_facts.get("mig_layout") if scenario.mode == "mig" else None
     layout = ",".join(str(i.get("profile")) for i in instances) if isinstance(instances, list) else None
     impossible = why_it_cannot_exist((scenario.gpu or {}).get("name"), [w.params.get("mig") for w in scenario.workers])
-    return Option(short_name(name), run.run_id, scenario.mode, all(w.workload.endswith("/graph") for w in scenario.workers),
+    return Option(short_name(name), run.run_id, scenario.mode, all(_graphed(w.workload) for w in scenario.workers),
                   sum(shares) if complete else None,
                   min(shares) if complete else None, scenario.samples_per_joule, headroom, layout, impossible)
 

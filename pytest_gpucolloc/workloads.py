@@ -176,6 +176,8 @@ class Workload:
             text += "/graph"
         if self.uses_loader:
             text += f"/loader{self.loader_workers}"
+        if self.options.get("cudnn_autotune") is False:
+            text += "/cudnn-heuristics"
         return text
 
     @property

@@ -56,3 +56,9 @@ def test_a_mix_whose_mig_layout_cannot_exist_says_so_instead_of_asking_to_measur
     assert "mig" not in advice["not_measured"]
     assert advice["mig_cannot_exist"].startswith("does not fit on NVIDIA H200: 4g+4g needs 8 compute slices of 7")
     assert "MIG is no way for this mix here" in advice["recommendation"]
+
+
+def test_labels_with_loaders_and_options_are_read_and_their_graphed_variants_matched():
+    jobs = advisor.parse_jobs("resnet50-imagenet64/bs128/loader4*3,resnet26-cifar10/bs128/graph/cudnn-heuristics")
+    assert jobs == {"resnet50-imagenet64/bs128/loader4": 3, "resnet26-cifar10/bs128/graph/cudnn-heuristics": 1}
+    assert advisor._graph_free("resnet50-imagenet64/bs128/graph/loader4") == "resnet50-imagenet64/bs128/loader4"

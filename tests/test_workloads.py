@@ -106,5 +106,6 @@ def test_bad_data_settings_are_rejected(kwargs, why):
 def test_cudnn_autotuning_is_an_option_of_the_named_workloads_and_part_of_the_job():
     heuristics = Workload("resnet26", cuda_graph=True, options={"cudnn_autotune": False})
     assert heuristics.key() != Workload("resnet26", cuda_graph=True).key()
+    assert heuristics.label == "resnet26-cifar10/bs32/graph/cudnn-heuristics"
     with pytest.raises(WorkloadError, match="cudnn_autotune must be True or False"):
         Workload("resnet26", options={"cudnn_autotune": "off"})

@@ -22,3 +22,13 @@ def evidence():
             known[name] = data
             Path(path).write_text(json.dumps(known, indent=2))
     return record
+
+
+@pytest.fixture
+def target():
+    """The GPU as the target of a GPU-tier test (run_scenario's ``target``), with its scratch directory."""
+    from pytest_gpucolloc.device import standalone_target
+
+    with standalone_target("cuda") as where:
+        yield where
+

@@ -10,7 +10,6 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .history import SavedRun, short_name
-from .mig.planner import why_it_cannot_exist
 from .modes import MODES
 from .record import ScenarioRecord
 
@@ -83,10 +82,10 @@ def option_of(name: str, run: SavedRun, scenario: ScenarioRecord, alone: dict[st
     headroom = (total - sum(used)) / 1e9 if total and all(used) else None
     instances = scenario.mode_facts.get("mig_layout") if scenario.mode == "mig" else None
     layout = ",".join(str(i.get("profile")) for i in instances) if isinstance(instances, list) else None
-    impossible = why_it_cannot_exist((scenario.gpu or {}).get("name"), [w.params.get("mig") for w in scenario.workers])
     return Option(short_name(name), run.run_id, scenario.mode, all(_graphed(w.workload) for w in scenario.workers),
                   sum(shares) if complete else None,
-                  min(shares) if complete else None, scenario.samples_per_joule, headroom, layout, impossible)
+                  min(shares) if complete else None, scenario.samples_per_joule, headroom, layout,
+                  scenario.mig_cannot_exist)
 
 
 def options_for(jobs: Counter, runs: list[SavedRun]) -> tuple[list[Option], bool]:

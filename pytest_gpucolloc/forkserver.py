@@ -104,12 +104,20 @@ class ForkServer:
         raise ForkServerError(f"the worker fork server did not answer within {timeout:.0f} s; its output ends:\n"
                               + tail(self.log_path))
 
-    def spawn(self, env: dict[str, str], stdin_fd: int, log_fd: int, channel_fd: int) -> ForkedProcess:
-        """A new worker with ``env`` and these descriptors as its stdin, stdout and stderr, and message channel.
-        The caller keeps its own copies of the descriptors (close them after this returns)."""
-        request = {"env": env, "cwd": os.getcwd()}
-        socket.send_fds(self.sock, [json.dumps(request).encode()], [stdin_fd, log_fd, channel_fd])
-        return ForkedProcess(self, self._expect("pid", 30.0)["pid"], None)
+    def spawn(self, env: dict[str, str], log_fd: int, channel_fd: int) -> ForkedProcess:
+        """A new worker with ``env``, ``log_fd`` as its stdout and stderr and ``channel_fd`` as its message
+        channel (the caller keeps and closes its copies); like ``Popen(stdin=PIPE)``, its ``stdin`` is a pipe."""
+        stdin_read, stdin_write = os.pipe()
+        try:
+            request = {"env": env, "cwd": os.getcwd()}
+            socket.send_fds(self.sock, [json.dumps(request).encode()], [stdin_read, log_fd, channel_fd])
+            pid = self._expect("pid", 30.0)["pid"]
+        except BaseException:
+            os.close(stdin_write)
+            raise
+        finally:
+            os.close(stdin_read)
+        return ForkedProcess(self, pid, os.fdopen(stdin_write, "wb"))
 
     def status(self, pid: int) -> int | None:
         """The ``waitpid`` status of a worker that has ended, else None."""

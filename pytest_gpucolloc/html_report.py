@@ -138,13 +138,6 @@ def per_job(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) ->
     page.figure(figure, f"per-job-{_slug(kind)}", f"Each job's throughput while sharing, relative to alone ({kind})")
 
 
-def impossible_mig_layout(scenario: ScenarioRecord) -> str | None:
-    """Why this mix's MIG layout (each job's ``mig`` size) cannot exist on the scenario's GPU; None when it fits."""
-    from .mig.planner import why_it_cannot_exist
-
-    return why_it_cannot_exist((scenario.gpu or {}).get("name"), [w.params.get("mig") for w in scenario.workers])
-
-
 def mixes(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
     """Mixed scenarios (different jobs together): the speedup of each sharing mode as bars, one row per mix; a
     mix whose MIG layout cannot exist on this GPU gets a hatched cell saying so, with the planner's reason."""
@@ -158,7 +151,7 @@ def mixes(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> N
         mix = describe_workers(list(scenario.workloads))
         if scenario.speedup is not None:
             rows[mix][scenario.mode] = scenario.speedup
-        reason = impossible_mig_layout(scenario)
+        reason = scenario.mig_cannot_exist
         if reason:
             impossible[mix] = reason
     if not rows:
@@ -249,18 +242,11 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path) -> Path:
     for run in runs:
         for name, scenario in run.scenarios.items():
             by_kind[machine_kind(run, scenario)].append((name, scenario))
-    page.section("Scaling: aggregate throughput per sharing mode")
-    for kind, entries in sorted(by_kind.items()):
-        scaling(page, kind, entries)
-    page.section("Mixed jobs")
-    for kind, entries in sorted(by_kind.items()):
-        mixes(page, kind, entries)
-    page.section("Each job while sharing")
-    for kind, entries in sorted(by_kind.items()):
-        per_job(page, kind, entries)
-    page.section("Energy and SM activity")
-    for kind, entries in sorted(by_kind.items()):
-        efficiency(page, kind, entries)
+    for heading, draw in (("Scaling: aggregate throughput per sharing mode", scaling), ("Mixed jobs", mixes),
+                          ("Each job while sharing", per_job), ("Energy and SM activity", efficiency)):
+        page.section(heading)
+        for kind, entries in sorted(by_kind.items()):
+            draw(page, kind, entries)
     if loaded is not None and loaded.runs:
         page.section("History per scenario and physical GPU")
         history_figures(page, loaded)

@@ -79,16 +79,12 @@ class _Worker:
                     pass_fds=(write_fd,), start_new_session=True,  # Ctrl-C reaches the controller only
                 )
             else:  # forked by the server, which has imported torch already (its own session too)
-                stdin_read, stdin_write = os.pipe()
                 try:
-                    self.process = forkserver.spawn(env, stdin_read, log.fileno(), write_fd)
+                    self.process = forkserver.spawn(env, log.fileno(), write_fd)
                 except BaseException:
-                    for fd in (stdin_write, read_fd, write_fd):
-                        os.close(fd)
+                    os.close(read_fd)
+                    os.close(write_fd)
                     raise
-                finally:
-                    os.close(stdin_read)
-                self.process.stdin = os.fdopen(stdin_write, "wb")
         os.close(write_fd)
         self.messages_fd = read_fd
         self._buffer = b""

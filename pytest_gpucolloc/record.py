@@ -113,6 +113,14 @@ class ScenarioRecord:
         return {k: v for k, v in (self.gpu or {}).items() if k not in ("index", "uuid", "name")}
 
     @property
+    def mig_cannot_exist(self) -> str | None:
+        """Why one MIG instance of each job's ``mig`` size cannot exist on this scenario's GPU model (the planner
+        on its profile table); None when it fits, or when the jobs name no sizes."""
+        from .mig.planner import why_it_cannot_exist
+
+        return why_it_cannot_exist((self.gpu or {}).get("name"), [w.params.get("mig") for w in self.workers])
+
+    @property
     def sm_activity(self) -> float | None:
         """Mean GPM SM activity (percent) over its phases, where measured."""
         values = [t["sm_activity_pct"] for t in self.telemetry if isinstance(t.get("sm_activity_pct"), (int, float))]

@@ -1,6 +1,6 @@
 """--colloc-spawn=forkserver: workers forked from one process that has imported torch already, on the CPU for
-real: each is its own process with the controller's environment, directory and descriptors; failures, hangs and
-a dying server end as they do for fresh workers; nothing is left behind."""
+real: each is its own process with the controller's environment, directory and descriptors; hangs and a dying
+server end as they do for fresh workers (failures: test_workers.py, both ways); nothing is left behind."""
 import dataclasses
 import os
 import signal
@@ -63,17 +63,6 @@ def test_a_forked_worker_has_the_controllers_environment_and_directory(cpu_targe
         assert parent_of(ready.pid) == forkserver.shared().process.pid
         assert os.getsid(ready.pid) == ready.pid  # its own session, as a fresh worker's
     assert ready.cuda_visible_devices == "7"  # the slot's environment, not the server's
-
-
-@pytest.mark.parametrize("failure,expected", [
-    ("raise", "RuntimeError: injected failure in train_step"),
-    ("segfault", "killed by SIGSEGV"),
-    ("exit", "exited with code 3"),
-])
-def test_a_failing_forked_worker_fails_the_scenario_with_its_own_error(cpu_target, tmp_path, failure, expected):
-    with pytest.raises(ScenarioFailed, match=expected) as error:
-        run_scenario([tiny(), tiny(fail_after=4, failure=failure)], NaiveMode(), cpu_target, FORKED, tmp_path)
-    assert "last lines of w1" in str(error.value)
 
 
 def test_a_hanging_forked_worker_times_out_and_is_stopped(cpu_target, tmp_path):

@@ -3,19 +3,12 @@ graph (each batch copied into the tensors the graph reads), and say how long the
 import pytest
 
 from pytest_gpucolloc import Workload, record
-from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.modes.mps import MpsMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
 
 pytestmark = pytest.mark.gpucolloc_gpu
 
 SHORT = Settings(rounds=3, round_s=0.5, warmup_s=2.0, warmup_steps=5, timeout_s=180)
-
-
-@pytest.fixture
-def target():
-    with standalone_target("cuda") as where:
-        yield where
 
 
 @pytest.mark.parametrize("graphed", [False, True], ids=["eager", "graphed"])

@@ -3,7 +3,6 @@ cannot be captured fails with the reason."""
 import pytest
 
 from pytest_gpucolloc import Workload, record
-from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.modes.mps import MpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
@@ -11,12 +10,6 @@ from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
 pytestmark = pytest.mark.gpucolloc_gpu
 
 SHORT = Settings(rounds=3, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=180)
-
-
-@pytest.fixture
-def target():
-    with standalone_target("cuda") as where:
-        yield where
 
 
 @pytest.mark.parametrize("mode", [NaiveMode, MpsMode], ids=["naive", "mps"])

@@ -11,19 +11,12 @@ from pytest_gpucolloc import mps_daemon as mps
 from pytest_gpucolloc.modes.mps import MpsMode, PartitionedMpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
-from pytest_gpucolloc.device import standalone_target
 from tests.ctrl_c import pytest_command
 
 pytestmark = pytest.mark.gpucolloc_gpu
 
 SHORT = Settings(rounds=3, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=180)
 SMALL = Workload("resnet26-cifar10", batch_size=32)
-
-
-@pytest.fixture
-def target():
-    with standalone_target("cuda") as where:
-        yield where
 
 
 def our_mps_processes(scratch: Path | str = "/tmp/gc-") -> dict:

@@ -1,4 +1,5 @@
 """Real worker processes on the CPU: measurement, failures, timeouts, and nothing left behind."""
+import dataclasses
 import os
 import signal
 import threading
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucolloc import Workload, record
+from pytest_gpucolloc import Workload, forkserver, record
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.modes.sequential import SequentialMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
@@ -69,14 +70,19 @@ def test_sequential_runs_each_distinct_job_alone(cpu_target, tmp_path):
     assert result.workers[0] is result.workers[1]
 
 
+@pytest.mark.parametrize("spawn", ["fresh", "forkserver"])  # a forked worker's failure reads as a fresh one's
 @pytest.mark.parametrize("failure,expected", [
     ("raise", "RuntimeError: injected failure in train_step"),
     ("segfault", "killed by SIGSEGV"),
     ("exit", "exited with code 3"),
 ])
-def test_a_failing_worker_fails_the_scenario_with_its_own_error(cpu_target, tmp_path, failure, expected):
-    with pytest.raises(ScenarioFailed, match=expected) as error:
-        run_scenario([tiny(), tiny(fail_after=4, failure=failure)], NaiveMode(), cpu_target, FAST, tmp_path)
+def test_a_failing_worker_fails_the_scenario_with_its_own_error(cpu_target, tmp_path, failure, expected, spawn):
+    settings = dataclasses.replace(FAST, spawn=spawn)
+    try:
+        with pytest.raises(ScenarioFailed, match=expected) as error:
+            run_scenario([tiny(), tiny(fail_after=4, failure=failure)], NaiveMode(), cpu_target, settings, tmp_path)
+    finally:
+        forkserver.close_shared()
     assert "last lines of w1" in str(error.value)
 
 
@@ -133,8 +139,6 @@ def test_start_up_time_is_recorded_with_its_phases(cpu_target, tmp_path):
 
 
 def test_rounds_are_added_until_the_mean_is_known_within_the_precision(cpu_target, tmp_path):
-    import dataclasses
-
     # 500%: met at once, even on a loaded 2-core runner (two rounds: the interval is 12.7 standard errors wide)
     adaptive = dataclasses.replace(FAST, rounds=2, max_rounds=8, precision=5.0)
     result = run_scenario([tiny(step_sleep=0.002)], NaiveMode(), cpu_target, adaptive, tmp_path / "a")

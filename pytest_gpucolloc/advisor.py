@@ -51,9 +51,13 @@ class Option:
         return text + (", CUDA graphs" if self.graphed else "")
 
 
+EXECUTION_VARIANTS = ("graph", "cudnn-heuristics")  # how a job runs, not what it trains
+
+
 def _graph_free(label: str) -> str:
-    """The label of the same job without a CUDA graph (``.../bs128/graph/loader4`` -> ``.../bs128/loader4``)."""
-    return "/".join(part for part in label.split("/") if part != "graph")
+    """The label of the same job run eagerly with cuDNN's defaults (``.../bs128/graph/cudnn-heuristics/loader4`` ->
+    ``.../bs128/loader4``): a graphed variant is a way to run that job."""
+    return "/".join(part for part in label.split("/") if part not in EXECUTION_VARIANTS)
 
 
 def _graphed(label: str) -> bool:

@@ -53,6 +53,8 @@ class RunSample:
     config: dict = field(default_factory=dict)  # the GPU configuration that bounds performance (machine.BOUNDING)
     repeats: tuple[tuple[float, ...], ...] = ()  # rounds of each fresh-process repeat; () or one: a single set
     eager: bool = False  # GPU workloads without CUDA graphs (cuda_graph=True is a lever on launch noise)
+    autotuned: bool = False  # convolutions whose algorithms cuDNN times in each process (cudnn_autotune)
+    jobs: tuple[str, ...] = ()  # the workers' job labels, sorted (what is trained); () when not known
 
     @property
     def process_sets(self) -> tuple[tuple[float, ...], ...]:
@@ -84,7 +86,8 @@ class Verdict:
     current: float | None = None
     change: float | None = None  # fraction, + is faster
     ci: tuple[float, float] | None = None  # of change, two-sided 1 - 2*alpha
-    mde: float | None = None  # smallest drop detectable at the policy's alpha and power
+    mde: float | None = None  # smallest drop detectable at the policy's alpha and power (and the threshold)
+    mde_noise: float | None = None  # the same without the threshold: what the noise alone lets the test resolve
     threshold: float = DEFAULT_THRESHOLD
     baseline_runs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -96,7 +99,7 @@ class Verdict:
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("verdict", "reason", "baseline", "current", "change", "ci", "mde",
-                                                "threshold", "baseline_runs", "notes", "noise")}
+                                                "mde_noise", "threshold", "baseline_runs", "notes", "noise")}
 
 
 def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy) -> tuple[list[RunSample], list[str]]:
@@ -106,10 +109,15 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
     if len(same_model) < len(history):
         others = sorted({r.gpu_name or "unknown GPU" for r in history if r.gpu_name != current.gpu_name})
         notes.append(f"{len(history) - len(same_model)} run(s) on other GPUs left out ({', '.join(others)})")
-    same_config = [r for r in same_model if not _config_differs(r, current)]
-    if len(same_config) < len(same_model):
-        notes.append(f"{len(same_model) - len(same_config)} run(s) under another GPU configuration left out "
-                     f"({'; '.join(_config_changes(same_model, current))})")
+    same_jobs = [r for r in same_model if not (r.jobs and current.jobs and r.jobs != current.jobs)]
+    if len(same_jobs) < len(same_model):
+        others = sorted({" + ".join(r.jobs) for r in same_model if r.jobs and r.jobs != current.jobs})
+        notes.append(f"{len(same_model) - len(same_jobs)} run(s) of other jobs under this test id left out "
+                     f"({'; '.join(others)}; now {' + '.join(current.jobs)})")
+    same_config = [r for r in same_jobs if not _config_differs(r, current)]
+    if len(same_config) < len(same_jobs):
+        notes.append(f"{len(same_jobs) - len(same_config)} run(s) under another GPU configuration left out "
+                     f"({'; '.join(_config_changes(same_jobs, current))})")
     calm = [r for r in same_config if not r.throttled and not r.contaminated]
     if len(calm) < len(same_config):
         notes.append(f"{len(same_config) - len(calm)} throttled or contaminated run(s) left out")
@@ -158,7 +166,8 @@ def _unit_drop(k: int, alpha: float, power: float) -> float:
 def mde(spread: float, k: int, policy: Policy, with_threshold: bool = True) -> float:
     """Smallest drop (fraction) caught with probability ``power`` for a run-mean spread (log) measured
     over k runs. Without the threshold: what the noise alone lets the statistics resolve; with it, the
-    drop must also be estimated at or above the threshold (the larger of the two requirements binds)."""
+    drop must also be estimated at or above the threshold (the larger of the two requirements binds, so with
+    a 2% threshold a drop of exactly 2% is caught about half the time)."""
     from scipy import stats
 
     sigma = spread / _c4(k)
@@ -215,7 +224,7 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
         p_lower = 0.0 if d < 0 else 1.0
         p_higher = 0.0 if d > 0 else 1.0
     result.mde = mde(spread, k, policy)
-    resolvable = mde(spread, k, policy, with_threshold=False)
+    result.mde_noise = resolvable = mde(spread, k, policy, with_threshold=False)
     result.noise = noise_levels(baseline, spread, policy, resolvable > policy.threshold)
     if p_lower < policy.alpha and -result.change >= policy.threshold:
         result.verdict = "regressed"
@@ -227,7 +236,8 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
         result.verdict = "inconclusive"
         result.reason = too_noisy(current, baseline, spread, policy)
     else:
-        result.reason = f"change within noise; drops of {result.mde:.1%} or more are caught"
+        result.reason = (f"change within noise; drops of {result.mde:.1%} or more are caught (the noise alone "
+                         f"resolves {resolvable:.1%}; the {policy.threshold:.0%} threshold sets the rest)")
     return result
 
 
@@ -306,6 +316,9 @@ def noise_levels(baseline: list[RunSample], spread: float, policy: Policy, too_n
             levers.append(f"more than {MAX_USEFUL_REPEATS} fresh-process repeats per run")
     if baseline[-1].eager:
         levers.append("cuda_graph=True (removes CPU launch noise at its source)")
+    if dominant != "rounds" and baseline[-1].autotuned and not baseline[-1].eager:  # measured on graphed jobs
+        levers.insert(0, 'options={"cudnn_autotune": False} (cuDNN\'s heuristics choose the same convolution '
+                         "algorithms in every process)")
     runs = next((m for m in range(k + 1, MAX_BASELINE_RUNS + 1)
                  if mde(spread / _c4(k) * _c4(m), m, policy, with_threshold=False) <= policy.threshold), None)
     if runs:

@@ -41,7 +41,8 @@ def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | 
     config = scenario.config or {k: run_machine[k] for k in machine.BOUNDING if k in run_machine}
     return RunSample(run_id, scenario.rounds, gpu.get("name", run_machine.get("gpu_name")),
                      gpu.get("uuid", run_machine.get("gpu_uuid")), scenario.throttled, datetime, commit,
-                     bool(scenario.foreign_pids), config, scenario.repeats, scenario.eager_on_gpu)
+                     bool(scenario.foreign_pids), config, scenario.repeats, scenario.eager_on_gpu,
+                     scenario.autotuned_on_gpu, tuple(sorted(scenario.workloads)))
 
 
 def series_gpu(run: SavedRun, scenario: record.ScenarioRecord) -> str:

@@ -187,9 +187,9 @@ OPTIONS = [
     Option("colloc_extra_step_every", "inject a known slowdown to check a regression gate: every built-in "
            "workload runs one extra, uncounted step after every K steps (K=20 costs 1/21 of the throughput); default off",
            _optional_int("--colloc-extra-step-every", 1, 10**6), "0"),
-    Option("colloc_spawn", "how workers start: fresh (a new Python interpreter each) or forkserver (forked from "
-           "one process per session that has imported torch and torchvision, never CUDA: saves those imports at "
-           "every start; default fresh)", parse_spawn, "fresh"),
+    Option("colloc_spawn", "how workers start: forkserver (forked from one process per session that has imported "
+           "torch and torchvision, never CUDA: saves those imports at every start; the default) or fresh (a new "
+           "Python interpreter each)", parse_spawn, "forkserver"),
     Option("colloc_alone", "measure each distinct job alone once per session, the speedup's reference: on or off "
            "(default on; off leaves speedups out and saves that time, e.g. for gated runs)", parse_flag, "on"),
     Option("colloc_telemetry", "sample GPU telemetry (NVML) over each measurement window: on or off "

@@ -133,6 +133,14 @@ class ScenarioRecord:
         launch_bound = self.sm_activity is None or self.sm_activity < LAUNCH_BOUND_SM_ACTIVITY
         return self.device == "cuda" and launch_bound and not all(w.params.get("cuda_graph") for w in self.workers)
 
+    @property
+    def autotuned_on_gpu(self) -> bool:
+        """Ran on a GPU with convolutions whose algorithms cuDNN timed in each process: options={"cudnn_autotune":
+        False} is a way to remove the noise of processes choosing differently."""
+        from .workloads import autotunes_convolutions
+
+        return self.device == "cuda" and any(autotunes_convolutions(w.params) for w in self.workers)
+
     def alone_of(self, index: int) -> float | None:
         """Worker ``index``'s job alone in the same session: recorded per worker since 2026-12-01; before, for
         identical jobs, the aggregate divided by the speedup."""

@@ -122,6 +122,8 @@ def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
         change = "-" if v.get("change") is None else f"{v['change']:+.1%}"
         interval = "-" if not v.get("ci") else f"[{_bound(v['ci'][0])}, {_bound(v['ci'][1])}]"
         mde = "-" if v.get("mde") is None else f"{v['mde']:.1%}"
+        if v.get("mde_noise") is not None and v["mde_noise"] < v["mde"]:  # the threshold binds, not the noise
+            mde += f" (noise: {v['mde_noise']:.1%})"
         why = "; ".join([v.get("reason", "")] + list(v.get("notes", [])))
         lever = ((v.get("noise") or {}).get("lever")) or "-"
         table.append([name, v["verdict"], _num(v.get("baseline")), _num(v.get("current")), change, interval, mde,

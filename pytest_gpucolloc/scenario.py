@@ -32,7 +32,7 @@ class Settings:
     image_size: int | None = None  # CPU smoke mode shrinks inputs
     batch_cap: int | None = None  # CPU smoke mode caps batch sizes
     extra_step_every: int | None = None  # injected slowdown (checking a regression gate)
-    spawn: str = "fresh"  # fresh interpreters, or forked by the session's fork server (forkserver.py)
+    spawn: str = "forkserver"  # forked by the session's fork server (forkserver.py), or fresh interpreters
 
     def adapt(self, workload: Workload) -> Workload:
         if self.batch_cap and workload.batch_size > self.batch_cap:

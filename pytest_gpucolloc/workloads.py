@@ -63,6 +63,13 @@ MAX_LOADER_WORKERS = 64
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
+def autotunes_convolutions(params: Mapping[str, Any]) -> bool:
+    """A saved workload (``Workload.to_dict()``) is a named convolutional model whose algorithms cuDNN times in
+    each process (``cudnn_autotune``, on by default): two processes may pick different ones."""
+    shape = NAMED_WORKLOADS.get(ALIASES.get(params.get("model"), params.get("model")))
+    return isinstance(shape, ModelShape) and (params.get("options") or {}).get("cudnn_autotune", True) is not False
+
+
 def known_workloads() -> list[str]:
     return sorted(NAMED_WORKLOADS) + sorted(ALIASES)
 

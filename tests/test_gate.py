@@ -418,3 +418,67 @@ def dataclass_replace(sample, **changes):
     import dataclasses
 
     return dataclasses.replace(sample, **changes)
+
+
+# --- cuDNN's algorithm choice, and a test id whose jobs changed ------------------------------------------
+
+CUDNN_HISTORY = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-12-01-h200-gate-cudnn-heuristics" / "history.tar.gz"
+
+
+@pytest.fixture(scope="module")
+def cudnn_history(tmp_path_factory):
+    """Seven runs saved on an H200: graphed ResNet26 bs128 x1 and x7, cuDNN autotuning on and off; runs 1-5 the
+    baseline, 6 an A/A run, 7 one extra step every 33."""
+    import tarfile
+
+    root = tmp_path_factory.mktemp("cudnn")
+    with tarfile.open(CUDNN_HISTORY) as archive:
+        archive.extractall(root, filter="data")
+    return load(root)
+
+
+def test_h200_graphed_jobs_are_gated_at_two_percent_when_cudnn_chooses_the_same_algorithms(cudnn_history):
+    runs = cudnn_history.runs
+    assert len(runs) == 7
+    for name in runs[0].scenarios:
+        samples = cudnn_history.samples(name)
+        aa, slowed = gate.decide(samples[5], samples[:5]), gate.decide(samples[6], samples[:5])
+        if name.endswith("heuristics]"):
+            assert aa.verdict == "unchanged" and aa.mde < 0.025 and aa.mde_noise < 0.012, (name, aa)
+            assert slowed.verdict == "regressed" and slowed.failed and -0.04 < slowed.change < -0.025
+            assert "the noise alone resolves" in aa.reason
+        else:  # autotuning: processes may time different algorithms, so runs differ by 0.6-1.1%
+            assert aa.verdict == "inconclusive" and aa.mde > 0.05, (name, aa)
+            assert aa.noise["lever"].startswith('options={"cudnn_autotune": False}')
+
+
+def test_the_detectable_drop_says_when_the_threshold_binds_rather_than_the_noise(cudnn_history):
+    from pytest_gpucolloc import report
+
+    name = next(n for n in cudnn_history.runs[0].scenarios if n.endswith("n7-heuristics]"))
+    samples = cudnn_history.samples(name)
+    row = report.gate_rows([(name, gate.decide(samples[5], samples[:5]).to_dict())])[0]
+    detectable, noise = row[6].split(" (noise: ")
+    assert 0.02 < float(detectable.rstrip("%")) / 100 < 0.025 and float(noise.rstrip("%)")) / 100 < 0.012, row[6]
+
+
+def test_an_eager_launch_bound_job_is_not_sent_to_cudnn_heuristics():
+    rng = random.Random(23)
+    history = [dataclass_replace(r, autotuned=True) for r in (repeated_run(f"b{i}", rng, process_cv=0.05)
+                                                              for i in range(5))]
+    verdict = gate.decide(dataclass_replace(repeated_run("now", rng, process_cv=0.05), autotuned=True), history)
+    assert verdict.verdict == "inconclusive"
+    assert "cuda_graph=True" in verdict.noise["lever"] and "cudnn_autotune" not in verdict.noise["lever"]
+
+
+def test_runs_of_other_jobs_under_the_same_test_id_are_never_its_baseline():
+    graphed = ("resnet26-cifar10/bs128/graph", "resnet26-cifar10/bs128/graph")
+    heuristics = ("resnet26-cifar10/bs128/graph/cudnn-heuristics",) * 2
+    old = [dataclass_replace(run([1030.0 + i] * 10, f"a{i}"), jobs=graphed) for i in range(5)]
+    new = [dataclass_replace(run([1000.0 + i] * 10, f"b{i}"), jobs=heuristics) for i in range(2)]
+    verdict = gate.decide(dataclass_replace(run([1000.0] * 10, "now"), jobs=heuristics), old + new)
+    assert verdict.verdict == "no baseline" and not verdict.failed  # not "regressed" against the faster old jobs
+    assert any("5 run(s) of other jobs under this test id left out" in note and "cudnn-heuristics" in note
+               for note in verdict.notes), verdict.notes
+    unknown = [run([1000.0 + i] * 10, f"c{i}") for i in range(3)]  # saved before jobs were compared: kept
+    assert gate.decide(dataclass_replace(run([1000.0] * 10, "now"), jobs=heuristics), unknown).baseline_runs

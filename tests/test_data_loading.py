@@ -1,7 +1,6 @@
 """Data-loader workloads on the CPU, for real: JPEG images decoded and augmented by DataLoader worker processes,
 the time the training process waited for them, the cores each job got, and nothing left behind."""
 import multiprocessing
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,29 +11,19 @@ from pytest_gpucolloc.image_data import JpegImages, LoaderFeed
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
 
+from processes import worker_processes
 from test_workers import FAST
 
 SMOKE = Settings(rounds=2, round_s=0.3, warmup_s=0.2, warmup_steps=2, timeout_s=120, image_size=32, batch_cap=4)
 
 
-def processes_named(text: bytes) -> set[int]:
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes():
-                pids.add(int(entry.name))
-        except OSError:
-            pass
-    return pids
-
-
 @pytest.fixture
 def cpu_target():
     """The CPU as the target; every worker process and its loader processes gone afterwards."""
-    before = processes_named(b"pytest_gpucolloc.worker")
+    before = set(worker_processes())
     with standalone_target("cpu") as target:
         yield target
-    assert processes_named(b"pytest_gpucolloc.worker") <= before, "a worker or its loader outlived its scenario"
+    assert set(worker_processes()) <= before, "a worker or its loader outlived its scenario"
 
 
 def test_images_are_decoded_and_augmented_afresh_for_every_sample():

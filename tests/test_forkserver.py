@@ -96,7 +96,7 @@ def test_an_unknown_spawn_method_is_a_usage_error(pytester):
 
 
 def test_a_session_with_the_fork_server_measures_and_leaves_no_process_behind(pytester):
-    from test_data_loading import processes_named
+    from processes import plugin_processes
     from test_plugin import FAST as FAST_ARGS, SCENARIOS, TINY
 
     pytester.makepyfile(tiny_workload=TINY, test_scenarios=SCENARIOS.format(sleep=0.0))
@@ -104,4 +104,4 @@ def test_a_session_with_the_fork_server_measures_and_leaves_no_process_behind(py
     result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-spawn=forkserver",
                                 f"--benchmark-json={out}", *FAST_ARGS)
     result.assert_outcomes(passed=2)
-    assert not processes_named(b"pytest_gpucolloc.forkserver")  # stopped with the session
+    assert plugin_processes() == []  # the server stopped with the session, and its workers with it

@@ -12,6 +12,7 @@ from pytest_gpucolloc.modes.mps import MpsMode, PartitionedMpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
 from tests.ctrl_c import pytest_command
+from tests.processes import plugin_processes, worker_processes
 
 pytestmark = pytest.mark.gpucolloc_gpu
 
@@ -129,19 +130,11 @@ def kill_later(find_victims, delay_s: float) -> list[int]:
     return killed
 
 
-def _cmdline(proc: Path) -> bytes:
-    try:
-        return (proc / "cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
 def test_worker_killed_under_mps_fails_cleanly(target, tmp_path):
     settings = Settings(rounds=20, round_s=0.5, warmup_s=1.0, warmup_steps=5, timeout_s=180)
 
     def first_of_two_workers():
-        workers = [int(p.name) for p in Path("/proc").iterdir()
-                   if p.name.isdigit() and b"pytest_gpucolloc.worker" in _cmdline(p)]
+        workers = worker_processes(os.getpid())
         return workers[:1] if len(workers) == 2 else []
 
     killed = kill_later(first_of_two_workers, delay_s=12)
@@ -229,9 +222,9 @@ def pytester_like_run(tmp_path):
             child.kill()
             output, _ = child.communicate()
         time.sleep(1)
-        leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and b"pytest_gpucolloc.worker" in _cmdline(p)]
+        leftovers = [str(pid) for pid in plugin_processes()]
         daemons = list(our_mps_processes())
-        return {"returncode": child.returncode, "leftover_processes": [p.name for p in leftovers] + daemons,
+        return {"returncode": child.returncode, "leftover_processes": leftovers + daemons,
                 "leftover_dirs": [str(p) for p in set(Path("/tmp").glob("gc-*")) - before],
                 "output_tail": output.decode(errors="replace").splitlines()[-5:]}
 

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_gpucolloc.scratch import OWNER_FILE, clean_stale_scratch, scratch_base
 from tests.ctrl_c import pytest_command
+from tests.processes import environment_has, plugin_processes, worker_processes
 
 SCENARIO = '''
 import pytest
@@ -21,18 +22,10 @@ def test_long(collocate):
 '''
 
 
-def live_workers(tag: str) -> list[str]:
-    """Worker processes started by the run tagged ``tag`` (workers inherit the run's environment), so that
-    other pytest runs on the machine do not count."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and b"pytest_gpucolloc.worker" in (proc / "cmdline").read_bytes() \
-                    and f"GPUCOLLOC_TEST_TAG={tag}".encode() in (proc / "environ").read_bytes():
-                found.append(proc.name)
-        except OSError:
-            pass
-    return found
+def of_run(pids: list[int], tag: str) -> list[str]:
+    """The processes started by the run tagged ``tag`` (they inherit the run's environment), so that other pytest
+    runs on the machine do not count."""
+    return [str(pid) for pid in pids if environment_has(pid, f"GPUCOLLOC_TEST_TAG={tag}")]
 
 
 @pytest.mark.parametrize("mode", ["sequential", "naive"])
@@ -49,7 +42,7 @@ def test_interrupted_run_leaves_nothing_behind(tmp_path, mode, sig, after_s):
                        "-p", "no:cacheprovider"),
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
-    while not live_workers(tag) and time.monotonic() < deadline:
+    while not of_run(worker_processes(), tag) and time.monotonic() < deadline:
         time.sleep(0.1)  # wait until the run has started its workers (warm-up lasts 3 s)
     time.sleep(after_s)
     child.send_signal(sig)
@@ -57,7 +50,7 @@ def test_interrupted_run_leaves_nothing_behind(tmp_path, mode, sig, after_s):
     time.sleep(0.5)
     assert child.returncode != 0
     assert b"KeyboardInterrupt" in output
-    assert live_workers(tag) == [], output.decode()[-2000:]
+    assert of_run(plugin_processes(), tag) == [], output.decode()[-2000:]  # no worker, no fork server
     ours = {p for p in set(scratch_base().glob("gc-*")) - before_dirs
             if (p / "owner.pid").exists() and (p / "owner.pid").read_text().strip() == str(child.pid)}
     assert ours == set()

@@ -4,7 +4,6 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -13,6 +12,7 @@ from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.modes.sequential import SequentialMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
 from pytest_gpucolloc.device import standalone_target
+from processes import worker_processes
 
 FAST = Settings(rounds=3, round_s=0.2, warmup_s=0.1, warmup_steps=2, timeout_s=60)
 
@@ -21,27 +21,13 @@ def tiny(**options):
     return Workload("tests.user_workloads:tiny", batch_size=8, options=options)
 
 
-def worker_processes() -> list[int]:
-    """Worker processes of this test process (its children: a leftover stays our child until reaped)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if b"pytest_gpucolloc.worker" in (entry / "cmdline").read_bytes() and \
-                        int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
-                    pids.append(int(entry.name))
-            except (OSError, ValueError, IndexError):
-                pass
-    return pids
-
-
 @pytest.fixture
 def cpu_target():
-    before = worker_processes()
+    before = worker_processes(os.getpid())
     with standalone_target("cpu") as target:
         yield target
     time.sleep(0.1)
-    assert [p for p in worker_processes() if p not in before] == [], "a worker outlived its scenario"
+    assert [p for p in worker_processes(os.getpid()) if p not in before] == [], "a worker outlived its scenario"
 
 
 def test_collocated_workers_are_measured_in_common_rounds(cpu_target, tmp_path):
@@ -101,10 +87,10 @@ def test_a_worker_killed_mid_measurement(cpu_target, tmp_path):
 
     def kill_one_soon():
         deadline = time.monotonic() + 30
-        while len(worker_processes()) < 2 and time.monotonic() < deadline:
+        while len(worker_processes(os.getpid())) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(2.5)
-        os.kill(worker_processes()[-1], signal.SIGKILL)
+        os.kill(worker_processes(os.getpid())[-1], signal.SIGKILL)
 
     threading.Thread(target=kill_one_soon, daemon=True).start()
     with pytest.raises(ScenarioFailed, match="killed by SIGKILL"):

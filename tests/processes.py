@@ -1,0 +1,53 @@
+"""Finding this plugin's worker processes from outside, for the tests that check nothing outlives a scenario.
+
+A fresh worker runs ``python -m pytest_gpucolloc.worker``; a forked one (the default) keeps its fork server's
+command line, ``python -m pytest_gpucolloc.forkserver``, and is that server's child; a worker's own processes (a
+DataLoader's) keep their worker's command line. The server itself lives for the whole pytest session and is not a
+worker.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+WORKER = b"pytest_gpucolloc.worker"
+SERVER = b"pytest_gpucolloc.forkserver"
+
+
+def _processes() -> dict[int, tuple[int, bytes]]:
+    """pid -> (parent pid, command line) of every process that can be read."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                found[int(entry.name)] = (parent, (entry / "cmdline").read_bytes())
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+def worker_processes(parent: int | None = None) -> list[int]:
+    """Workers and their own processes, sorted by pid; with ``parent``, only the workers that process started
+    (its fresh children, and the children of its fork server)."""
+    table = _processes()
+    servers = {pid for pid, (up, cmdline) in table.items() if SERVER in cmdline and SERVER not in table.get(up, (0, b""))[1]}
+    workers = []
+    for pid, (up, cmdline) in table.items():
+        if pid in servers or not (WORKER in cmdline or SERVER in cmdline):
+            continue
+        if parent is None or up == parent or (up in servers and table[up][0] == parent):
+            workers.append(pid)
+    return sorted(workers)
+
+
+def environment_has(pid: int, entry: str) -> bool:
+    """Whether the process started with ``entry`` (``NAME=value``) in its environment."""
+    try:
+        return entry.encode() in (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def plugin_processes() -> list[int]:
+    """Every worker and fork server on the machine: after a pytest run has ended, none of its may be left."""
+    return sorted(pid for pid, (_, cmdline) in _processes().items() if WORKER in cmdline or SERVER in cmdline)

@@ -2,8 +2,8 @@
 
 Method (all in log throughput, so changes are ratios):
 - each run is summarised by the mean of its rounds' log aggregate throughput (all rounds are used);
-- the baseline is the last ``runs`` comparable runs (same scenario, same GPU model, the same physical GPU
-  when it has enough history, not throttled);
+- the baseline is the last ``runs`` comparable runs (same scenario training the same jobs, same GPU model, the
+  same physical GPU when it has enough history, not throttled);
 - the spread of the baseline's run means carries both noise sources that matter: round-to-round noise
   *and* run-to-run noise (on the H200 machine runs of one job differed by 18% while rounds differed by 5-7%);
 - the current run is a regression when it falls below the one-sided (1 - alpha) *prediction bound* of the

@@ -30,7 +30,8 @@ def worker_processes(parent: int | None = None) -> list[int]:
     """Workers and their own processes, sorted by pid; with ``parent``, only the workers that process started
     (its fresh children, and the children of its fork server)."""
     table = _processes()
-    servers = {pid for pid, (up, cmdline) in table.items() if SERVER in cmdline and SERVER not in table.get(up, (0, b""))[1]}
+    servers = {pid for pid, (up, cmdline) in table.items()
+               if SERVER in cmdline and SERVER not in table.get(up, (0, b""))[1]}  # a server's parent is no server
     workers = []
     for pid, (up, cmdline) in table.items():
         if pid in servers or not (WORKER in cmdline or SERVER in cmdline):

@@ -2,7 +2,8 @@
 algorithms timed in each process, so two processes may choose differently) against off (chosen by cuDNN's
 heuristics, the same in every process). Does choosing them the same way in every process make runs steady enough
 for a 2% gate with 5 baseline runs? Graphed ResNet26 bs128 alone and x7 (launch-bound without the graph), and the
-GPU-bound ResNet152 bs128 x2 under the test's mode. Run them as the gate part's scenarios:
+GPU-bound ResNet152 bs128 x2 under the test's mode. On H200s it did for all three (runs 0.08-0.12% apart, against
+0.2-0.8% with autotuning): docs/results/2026-12-01-h200-gate-cudnn-heuristics/ and 2026-12-02-h200-gate-gpu-bound-heuristics/. Run them as the gate part's scenarios:
 
     GPUCHECK_SKIP="tests bench fidelity overhead graphs ab modern spawn mps-study xdist" \\
     GPUCHECK_GATE_IDS=ci/scenarios/test_cudnn_autotune.py ci/gpu-check

@@ -50,9 +50,10 @@ class Page:
     def figure(self, figure, stem: str, caption: str) -> None:
         figure.tight_layout()
         buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=110)
+        # "tight": long labels (a mix of five jobs) widen the picture instead of being cut off at its edge
+        figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
         (self.out / "figures" / f"{stem}.png").write_bytes(buffer.getvalue())
-        figure.savefig(self.out / "figures" / f"{stem}.svg")
+        figure.savefig(self.out / "figures" / f"{stem}.svg", bbox_inches="tight")
         plt.close(figure)
         data = base64.b64encode(buffer.getvalue()).decode()
         self.sections[-1][1].append((caption, f'<img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'))
@@ -121,21 +122,26 @@ def scaling(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) ->
 
 
 def per_job(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
-    """Each job's throughput relative to the same job alone, grouped by scenario, coloured by mode."""
-    bars = [(short_name(name), i, worker.throughput / scenario.alone_of(i), scenario.mode)
-            for name, scenario in entries if scenario.mode != "sequential"
-            for i, worker in enumerate(scenario.workers) if scenario.alone_of(i)]
-    if not bars:
+    """Each job's throughput relative to the same job alone, one row per scenario (a dot per job, a line from the
+    slowest job to the fastest: how fairly the GPU was shared), coloured by mode."""
+    rows = [(short_name(name), scenario.mode,
+             [worker.throughput / scenario.alone_of(i) for i, worker in enumerate(scenario.workers) if scenario.alone_of(i)])
+            for name, scenario in entries if scenario.mode != "sequential"]
+    rows = [row for row in rows if row[2]]
+    if not rows:
         return
-    figure, axes = plt.subplots(figsize=(8, max(2.5, 0.22 * len(bars) + 1)))
-    for row, (name, i, value, mode) in enumerate(bars):
-        axes.barh(row, value, color=MODE_COLOURS.get(mode))
-    axes.set_yticks(range(len(bars)), [f"{name} job {i + 1}" for name, i, _, _ in bars], fontsize=7)
+    figure, axes = plt.subplots(figsize=(8, max(2.5, 0.2 * len(rows) + 1)))
+    for y, (_, mode, values) in enumerate(rows):
+        colour = MODE_COLOURS.get(mode)
+        axes.plot([min(values), max(values)], [y, y], color=colour, linewidth=1)
+        axes.scatter(values, [y] * len(values), color=colour, s=14, zorder=2)
+    axes.set_yticks(range(len(rows)), [name for name, _, _ in rows], fontsize=7)
+    axes.set_ylim(len(rows) - 0.5, -0.5)
     axes.axvline(1.0, color="black", linestyle="--", linewidth=1)
-    axes.invert_yaxis()
-    _mode_legend(axes, {mode for *_, mode in bars})
-    axes.set(xlabel="throughput relative to the same job alone", title=f"per-job throughput\n{kind}")
-    page.figure(figure, f"per-job-{_slug(kind)}", f"Each job's throughput while sharing, relative to alone ({kind})")
+    _mode_legend(axes, {mode for _, mode, _ in rows})
+    axes.set(xlabel="each job's throughput relative to the same job alone", title=f"per-job throughput\n{kind}")
+    page.figure(figure, f"per-job-{_slug(kind)}", f"Each job's throughput while sharing, relative to alone, a dot "
+                f"per job and a line from the slowest to the fastest ({kind})")
 
 
 def mixes(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
@@ -228,7 +234,10 @@ def history_figures(page: Page, loaded: History) -> None:
                          label=f"level shift {shift.change:+.1%} (p={shift.p_value:.1g})")
         if shifts[(name, gpu)]:
             axes.legend(fontsize=7)
-        axes.set_xticks(xs, [run.datetime[:10] for run, _ in points], rotation=45, fontsize=7)
+        dates = [run.datetime[:10] for run, _ in points]
+        if len(set(dates)) < len(dates):  # several runs a day: the time tells them apart
+            dates = [run.datetime[:16].replace("T", " ") for run, _ in points]
+        axes.set_xticks(xs, dates, rotation=45, fontsize=7)
         axes.set(ylabel="aggregate samples/s", title=f"{short_name(name)} on {gpu[:20]}")
         axes.grid(alpha=0.3)
         page.figure(figure, f"history-{_slug(short_name(name))}-{_slug(gpu)}",

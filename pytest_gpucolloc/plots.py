@@ -118,6 +118,6 @@ def history(hist: History, out: Path, fmt: str) -> list[Path]:
 def _save(figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
-    figure.savefig(path)
+    figure.savefig(path, bbox_inches="tight")  # long labels widen the picture instead of being cut off
     plt.close(figure)
     return path

@@ -107,14 +107,16 @@ def scaling(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) ->
             points.sort()
             axes.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], marker="o",
                           capsize=3, color=MODE_COLOURS.get(mode), label=mode)
-        if label in alone and len(counts) > 1:
-            axes.plot(counts, [n * alone[label] for n in counts], linestyle="--", color="black", linewidth=1,
+        if label in alone and counts != [1]:  # from the job alone (1) to the most processes measured
+            line = sorted({1, *counts})
+            axes.plot(line, [n * alone[label] for n in line], linestyle="--", color="black", linewidth=1,
                       label="N x the job alone")
         if ideal[label]:
             xs, ys = zip(*sorted(ideal[label]))
             axes.plot(xs, ys, linestyle=":", color="black", label="one process, summed batch")
         axes.set(xlabel="processes", ylabel="aggregate samples/s", title=f"{label}\n{kind}")
-        axes.set_xticks(counts)
+        axes.set_ylim(bottom=0)  # throughput from zero: a lone point or a flat curve is not magnified
+        axes.set_xticks(sorted({1, *counts}) if label in alone else counts)
         axes.legend(fontsize=8)
         axes.grid(alpha=0.3)
         page.figure(figure, f"scaling-{_slug(kind)}-{_slug(label)}",

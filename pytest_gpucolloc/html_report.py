@@ -81,7 +81,7 @@ def _mode_legend(axes, modes: set[str]) -> None:
     from matplotlib.patches import Patch
 
     axes.legend(handles=[Patch(color=MODE_COLOURS.get(mode), label=mode) for mode in MODES if mode in modes],
-                fontsize=8, loc="lower right")
+                fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the bars, never over them
 
 
 def scaling(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
@@ -199,7 +199,7 @@ def efficiency(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]])
         left.barh(row, joule or 0, color=MODE_COLOURS.get(mode))
         right.barh(row, activity or 0, color=MODE_COLOURS.get(mode))
     left.set_yticks(range(len(rows)), [name for name, *_ in rows], fontsize=7)
-    left.invert_yaxis()
+    left.set_ylim(len(rows) - 0.5, -0.5)  # first row on top, no empty margin
     left.set(xlabel="samples per joule (GPU energy)", title=kind)
     _mode_legend(right, {mode for _, mode, _, _ in rows})
     right.set(xlabel="SM activity (%)")

@@ -257,7 +257,7 @@ def too_noisy(current: RunSample, baseline: list[RunSample], spread: float, poli
     target = (-math.log(1 - policy.threshold) / _unit_drop(k, policy.alpha, policy.power) * _c4(k)) ** 2
     rounds = math.ceil(within / (target - between)) if target > between and within > 0 else None
     if rounds is not None and rounds <= MAX_USEFUL_ROUNDS:
-        return text + f"; about {rounds} rounds per run (now {n:.0f}) would resolve it"
+        return text + f"; about {rounds} rounds per run (now {n:.0f}: --colloc-rounds={rounds}) would resolve it"
     sigma = spread / _c4(k)  # the same noise, measured over more baseline runs
     runs = next((m for m in range(k + 1, MAX_BASELINE_RUNS + 1)
                  if mde(sigma * _c4(m), m, policy, with_threshold=False) <= policy.threshold), None)
@@ -304,7 +304,7 @@ def noise_levels(baseline: list[RunSample], spread: float, policy: Policy, too_n
         rest = run_var + (process_var or 0.0) / sets
         rounds = math.ceil(round_var / (sets * (target - rest))) if target > rest else None
         if rounds is not None and rounds <= MAX_USEFUL_ROUNDS:
-            levers.append(f"{rounds} rounds per run (now {n:.0f})")
+            levers.append(f"{rounds} rounds per run (now {n:.0f}: --colloc-rounds={rounds})")
     elif dominant.startswith("processes"):
         # the other levels' share is small: repeats divide the variance between processes
         between = process_var if process_var is not None else run_var

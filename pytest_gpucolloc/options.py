@@ -159,7 +159,8 @@ OPTIONS = [
            "confidence interval is within --colloc-precision (default: 10 on a GPU; on the CPU --colloc-rounds)",
            number_option("--colloc-max-rounds", 0, 10000, integer=True), None, "10", "0"),
     Option("colloc_precision", "stop adding rounds when the 95%% confidence interval of the scenario's mean "
-           "throughput is within this many percent (default 0.5; 0: always --colloc-max-rounds)",
+           "throughput is within this many percent, or once the rounds so far say even twice --colloc-max-rounds "
+           "would not reach it (default 0.5; 0: always --colloc-max-rounds)",
            number_option("--colloc-precision", 0, 100), "0.5"),
     Option("colloc_round_seconds", "length of one measurement round in seconds (default: 1 GPU, 0.5 CPU)",
            number_option("--colloc-round-seconds", 0.05, 3600), None, "1", "0.5"),

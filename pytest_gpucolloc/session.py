@@ -360,7 +360,7 @@ class CollocSession:
             "alone: each distinct job measured alone once per session (the sequential mode's results and every "
             "speedup's reference); speedup: sum of each job's throughput relative to running alone; CV: "
             "round-to-round spread of aggregate throughput; rounds: taken until the mean was known within "
-            "--colloc-precision (or the most rounds); start-up s: spawn to every worker warm"
+            "--colloc-precision (or the most rounds, or while it was within reach); start-up s: spawn to every worker warm"
         )
         for name, scenario in entries:  # data loading: the cores each job got, and whether they were enough
             if any(w.data_wait_share is not None for w in scenario.workers):

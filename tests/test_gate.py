@@ -61,7 +61,7 @@ def test_a_drop_below_the_threshold_does_not_fail():
 def test_too_noisy_says_how_many_rounds_would_help():
     verdict = gate.decide(run([1000.0] * 10, "now"), steady_history(spread=0.05))
     assert verdict.verdict == "inconclusive"
-    assert "too noisy for the 2% threshold" in verdict.reason and "rounds per run (now 10)" in verdict.reason
+    assert "too noisy for the 2% threshold" in verdict.reason and "rounds per run (now 10: --colloc-rounds=" in verdict.reason
     noisier = gate.decide(run([1000.0] * 10, "now"), steady_history(spread=0.10))
     assert "more rounds alone would need over 1000 per run" in noisier.reason
 

@@ -130,8 +130,13 @@ def test_rounds_are_added_until_the_mean_is_known_within_the_precision(cpu_targe
     result = run_scenario([tiny(step_sleep=0.002)], NaiveMode(), cpu_target, adaptive, tmp_path / "a")
     assert len(result.aggregate_rounds) == 2 and result.measurement["stopped"] == "precision 500.00% reached"
     assert result.measurement["fixed_cost_s"] > 0
-    strict = dataclasses.replace(adaptive, precision=1e-6)  # never met: more rounds, then the most
+    # never met, and said to be out of reach after the fewest rounds: no more rounds that could not reach it
+    strict = dataclasses.replace(adaptive, precision=1e-6)
     result = run_scenario([tiny(step_sleep=0.002)], NaiveMode(), cpu_target, strict, tmp_path / "b")
+    assert len(result.aggregate_rounds) == 2
+    assert result.measurement["stopped"].startswith("precision 0.00% out of reach (about ")
+    always = dataclasses.replace(adaptive, precision=0)  # 0: always the most
+    result = run_scenario([tiny(step_sleep=0.002)], NaiveMode(), cpu_target, always, tmp_path / "c")
     assert len(result.aggregate_rounds) == 8 and result.measurement["stopped"] == "most rounds reached"
     assert all(len(w.stats.rounds) == 8 for w in result.workers)
 

@@ -231,12 +231,6 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
     return list(zip(ready, results)), assignment.note, telemetry, facts
 
 
-# Rounds are not added when the spread so far says even this many times the most rounds would not reach the
-# precision: such a scenario's mean is no better known at the most rounds (on H200s, 42 of 42 eager
-# launch-bound scenarios that took 10 rounds would have needed 37 or more).
-OUT_OF_REACH_FACTOR = 2
-
-
 def measure_until_precise(pool: WorkerPool, start: float, settings: Settings) -> tuple[list[protocol.Result], str]:
     """The fewest rounds first; then more, as many as the spread so far says are needed, until the mean
     aggregate throughput is known within ``settings.precision`` or ``settings.max_rounds`` is reached, or the
@@ -248,18 +242,11 @@ def measure_until_precise(pool: WorkerPool, start: float, settings: Settings) ->
     while True:
         results = pool.measure(start, settings.round_s, batch, timeout_s=batch * settings.round_s + settings.timeout_s)
         merged = results if not merged else [protocol.joined(old, new) for old, new in zip(merged, results)]
-        done = len(merged[0].rounds)
-        if settings.precision <= 0:  # always the most, in one batch
-            return merged, "most rounds reached"
         aggregate = measure.concurrent_aggregate([measure.WorkerStats(list(r.rounds), 1) for r in merged])
-        needed = measure.rounds_for_precision(aggregate, settings.precision)
-        if needed <= done:
-            return merged, f"precision {settings.precision:.2%} reached"
-        if done >= longest:
-            return merged, "most rounds reached"
-        if needed > OUT_OF_REACH_FACTOR * longest:
-            return merged, (f"precision {settings.precision:.2%} out of reach (about {needed} rounds needed, "
-                            f"at most {longest})")
+        stopped, needed = measure.enough_rounds(aggregate, settings.precision, longest)
+        if stopped:
+            return merged, stopped
+        done = len(aggregate)
         batch = min(needed, longest) - done
         start = time.monotonic() + START_LEAD_S
 

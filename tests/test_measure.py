@@ -61,6 +61,21 @@ def test_rounds_for_precision_asks_for_more_rounds_only_while_the_mean_is_uncert
     assert measure.rounds_for_precision([100.0], 0.005) == 2
 
 
+def test_rounds_stop_when_precise_at_the_most_or_when_the_precision_is_out_of_reach():
+    steady = [100.0, 100.1, 99.9, 100.0, 100.05]
+    assert measure.enough_rounds(steady, 0.005, 10)[0] == "precision 0.50% reached"
+    noisy = [100.0, 90.0, 110.0, 95.0, 105.0]  # CV ~8%: hundreds of rounds for 0.5%, far beyond 10
+    stopped, needed = measure.enough_rounds(noisy, 0.005, 10)
+    assert stopped == f"precision 0.50% out of reach (about {needed} rounds needed, at most 10)" and needed > 20
+    # within reach of twice the most: more rounds, up to the most
+    close = [100.0, 99.0, 101.0, 99.5, 100.5]
+    stopped, needed = measure.enough_rounds(close, 0.005, 10)
+    assert stopped is None and 5 < needed <= 20
+    assert measure.enough_rounds(close + close, 0.005, 10)[0] in ("precision 0.50% reached", "most rounds reached")
+    assert measure.enough_rounds(noisy, 0, 10) == (None, 10)  # precision 0: always the most
+    assert measure.enough_rounds(noisy + noisy, 0, 10)[0] == "most rounds reached"
+
+
 def test_warm_up_is_over_once_throughput_stops_rising():
     assert not measure.stopped_rising([10, 20, 40])  # too few windows to tell
     assert not measure.stopped_rising([10, 20, 40, 80])  # still climbing

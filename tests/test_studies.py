@@ -73,3 +73,20 @@ def test_gate_levels_judges_every_unchanged_run_and_the_slowed_one(tmp_path):
     assert rows and all(len(r["aa_verdicts"]) == 6 and "regressed" not in r["aa_verdicts"] for r in rows)
     assert all(r["slowed_verdicts"][0][1]["verdict"] == "regressed" for r in rows)
     assert all(0 < r["detectable_drop"] < 0.03 for r in rows)
+
+
+def test_stopping_replay_says_where_the_rule_would_stop_each_saved_scenario(tmp_path):
+    steady = [100.0, 100.1, 99.9, 100.0, 100.05, 100.0, 99.95, 100.1, 100.0, 99.9]
+    noisy = [100.0, 90.0, 110.0, 95.0, 105.0, 92.0, 108.0, 97.0, 103.0, 100.0]
+    run = {"benchmarks": [{"name": name, "extra_info": {"aggregate_round_throughputs": rounds,
+                                                        "measurement": {"stopped": "most rounds reached"}}}
+                          for name, rounds in (("steady", steady), ("noisy", noisy))]}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    out = tmp_path / "replay.md"
+    done = subprocess.run([sys.executable, str(ROOT / "studies" / "stopping_replay.py"), str(tmp_path / "run.json"),
+                           "--markdown", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line.split("|")[2].strip(): line for line in out.read_text().splitlines() if line.startswith("| run.json")}
+    assert "| precision 0.50% reached" in rows["steady"] and "|            5 |" in rows["steady"]
+    assert "out of reach (about" in rows["noisy"]
+    assert "2 scenarios; 2 would take fewer rounds, 10 rounds fewer in all" in out.read_text()

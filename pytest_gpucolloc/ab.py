@@ -260,7 +260,9 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
         if pair + 1 >= settings.min_pairs and all(j.verdict != "inconclusive" for j in judgements):
             break
         if spent / (pair + 1) * (pair + 2) > settings.budget_s:
-            say(f"stopping: another pair would pass the budget of {settings.budget_s / 60:g} minutes")
+            short = (f", after {pair + 1} of the {settings.min_pairs} pairs asked for at least (a pair took "
+                     f"{spent / (pair + 1):.0f} s: raise --ab-budget-minutes)" if pair + 1 < settings.min_pairs else "")
+            say(f"stopping: another pair would pass the budget of {settings.budget_s / 60:g} minutes{short}")
             break
     return judgements, runs
 

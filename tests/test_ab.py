@@ -131,3 +131,19 @@ def test_arms_on_different_machines_are_named():
     assert changes == ["driver 570 -> 580"]
     interpreters = [ab.Arm("candidate", "/venv", "interpreter", sys.executable, None)] * 2
     assert ab.unexpected_differences(interpreters, {"torch": "2.11"}, {"torch": "2.12"}) == []  # the change itself
+
+
+def test_a_budget_too_small_for_the_pairs_asked_for_says_so(monkeypatch, tmp_path):
+    # the loop's decision alone: each arm's run stands in for a pytest process that took 20 ms
+    def run_arm(arm, pair, pytest_args, out, storage, tag):
+        import time
+        time.sleep(0.02)
+        return ab.ArmRun(arm.label, pair, {"test_x": 100.0}, {}, tmp_path / f"{arm.label}.json", 0)
+
+    monkeypatch.setattr(ab, "run_arm", run_arm)
+    arms = [ab.Arm(label, "HEAD", "revision", sys.executable, tmp_path) for label in ("baseline", "candidate")]
+    said = []
+    judgements, runs = ab.run(*arms, [], ab.Settings(budget_s=0.05), tmp_path, tmp_path, say=said.append)
+    assert len(runs) == 2 and judgements[0].pairs == 1
+    assert said[-1].startswith("stopping: another pair would pass the budget of ")
+    assert "after 1 of the 3 pairs asked for at least" in said[-1] and "raise --ab-budget-minutes" in said[-1]

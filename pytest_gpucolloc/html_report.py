@@ -103,20 +103,20 @@ def scaling(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) ->
     for label, modes in sorted(curves.items()):
         figure, axes = plt.subplots(figsize=(6.5, 4))
         counts = sorted({n for points in modes.values() for n, _, _ in points})
+        ticks = sorted({1, *counts}) if label in alone else counts  # the job alone (1) is known: from there
         for mode, points in sorted(modes.items(), key=lambda item: list(MODES).index(item[0])):
             points.sort()
             axes.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], marker="o",
                           capsize=3, color=MODE_COLOURS.get(mode), label=mode)
-        if label in alone and counts != [1]:  # from the job alone (1) to the most processes measured
-            line = sorted({1, *counts})
-            axes.plot(line, [n * alone[label] for n in line], linestyle="--", color="black", linewidth=1,
+        if label in alone and len(ticks) > 1:
+            axes.plot(ticks, [n * alone[label] for n in ticks], linestyle="--", color="black", linewidth=1,
                       label="N x the job alone")
         if ideal[label]:
             xs, ys = zip(*sorted(ideal[label]))
             axes.plot(xs, ys, linestyle=":", color="black", label="one process, summed batch")
         axes.set(xlabel="processes", ylabel="aggregate samples/s", title=f"{label}\n{kind}")
         axes.set_ylim(bottom=0)  # throughput from zero: a lone point or a flat curve is not magnified
-        axes.set_xticks(sorted({1, *counts}) if label in alone else counts)
+        axes.set_xticks(ticks)
         axes.legend(fontsize=8)
         axes.grid(alpha=0.3)
         page.figure(figure, f"scaling-{_slug(kind)}-{_slug(label)}",
@@ -126,8 +126,8 @@ def scaling(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) ->
 def per_job(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
     """Each job's throughput relative to the same job alone, one row per scenario (a dot per job, a line from the
     slowest job to the fastest: how fairly the GPU was shared), coloured by mode."""
-    rows = [(short_name(name), scenario.mode,
-             [worker.throughput / scenario.alone_of(i) for i, worker in enumerate(scenario.workers) if scenario.alone_of(i)])
+    rows = [(short_name(name), scenario.mode, [worker.throughput / scenario.alone_of(i)
+                                                for i, worker in enumerate(scenario.workers) if scenario.alone_of(i)])
             for name, scenario in entries if scenario.mode != "sequential"]
     rows = [row for row in rows if row[2]]
     if not rows:

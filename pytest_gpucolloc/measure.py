@@ -117,11 +117,13 @@ def enough_rounds(aggregate_rounds: Sequence[float], precision: float, most: int
     """Why no more rounds are needed (None while they are), and how many rounds in all the precision needs.
     ``precision`` 0 asks for the most rounds."""
     done = len(aggregate_rounds)
-    needed = rounds_for_precision(aggregate_rounds, precision) if precision > 0 else most
-    if precision > 0 and needed <= done:
+    if precision <= 0:
+        return ("most rounds reached" if done >= most else None), most
+    needed = rounds_for_precision(aggregate_rounds, precision)
+    if needed <= done:
         return f"precision {precision:.2%} reached", needed
     if done >= most:
         return "most rounds reached", needed
-    if precision > 0 and needed > OUT_OF_REACH_FACTOR * most:
+    if needed > OUT_OF_REACH_FACTOR * most:
         return f"precision {precision:.2%} out of reach (about {needed} rounds needed, at most {most})", needed
     return None, needed

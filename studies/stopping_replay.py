@@ -50,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
             rounds = info["aggregate_round_throughputs"]
             taken, why = replay(rounds, args.rounds, args.most, args.precision / 100)
             fewer += len(rounds) - taken
-            rows.append([path.name, bench["name"], len(rounds), info.get("measurement", {}).get("stopped", "-"), taken, why,
-                         f"{statistics.stdev(rounds) / statistics.fmean(rounds):.1%}",
+            stopped_then = info.get("measurement", {}).get("stopped", "-")
+            rows.append([path.name, bench["name"], len(rounds), stopped_then, taken, why,
+                         f"{measure.coefficient_of_variation(rounds):.1%}",
                          f"{log_mean(rounds[:taken]) / log_mean(rounds) - 1:+.2%}"])
     headers = ["run", "scenario", "rounds saved", "stopped then", "rounds now", "stopped now", "round CV",
                "mean now vs saved"]

@@ -52,6 +52,12 @@ def _flags(scenario: ScenarioRecord) -> str:
     return "; ".join(flags + notes)
 
 
+def _start_up(scenario: ScenarioRecord) -> str:
+    """Spawn to every worker warm; '= mps' where the scenario is another mode's measurement, taken once."""
+    same_as = scenario.measurement.get("same_as")
+    return f"= {same_as}" if same_as else _num(scenario.measurement.get("fixed_cost_s"), 1)
+
+
 def _tokens(scenario: ScenarioRecord) -> str:
     """Language models: the aggregate in tokens/s as well."""
     tokens = [w.tokens_per_s for w in scenario.workers]
@@ -88,10 +94,32 @@ def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
             _data_wait(scenario),
             _num(scenario.samples_per_joule, 1),
             str(scenario.measurement.get("rounds", len(scenario.rounds))),
-            _num(scenario.measurement.get("fixed_cost_s"), 1),
+            _start_up(scenario),
             _flags(scenario),
         ])
     return table
+
+
+def time_spent(records: Iterable[ScenarioRecord], round_s: float) -> str | None:
+    """Where a run's time went: start-up (spawn to warm), measurement rounds, and the rest (set-up, tear-down,
+    between rounds); and how many scenarios recorded a measurement taken once instead of a new one."""
+    records = list(records)
+    measured = [r.measurement for r in records if "wall_s" in r.measurement and "same_as" not in r.measurement]
+    if not measured:
+        return None
+    wall = sum(m["wall_s"] for m in measured)
+    start_up = sum(m.get("fixed_cost_s", 0.0) for m in measured)
+    rounds = sum(m.get("rounds", 0) for m in measured)
+    reused = sum("same_as" in r.measurement for r in records)
+    return (f"time: {len(measured)} measurements took {_duration(wall)}: start-up {_duration(start_up)}, "
+            f"{rounds} rounds of {round_s:g} s, the rest (set-up, tear-down, between rounds) "
+            f"{_duration(max(wall - start_up - rounds * round_s, 0.0))}"
+            + (f"; {reused} {'scenario' if reused == 1 else 'scenarios'} recorded a measurement taken once "
+               "instead of a new one" if reused else ""))
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
 def table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple", sources: list[str] | None = None) -> str:

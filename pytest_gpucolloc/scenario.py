@@ -151,6 +151,7 @@ def combine_repeats(results: list[ScenarioResult]) -> ScenarioResult:
         first, workers=workers, aggregate_rounds=[x for result in results for x in result.aggregate_rounds],
         repeats=[list(result.aggregate_rounds) for result in results],
         measurement={"fixed_cost_s": sum(r.measurement.get("fixed_cost_s", 0.0) for r in results),
+                     "wall_s": sum(r.measurement.get("wall_s", 0.0) for r in results),
                      "rounds": sum(len(r.aggregate_rounds) for r in results),
                      "stopped": "; ".join(dict.fromkeys(r.measurement.get("stopped", "") for r in results))},
         extra_phases=[phase for result in results[1:] for phase in result.telemetry])
@@ -160,7 +161,8 @@ def sequential_of(alone: list[ScenarioResult]) -> ScenarioResult:
     """The ``sequential`` mode's scenario (the jobs one after another, each alone on the GPU), from each job's
     measurement alone: nothing is measured twice."""
     if len(alone) == 1:
-        return dataclasses.replace(alone[0])
+        return dataclasses.replace(alone[0], measurement={**alone[0].measurement, "fixed_cost_s": 0.0, "wall_s": 0.0,
+                                                          "same_as": "alone"})
     workers = [result.workers[0] for result in alone]
     facts = [result.measurement for result in alone]
     return ScenarioResult(
@@ -168,8 +170,8 @@ def sequential_of(alone: list[ScenarioResult]) -> ScenarioResult:
         measure.sequential_aggregate([w.stats for w in workers]), alone[0].device,
         "; ".join(dict.fromkeys(r.cpu_note for r in alone)), dict(alone[0].mode_facts), alone[0].gpu,
         extra_phases=[phase for r in alone for phase in r.extra_phases],
-        measurement={"fixed_cost_s": 0.0, "rounds": min(f.get("rounds", 0) for f in facts),
-                     "stopped": "the jobs' alone measurements, taken once per session"})
+        measurement={"fixed_cost_s": 0.0, "wall_s": 0.0, "rounds": min(f.get("rounds", 0) for f in facts),
+                     "stopped": "the jobs' alone measurements, taken once per session", "same_as": "alone"})
 
 
 class ScenarioFailed(RuntimeError):
@@ -255,6 +257,7 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
                  log_dir: Path, sampler_factory: Callable | None = None) -> ScenarioResult:
     """Provision ``mode`` for the workloads, run its phases, and compute the scenario's numbers; every
     process and piece of mode state is gone when it returns or raises."""
+    began = time.monotonic()
     workloads = [settings.adapt(w) for w in workloads]
     mode.validate(workloads, target)
     Path(log_dir).mkdir(parents=True, exist_ok=True)
@@ -295,6 +298,7 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
     gpu = {"index": target.gpu.index, "uuid": target.gpu.uuid, "name": target.gpu.name,
            **machine.bounding(target.gpu)} if target.gpu else None
     measurement = {"fixed_cost_s": sum(p["fixed_cost_s"] for p in phases), "rounds": len(aggregate),
-                   "stopped": "; ".join(dict.fromkeys(p["stopped"] for p in phases))}
+                   "stopped": "; ".join(dict.fromkeys(p["stopped"] for p in phases)),
+                   "wall_s": time.monotonic() - began}
     return ScenarioResult(mode.name, workloads, workers, aggregate, target.device,
                           "; ".join(dict.fromkeys(notes)), dict(prov.mode_facts), gpu, measurement=measurement)

@@ -50,6 +50,7 @@ class Baselines:
 
     alone: dict[tuple, ScenarioResult] = field(default_factory=dict)  # each distinct job alone, measured once
     ideal: dict[tuple, float] = field(default_factory=dict)  # one process training the summed batch
+    one_job: dict[tuple, ScenarioResult] = field(default_factory=dict)  # (mode, ...): one-job scenarios measured
 
 
 def _sigterm_as_interrupt(signum, frame):
@@ -360,8 +361,13 @@ class CollocSession:
             "alone: each distinct job measured alone once per session (the sequential mode's results and every "
             "speedup's reference); speedup: sum of each job's throughput relative to running alone; CV: "
             "round-to-round spread of aggregate throughput; rounds: taken until the mean was known within "
-            "--colloc-precision (or the most rounds, or while it was within reach); start-up s: spawn to every worker warm"
+            "--colloc-precision (or the most rounds, or while it was within reach); start-up s: spawn to every worker warm "
+            "('= sequential': one job under naive is the job alone, '= mps': one mps-partitioned client has the whole "
+            "GPU; each records that measurement, taken once)"
         )
+        spent = report.time_spent([scenario for _, scenario in entries], self.settings().round_s)
+        if spent:
+            terminalreporter.write_line(spent)
         for name, scenario in entries:  # data loading: the cores each job got, and whether they were enough
             if any(w.data_wait_share is not None for w in scenario.workers):
                 terminalreporter.write_line(f"data wait (time spent waiting for the next batch) and CPU cores of "

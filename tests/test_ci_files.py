@@ -30,7 +30,7 @@ def test_gitlab_pipeline_is_valid():
     assert data["gpu-benchmarks"]["script"] and data["gpu-benchmarks"]["tags"] == ["gpu"]
 
 
-@pytest.mark.parametrize("script", ["ci/gate.sh", "ci/gpu-check", "ci/paper-table", ".ci/run"])
+@pytest.mark.parametrize("script", ["ci/gate.sh", "ci/gpu-check", ".ci/run"])
 def test_shell_scripts_parse(script):
     assert subprocess.run(["bash", "-n", str(ROOT / script)]).returncode == 0
     assert os.access(ROOT / script, os.X_OK)

@@ -1,4 +1,5 @@
 """GPU tier: the real MPS daemon, real clients, real NVML. Skipped with the reason on machines without a GPU."""
+import json
 import os
 import statistics
 import time
@@ -237,3 +238,22 @@ def test_public_mps_daemon_fixture(mps_daemon):
     assert mps_daemon.daemon_pids() and mps_daemon.servers() == []  # servers start with the first client
     mps_daemon.set_default("set_default_active_thread_percentage", "50")
     assert "control.log" in mps_daemon.log_tail()
+
+
+def test_one_partitioned_client_is_the_mps_measurement_not_a_second_one(pytester):
+    """One mps-partitioned client's equal share is the whole GPU: the scenario records the mps measurement of the
+    same job (the same process), saying so, instead of measuring it again."""
+    pytester.makepyfile(test_one=(
+        "from pytest_gpucolloc import Workload\n"
+        "def test_one(collocate):\n"
+        "    collocate([Workload('resnet26-cifar10', batch_size=32)])\n"))
+    result = pytester.runpytest_subprocess("--gpu-mode=mps,mps-partitioned", "--colloc-alone=off",
+                                           "--benchmark-json=run.json", "--colloc-rounds=3", "--colloc-max-rounds=3",
+                                           "--colloc-round-seconds=0.5", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    records = {b["name"]: b["extra_info"] for b in json.loads((pytester.path / "run.json").read_text())["benchmarks"]}
+    mps_one, partitioned = records["test_one[mps]"], records["test_one[mps-partitioned]"]
+    assert partitioned["mode"] == "mps-partitioned" and partitioned["measurement"]["same_as"] == "mps"
+    assert partitioned["workers"][0]["pid"] == mps_one["workers"][0]["pid"]
+    assert partitioned["aggregate_round_throughputs"] == mps_one["aggregate_round_throughputs"]
+    assert "same_as" not in mps_one["measurement"]

@@ -1,9 +1,10 @@
-"""Where a graphed job's between-process noise comes from: the same training step (the suite's own model code)
-in fresh processes, one at a time, alternating variants (cuDNN autotuning on / off), each pinned to two cores.
-If autotuning picks different convolution algorithms in different processes (its timings are noisy and the
-choice is frozen into the graph), turning it off should shrink the spread between processes.
+"""Where a job's between-process noise comes from: the same training step (the suite's own model code) in fresh
+processes, one at a time, alternating variants (cuDNN autotuning on / off), each pinned to two cores. If
+autotuning picks different convolution algorithms in different processes (its timings are noisy, the more so
+when the job is launch-bound, and a graph freezes the choice), turning it off should shrink the spread between
+processes.
 
-    python studies/process_noise.py --workload resnet26-cifar10 --batch 128 --graph --processes 8 --json OUT
+    python studies/process_noise.py --workload resnet26-cifar10 --batch 128 [--graph] --processes 8 --json OUT
 """
 from __future__ import annotations
 

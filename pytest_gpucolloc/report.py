@@ -101,8 +101,9 @@ def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
 
 
 def time_spent(records: Iterable[ScenarioRecord], round_s: float) -> str | None:
-    """Where a run's time went: start-up (spawn to warm), measurement rounds, and the rest (set-up, tear-down,
-    between rounds); and how many scenarios recorded a measurement taken once instead of a new one."""
+    """Where a run's time went: start-up (spawn to warm), measurement rounds, and the rest (set-up, which for the
+    first measurement includes starting the worker fork server, tear-down, between rounds); and how many scenarios
+    recorded a measurement taken once instead of a new one."""
     records = list(records)
     measured = [r.measurement for r in records if "wall_s" in r.measurement and "same_as" not in r.measurement]
     if not measured:
@@ -112,7 +113,8 @@ def time_spent(records: Iterable[ScenarioRecord], round_s: float) -> str | None:
     rounds = sum(m.get("rounds", 0) for m in measured)
     reused = sum("same_as" in r.measurement for r in records)
     return (f"time: {len(measured)} measurements took {_duration(wall)}: start-up {_duration(start_up)}, "
-            f"{rounds} rounds of {round_s:g} s, the rest (set-up, tear-down, between rounds) "
+            f"{rounds} rounds of {round_s:g} s, the rest (set-up, the first one's including the worker fork server's "
+            f"start; tear-down; between rounds) "
             f"{_duration(max(wall - start_up - rounds * round_s, 0.0))}"
             + (f"; {reused} {'scenario' if reused == 1 else 'scenarios'} recorded a measurement taken once "
                "instead of a new one" if reused else ""))

@@ -26,9 +26,9 @@ from .workloads import Workload, WorkloadError, as_workload
 
 diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, attached to its report
 
-# A one-job scenario of these modes is the same measurement as one of the mode named: one job time-sliced with
+# A one-job scenario of these modes is the same measurement as the one named: one job time-sliced with
 # nobody is the job alone; one client's equal share is the whole GPU. It is reused, not taken again.
-SAME_WITH_ONE_JOB = {"naive": SequentialMode.name, "mps-partitioned": "mps"}
+SAME_WITH_ONE_JOB = {"naive": "alone", "mps-partitioned": "mps"}
 
 
 class CollocateFixture:
@@ -121,7 +121,7 @@ class CollocateFixture:
             return None
         key = self._one_job_key(jobs, context)
         baselines = self.session.baselines
-        earlier = baselines.alone.get(key) if same_as == SequentialMode.name else baselines.one_job.get((same_as, *key))
+        earlier = baselines.alone.get(key) if same_as == "alone" else baselines.one_job.get((same_as, *key))
         if earlier is None or max(len(earlier.repeats), 1) != context.repeats:  # a test's repeats marker differs
             return None
         return dataclasses.replace(earlier, mode=self.mode,

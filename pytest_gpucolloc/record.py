@@ -27,8 +27,8 @@ read only the ``ScenarioRecord`` it returns.
     measurement          how it was measured: fixed_cost_s (spawn to every worker warm, all phases and repeats),
                          rounds, stopped (why no more rounds were taken: precision reached, out of reach, most rounds
                          reached), wall_s (the scenario from set-up to tear-down), same_as (a scenario made of a
-                         measurement taken once in the session: "alone" for sequential scenarios, "sequential" for
-                         one job under naive, "mps" for one mps-partitioned client; its fixed_cost_s and wall_s are 0)
+                         measurement taken once in the session: "alone" for sequential scenarios and one job under
+                         naive, "mps" for one mps-partitioned client; its fixed_cost_s and wall_s are 0)
     gate                 the gate's verdict when the run was gated, else absent
     workers              one dict per worker, in scenario order:
         workload, params (Workload.to_dict()), throughput, round_throughputs, cv, step_time_median_s,

@@ -53,7 +53,7 @@ def _flags(scenario: ScenarioRecord) -> str:
 
 
 def _start_up(scenario: ScenarioRecord) -> str:
-    """Spawn to every worker warm; '= mps' where the scenario is another mode's measurement, taken once."""
+    """Spawn to every worker warm; '= alone' or '= mps' where the scenario records a measurement taken once."""
     same_as = scenario.measurement.get("same_as")
     return f"= {same_as}" if same_as else _num(scenario.measurement.get("fixed_cost_s"), 1)
 

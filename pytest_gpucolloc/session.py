@@ -362,7 +362,7 @@ class CollocSession:
             "speedup's reference); speedup: sum of each job's throughput relative to running alone; CV: "
             "round-to-round spread of aggregate throughput; rounds: taken until the mean was known within "
             "--colloc-precision (or the most rounds, or while it was within reach); start-up s: spawn to every worker warm "
-            "('= sequential': one job under naive is the job alone, '= mps': one mps-partitioned client has the whole "
+            "('= alone': a sequential scenario, or one job under naive, '= mps': one mps-partitioned client has the whole "
             "GPU; each records that measurement, taken once)"
         )
         spent = report.time_spent([scenario for _, scenario in entries], self.settings().round_s)

@@ -123,7 +123,7 @@ def test_records_time_per_sample_and_throughput_in_the_benchmark_json(pytester, 
     assert info["measurement"]["rounds"] == 2 and info["measurement"]["fixed_cost_s"] > 0
     # one job under naive is the job alone: its record is that measurement (the same process), not a second one
     one = by_name["test_tiny[cpu-naive-1]"]["extra_info"]
-    assert one["mode"] == "naive" and one["measurement"]["same_as"] == "sequential"
+    assert one["mode"] == "naive" and one["measurement"]["same_as"] == "alone"
     assert one["workers"][0]["pid"] == alone["workers"][0]["pid"]
     assert one["aggregate_round_throughputs"] == alone["aggregate_round_throughputs"]
     assert one["speedup_vs_sequential"] == pytest.approx(1.0, rel=1e-4) and one["measurement"]["fixed_cost_s"] == 0.0

@@ -250,8 +250,7 @@ class WorkerPool:
         for worker in self.workers:
             worker.stop(grace_s)
         # what the workers started outside their process groups (own sessions, orphans) goes too
-        for worker in self.workers:
-            process_marks.kill_marked(worker.mark)
+        process_marks.kill_marked({worker.mark for worker in self.workers})
         _LIVE_POOLS.discard(self)
 
 

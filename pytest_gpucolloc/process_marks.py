@@ -2,7 +2,7 @@
 its own session (out of the worker's process group), nor one orphaned when pytest itself was SIGKILLed.
 
 The mark names the worker and the pytest process that owns it (pid and start time, so that a reused pid is
-not mistaken for its owner). ``kill_marked`` ends a worker's processes when the worker stops; ``kill_orphans``
+not mistaken for its owner). ``kill_marked`` ends workers' processes when they stop; ``kill_orphans``
 ends, at the start of the next run, those whose owner is gone. A process that clears its own environment is
 not found this way.
 """
@@ -58,9 +58,9 @@ def _kill(pids: list[int]) -> list[int]:
     return killed
 
 
-def kill_marked(mark: str) -> list[int]:
-    """SIGKILL every process carrying ``mark``; returns their pids."""
-    return _kill([pid for pid, found in _marks().items() if found == mark])
+def kill_marked(marks: set[str]) -> list[int]:
+    """SIGKILL every process carrying one of ``marks`` (one look through /proc for all); returns their pids."""
+    return _kill([pid for pid, found in _marks().items() if found in marks])
 
 
 def _owner_alive(mark: str) -> bool:

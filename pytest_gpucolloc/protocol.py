@@ -82,7 +82,7 @@ class Ready:
     samples_per_step: int
     warmup_steps: int
     cpus: list[int]
-    startup_phases_s: dict[str, float]  # import, cuda_context, build, warm_up
+    startup_phases_s: dict[str, float]  # import, cuda_context, build, cuda_graph_capture, first_step, warm_up
     torch: str | None = None
     torchvision: str | None = None
     cuda_runtime: str | None = None

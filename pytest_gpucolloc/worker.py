@@ -134,7 +134,10 @@ def warm_up(spec: protocol.Spec):
         sync()
         phase_done("cuda_graph_capture")
 
-    warmup_steps = warm_until_steady(step, sync, spec)
+    step.train_step()  # on its own, to show what the first step costs: cuDNN autotuning, lazy kernel loading
+    sync()
+    phase_done("first_step")
+    warmup_steps = 1 + warm_until_steady(step, sync, spec)
     phase_done("warm_up")
     ready = protocol.Ready(pid=os.getpid(), cpus=sorted(os.sched_getaffinity(0)), warmup_steps=warmup_steps,
                            samples_per_step=samples_per_step, startup_phases_s=phases, **device_report(torch, device))

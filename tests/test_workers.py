@@ -118,7 +118,7 @@ def test_start_up_time_is_recorded_with_its_phases(cpu_target, tmp_path):
     settings = Settings(rounds=2, round_s=0.2, warmup_s=0.5, warmup_steps=2, timeout_s=60)
     worker = record.write(run_scenario([tiny()], NaiveMode(), cpu_target, settings, tmp_path))["workers"][0]
     phases = worker["startup_phases_s"]
-    assert set(phases) == {"import", "build", "warm_up"}  # no CUDA context on the CPU
+    assert set(phases) == {"import", "build", "first_step", "warm_up"}  # no CUDA context on the CPU
     assert phases["warm_up"] >= 0.5
     # the controller's clock runs from spawning the process: interpreter start-up comes on top of the phases
     assert worker["startup_s"] > sum(phases.values())

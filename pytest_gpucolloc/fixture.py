@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -43,6 +45,14 @@ class CollocateFixture:
         if self.used:
             raise RuntimeError("collocate can run one scenario per test (one benchmark record each)")
         self.used = True
+        began = time.monotonic()
+        try:
+            return self._scenario(workloads, ideal)
+        finally:  # passed, failed or skipped, the next run's estimate of its time; not when cut short by Ctrl-C
+            if not isinstance(sys.exc_info()[1], KeyboardInterrupt):
+                self.session.seconds[self.node.nodeid] = time.monotonic() - began
+
+    def _scenario(self, workloads, ideal: bool | None) -> ScenarioResult:
         jobs = self._jobs(workloads)
         self._skip_what_cannot_run_here(jobs)
         context = self.session.context(self.node)

@@ -112,15 +112,15 @@ def time_spent(records: Iterable[ScenarioRecord], round_s: float) -> str | None:
     start_up = sum(m.get("fixed_cost_s", 0.0) for m in measured)
     rounds = sum(m.get("rounds", 0) for m in measured)
     reused = sum("same_as" in r.measurement for r in records)
-    return (f"time: {len(measured)} measurements took {_duration(wall)}: start-up {_duration(start_up)}, "
+    return (f"time: {len(measured)} measurements took {duration(wall)}: start-up {duration(start_up)}, "
             f"{rounds} rounds of {round_s:g} s, the rest (set-up, the first one's including the worker fork server's "
             f"start; tear-down; between rounds) "
-            f"{_duration(max(wall - start_up - rounds * round_s, 0.0))}"
+            f"{duration(max(wall - start_up - rounds * round_s, 0.0))}"
             + (f"; {reused} {'scenario' if reused == 1 else 'scenarios'} recorded a measurement taken once "
                "instead of a new one" if reused else ""))
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import pytest
 
-from . import benchmark_api, distributed, forkserver, machine, process_marks, record, report, telemetry
+from . import benchmark_api, distributed, forkserver, machine, process_marks, record, report, telemetry, timings
 from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
 from .modes.base import ModeOptions, Target
@@ -74,6 +74,7 @@ class CollocSession:
         self.forwarded: list[tuple[str, dict]] = []  # what the controller received
         self.baselines = Baselines()
         self.alone_measured: list[tuple[str, ScenarioResult]] = []  # (test that needed it, the job alone)
+        self.seconds: dict[str, float] = {}  # test id -> how long its scenario took (kept for the next run's estimate)
         self._device: DeviceChoice | None = None
         self._settings: Settings | None = None
         self._values: dict[str, Any] | None = None
@@ -167,6 +168,11 @@ class CollocSession:
             if self.xdist_index is not None:
                 self._device.reason += f" (xdist worker gw{self.xdist_index})"
         return self._device
+
+    def _machine_kind(self) -> str:
+        """What scenario times are kept per: the GPU model, or the CPU (smoke mode)."""
+        gpu = self.device().gpu
+        return gpu.name if gpu else "cpu"
 
     def settings(self) -> Settings:
         if self._settings is None:
@@ -285,10 +291,11 @@ class CollocSession:
         if scenarios:
             settings = self.settings()
             each = SCENARIO_OVERHEAD_S + settings.warmup_s + max(settings.max_rounds, settings.rounds) * settings.round_s
-            total = len(scenarios) * each
-            lines.append(f"gpucolloc: {len(scenarios)} scenarios, at most about "
-                         f"{f'{total / 60:.0f} min' if total >= 120 else f'{total:.0f} s'} ({each:.0f} s each at the "
-                         "longest warm-up and the most rounds), plus each distinct job measured alone once")
+            lines.append(f"gpucolloc: {len(scenarios)} scenarios, at most about {report.duration(len(scenarios) * each)} "
+                         f"({each:.0f} s each at the longest warm-up and the most rounds), plus each distinct job "
+                         "measured alone once")
+            last = timings.last_seconds(config, self._machine_kind(), settings) if self.xdist_index is None else {}
+            lines += filter(None, [timings.expected([item.nodeid for item in scenarios], last, each)])
         if self.deselected_full:
             lines.append(f"gpucolloc: {self.deselected_full} scenarios of the full matrix (marker gpucolloc_full) "
                          "deselected; --colloc-full runs them")
@@ -314,8 +321,10 @@ class CollocSession:
             return
         if self.xdist_index is not None:
             distributed.publish(session.config, self.forward)
-        elif self.history is not None:
-            self._write_gate_report()
+        else:
+            timings.remember(session.config, self._machine_kind(), self.settings(), self.seconds)
+            if self.history is not None:
+                self._write_gate_report()
         failed = self.save_problems or any(v["verdict"] == "regressed" for _, v in self.verdicts)
         if failed and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED

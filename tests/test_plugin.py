@@ -89,6 +89,20 @@ def test_ini_values_are_read_and_checked(pytester, suite):
     bad.stderr.fnmatch_lines(["*--colloc-rounds must be an integer, got 'lots'*"])
 
 
+def test_a_run_says_how_long_it_will_take_going_by_the_last_run_here(pytester, suite):
+    suite()
+    args = ["--gpu-mode=naive", "--colloc-device=cpu", "--colloc-rounds=2", "--colloc-round-seconds=0.2"]
+    first = pytester.runpytest(*args, "--colloc-warmup-seconds=0.1")
+    first.assert_outcomes(passed=2)
+    assert "going by" not in first.stdout.str()  # nothing to go by yet: the bound alone
+    second = pytester.runpytest(*args, "--colloc-warmup-seconds=0.1", "--co")
+    second.stdout.fnmatch_lines(["gpucolloc: 2 scenarios, at most about *",
+                                 "gpucolloc: about * s going by their last run here (2 of 2 scenarios, this kind of "
+                                 "machine and these settings)"])
+    # other settings take other times: nothing to go by
+    assert "going by" not in pytester.runpytest(*args, "--colloc-warmup-seconds=0.2", "--co").stdout.str()
+
+
 def test_modes_that_cannot_run_here_are_skipped_with_the_reason(pytester, suite):
     suite()
     result = pytester.runpytest("--gpu-mode=naive,mps", "--colloc-device=cpu", "-rs", *FAST)

@@ -295,7 +295,9 @@ class CollocSession:
                          f"({each:.0f} s each at the longest warm-up and the most rounds), plus each distinct job "
                          "measured alone once")
             last = timings.last_seconds(config, self._machine_kind(), settings) if self.xdist_index is None else {}
-            lines += filter(None, [timings.expected([item.nodeid for item in scenarios], last, each)])
+            estimate = timings.expected([item.nodeid for item in scenarios], last, each)
+            if estimate:
+                lines.append(estimate)
         if self.deselected_full:
             lines.append(f"gpucolloc: {self.deselected_full} scenarios of the full matrix (marker gpucolloc_full) "
                          "deselected; --colloc-full runs them")
@@ -322,7 +324,8 @@ class CollocSession:
         if self.xdist_index is not None:
             distributed.publish(session.config, self.forward)
         else:
-            timings.remember(session.config, self._machine_kind(), self.settings(), self.seconds)
+            if self.seconds:  # scenarios ran: the device and settings are known
+                timings.remember(session.config, self._machine_kind(), self.settings(), self.seconds)
             if self.history is not None:
                 self._write_gate_report()
         failed = self.save_problems or any(v["verdict"] == "regressed" for _, v in self.verdicts)

@@ -34,7 +34,7 @@ def last_seconds(config, machine: str, settings) -> dict[str, float]:
 def remember(config, machine: str, settings, seconds: dict[str, float]) -> None:
     """Keep this run's times beside those of scenarios it did not run."""
     cache = getattr(config, "cache", None)
-    if cache is None or not seconds:
+    if cache is None:
         return
     kept = _kept(config)
     kind = _kind(machine, settings)

@@ -86,7 +86,8 @@ def test_a_slower_revision_is_regressed_and_the_tree_is_left_as_it_was(repo, tmp
 
 def test_the_same_revision_twice_is_not_regressed(repo, tmp_path, capsys):
     code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--threshold", "30", "--alpha", "0.05",
-                     "--ab-max-pairs", "3", "--out", str(tmp_path / "arms"), "--storage", str(tmp_path / "s"), *ARGS])
+                     "--ab-min-pairs", "2", "--ab-max-pairs", "2", "--out", str(tmp_path / "arms"),
+                     "--storage", str(tmp_path / "s"), *ARGS])
     out = capsys.readouterr().out
     assert code == 0 and "test_tiny" in out and "regressed" not in out
 

@@ -8,7 +8,6 @@ pytest-benchmark (``record.write``, ``benchmark_api``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from .mig.provision import MigError, MigUnavailable
 from .modes import MODES, ModeConfigError
 from .modes.sequential import SequentialMode
 from .mps_daemon import MpsError
-from .scenario import ScenarioFailed, ScenarioResult, combine_repeats, run_scenario, sequential_of
+from .scenario import ScenarioFailed, ScenarioResult, combine_repeats, run_scenario, sequential_of, taken_once
 from .session import CollocSession, ScenarioContext
 from .workloads import Workload, WorkloadError, as_workload
 
@@ -134,9 +133,7 @@ class CollocateFixture:
         earlier = baselines.alone.get(key) if same_as == "alone" else baselines.one_job.get((same_as, *key))
         if earlier is None or max(len(earlier.repeats), 1) != context.repeats:  # a test's repeats marker differs
             return None
-        return dataclasses.replace(earlier, mode=self.mode,
-                                   measurement={**earlier.measurement, "fixed_cost_s": 0.0, "wall_s": 0.0,
-                                                "same_as": same_as})
+        return taken_once(earlier, same_as, self.mode)
 
     @staticmethod
     def _adapted(jobs: list[Workload], context: ScenarioContext) -> list[Workload]:

@@ -157,12 +157,18 @@ def combine_repeats(results: list[ScenarioResult]) -> ScenarioResult:
         extra_phases=[phase for result in results[1:] for phase in result.telemetry])
 
 
+def taken_once(result: ScenarioResult, same_as: str, mode: str | None = None) -> ScenarioResult:
+    """``result`` recorded again for another scenario (under ``mode``), saying whose measurement it is and costing
+    no time of its own."""
+    return dataclasses.replace(result, mode=mode or result.mode, measurement={
+        **result.measurement, "fixed_cost_s": 0.0, "wall_s": 0.0, "same_as": same_as})
+
+
 def sequential_of(alone: list[ScenarioResult]) -> ScenarioResult:
     """The ``sequential`` mode's scenario (the jobs one after another, each alone on the GPU), from each job's
     measurement alone: nothing is measured twice."""
     if len(alone) == 1:
-        return dataclasses.replace(alone[0], measurement={**alone[0].measurement, "fixed_cost_s": 0.0, "wall_s": 0.0,
-                                                          "same_as": "alone"})
+        return taken_once(alone[0], "alone")
     workers = [result.workers[0] for result in alone]
     facts = [result.measurement for result in alone]
     return ScenarioResult(

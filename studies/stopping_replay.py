@@ -9,17 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 from pathlib import Path
 
 from tabulate import tabulate
 
 from pytest_gpucolloc import measure
-
-
-def log_mean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
 def replay(rounds: list[float], fewest: int, most: int, precision: float) -> tuple[int, str]:
@@ -55,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             stopped_then = info.get("measurement", {}).get("stopped", "-")
             rows.append([path.name, bench["name"], len(rounds), stopped_then, taken, why,
                          f"{measure.coefficient_of_variation(rounds):.1%}",
-                         f"{log_mean(rounds[:taken]) / log_mean(rounds) - 1:+.2%}"])
+                         f"{statistics.geometric_mean(rounds[:taken]) / statistics.geometric_mean(rounds) - 1:+.2%}"])
     headers = ["run", "scenario", "rounds saved", "stopped then", "rounds now", "stopped now", "round CV",
                "mean now vs saved"]
     table = tabulate(rows, headers, tablefmt="github")

@@ -32,6 +32,11 @@ diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, att
 SAME_WITH_ONE_JOB = {"naive": "alone", "mps-partitioned": "mps"}
 
 
+def _memory_alone(result: ScenarioResult | None) -> int | None:
+    """Device memory the job's process used when measured alone (None: not measured, or no telemetry)."""
+    return result.workers[0].device_memory_bytes if result is not None and result.workers else None
+
+
 class CollocateFixture:
     """``collocate([Workload("resnet26", batch_size=128)] * 2)`` runs the workloads together under the test's
     sharing mode, measures, records into ``benchmark`` and returns a ``ScenarioResult``. One scenario per test."""
@@ -64,6 +69,7 @@ class CollocateFixture:
                 if self.mode == SequentialMode.name:
                     result = sequential_of([alone[job.key()] for job in self._adapted(jobs, context)])
                 else:
+                    self._skip_what_does_not_fit(jobs, alone, context)
                     result = self._measured_before(jobs, context) or self._run(jobs, context)
                     if len(jobs) == 1:
                         self.session.baselines.one_job[(self.mode, *self._one_job_key(jobs, context))] = result
@@ -95,6 +101,23 @@ class CollocateFixture:
                 and not self.session.options["colloc_cpu_full"]:
             pytest.skip(f"{device.reason}: runs only the quick tier (marker 'gpucolloc_quick'); "
                         "pass --colloc-cpu-full to run every scenario on the CPU")
+
+    def _skip_what_does_not_fit(self, jobs: list[Workload], alone: dict, context: ScenarioContext) -> None:
+        """Jobs sharing the whole GPU whose memory alone adds up to more than it has cannot all start: skipped
+        before any worker starts, saying what each used alone (as NVML saw it). Under MIG the planner decides."""
+        gpu = context.target.gpu
+        if gpu is None or self.mode == "mig" or len(jobs) < 2:
+            return
+        adapted = self._adapted(jobs, context)
+        used = [_memory_alone(alone.get(job.key())) for job in adapted]
+        if None in used or sum(used) <= gpu.memory_total_bytes:
+            return  # unknown (no telemetry), or it fits: one that still runs out fails with the worker's error
+        each: dict[str, list] = {}
+        for job, size in zip(adapted, used):
+            each.setdefault(job.label, [0, size])[0] += 1
+        listed = ", ".join(f"{n}x {label} {size / 1e9:.1f} GB" for label, (n, size) in each.items())
+        pytest.skip(f"{self.mode}: does not fit in the GPU's memory: the jobs used {sum(used) / 1e9:.1f} GB alone "
+                    f"({listed}); the {gpu.name} has {gpu.memory_total_bytes / 1e9:.1f} GB")
 
     @contextlib.contextmanager
     def _outcome(self):

@@ -55,3 +55,24 @@ def test_memory_per_worker_covers_what_its_allocator_holds(tmp_path, mode, evide
     # it must at least hold the tensors PyTorch's allocator keeps on the device.
     assert memory["reserved_memory_bytes"] > 0
     assert memory["device_memory_bytes"] >= memory["reserved_memory_bytes"], memory
+
+
+def test_jobs_that_cannot_fit_in_memory_together_are_skipped_before_any_starts(pytester):
+    """The memory each job used alone (NVML) adds up to more than the GPU has: the scenario is skipped saying so,
+    before a worker starts, instead of spending its start-up on workers that run out of memory."""
+    pytester.makepyfile(test_fit=(
+        "import pynvml\n"
+        "from pytest_gpucolloc import Workload\n"
+        "JOB = Workload('resnet26-cifar10', batch_size=128)\n"
+        "used = {}\n"
+        "def test_1_alone(collocate):\n"
+        "    used['bytes'] = collocate([JOB]).workers[0].device_memory_bytes\n"
+        "def test_2_too_many(collocate):\n"
+        "    pynvml.nvmlInit()\n"
+        "    total = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total\n"
+        "    collocate([JOB] * (total // used['bytes'] + 1))\n"))
+    result = pytester.runpytest_subprocess("--gpu-mode=mps", "--colloc-rounds=3", "--colloc-max-rounds=3",
+                                           "--colloc-round-seconds=0.5", "-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*test_2_too_many*mps: does not fit in the GPU's memory: the jobs used * GB alone "
+                                 "(*x resnet26-cifar10/bs128 * GB); the NVIDIA * has * GB*"])

@@ -90,3 +90,31 @@ def test_stopping_replay_says_where_the_rule_would_stop_each_saved_scenario(tmp_
     assert "| precision 0.50% reached" in rows["steady"] and "|            5 |" in rows["steady"]
     assert "out of reach (about" in rows["noisy"]
     assert "2 scenarios; 2 would take fewer rounds, 10 rounds fewer in all" in out.read_text()
+
+
+def test_same_scenarios_matches_runs_by_mode_and_jobs_and_says_which_way_they_moved(tmp_path):
+    def run(path, *scenarios):
+        path.write_text(json.dumps({"benchmarks": [
+            {"name": name, "extra_info": {"device": device, "mode": mode, "workloads": jobs, "aggregate_throughput": value,
+                                          "aggregate_cv": 0.01, "measurement": {}}}
+            for name, device, mode, jobs, value in scenarios]}))
+        return str(path)
+
+    two = ["resnet26-cifar10/bs128"] * 2
+    earlier = [run(tmp_path / "a.json", ("test_x[mps-2]", "cuda", "mps", two, 100.0),
+                   ("test_y", "cuda", "naive", ["resnet50-imagenet64/bs32"], 50.0)),
+               run(tmp_path / "b.json", ("test_x[mps-n2]", "cuda", "mps", two, 121.0),
+                   ("cpu smoke", "cpu", "naive", ["resnet152-imagenet/bs32"], 1.0))]
+    later = run(tmp_path / "c.json", ("test_x[mps-n2-bs128]", "cuda", "mps", two, 99.0),
+                ("test_z", "cuda", "naive", ["resnet152-imagenet/bs32"], 9.0))
+    done = subprocess.run([sys.executable, str(ROOT / "studies" / "same_scenarios.py"), "--earlier", *earlier,
+                           "--later", later], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| mps")]
+    assert len(rows) == 1 and "2x resnet26-cifar10/bs128" in rows[0] and "100-121" in rows[0]
+    assert "-10.0%" in rows[0]  # 99 against the geometric mean of 100 and 121 (110)
+    assert "1 later measurements of 1 scenarios" in done.stdout and "0 higher, 1 lower" in done.stdout
+    nothing = subprocess.run([sys.executable, str(ROOT / "studies" / "same_scenarios.py"), "--earlier", earlier[0],
+                              "--later", run(tmp_path / "d.json", ("t", "cuda", "mps", ["gpt2-small/bs8"], 1.0))],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert nothing.returncode == 3 and "no scenario was measured by both" in nothing.stdout

@@ -85,10 +85,11 @@ def _mode_legend(axes, modes: set[str]) -> None:
 
 
 def scaling(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
-    """Aggregate throughput against processes per workload: one colour per mode, round spread as error bars,
-    N x the job alone (dashed) and one process with the summed batch (dotted) where measured."""
+    """Aggregate throughput against processes per workload: one colour per mode, a dot per run with its round spread
+    as error bars, the line through the median of the runs at each process count; N x the job alone (dashed, the
+    median of the runs' alone measurements) and one process with the summed batch (dotted) where measured."""
     curves: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    alone: dict[str, float] = {}
+    alone_runs: dict[str, list[float]] = defaultdict(list)
     ideal: dict[str, list] = defaultdict(list)
     for name, scenario in entries:
         if not scenario.homogeneous:
@@ -97,17 +98,21 @@ def scaling(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) ->
         spread = statistics.stdev(scenario.rounds) if len(scenario.rounds) > 1 else 0.0
         curves[label][scenario.mode].append((scenario.n_workers, scenario.throughput, spread))
         if scenario.alone_of(0):
-            alone[label] = scenario.alone_of(0)
+            alone_runs[label].append(scenario.alone_of(0))
         if scenario.ideal_throughput:
             ideal[label].append((scenario.n_workers, scenario.ideal_throughput))
+    alone = {label: statistics.median(values) for label, values in alone_runs.items()}
     for label, modes in sorted(curves.items()):
         figure, axes = plt.subplots(figsize=(6.5, 4))
         counts = sorted({n for points in modes.values() for n, _, _ in points})
         ticks = sorted({1, *counts}) if label in alone else counts  # the job alone (1) is known: from there
         for mode, points in sorted(modes.items(), key=lambda item: list(MODES).index(item[0])):
-            points.sort()
-            axes.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], marker="o",
-                          capsize=3, color=MODE_COLOURS.get(mode), label=mode)
+            colour = MODE_COLOURS.get(mode)
+            axes.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], fmt="o",
+                          capsize=3, color=colour, alpha=0.8 if len(points) == len({p[0] for p in points}) else 0.45)
+            at = sorted({n for n, _, _ in points})
+            axes.plot(at, [statistics.median(t for n, t, _ in points if n == x) for x in at], color=colour,
+                      label=mode)
         if label in alone and len(ticks) > 1:
             axes.plot(ticks, [n * alone[label] for n in ticks], linestyle="--", color="black", linewidth=1,
                       label="N x the job alone")
@@ -120,7 +125,8 @@ def scaling(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) ->
         axes.legend(fontsize=8)
         axes.grid(alpha=0.3)
         page.figure(figure, f"scaling-{_slug(kind)}-{_slug(label)}",
-                    f"{label}: aggregate throughput per sharing mode ({kind}); bars: round-to-round spread")
+                    f"{label}: aggregate throughput per sharing mode ({kind}); a dot per run, bars: its "
+                    "round-to-round spread; the line joins the median of the runs")
 
 
 def per_job(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:

@@ -101,23 +101,34 @@ def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
 
 
 def time_spent(records: Iterable[ScenarioRecord], round_s: float) -> str | None:
-    """Where a run's time went: start-up (spawn to warm), measurement rounds, and the rest (set-up, which for the
-    first measurement includes starting the worker fork server, tear-down, between rounds); and how many scenarios
-    recorded a measurement taken once instead of a new one."""
+    """Where a run's time went: start-up (spawn to warm; of it, the slowest worker's first training step, where
+    cuDNN autotunes), measurement rounds, and the rest (set-up, which for the first measurement includes starting
+    the worker fork server, tear-down, between rounds); and how many scenarios recorded a measurement taken once
+    instead of a new one."""
     records = list(records)
-    measured = [r.measurement for r in records if "wall_s" in r.measurement and "same_as" not in r.measurement]
-    if not measured:
+    taken = [r for r in records if "wall_s" in r.measurement and "same_as" not in r.measurement]
+    if not taken:
         return None
+    measured = [r.measurement for r in taken]
     wall = sum(m["wall_s"] for m in measured)
     start_up = sum(m.get("fixed_cost_s", 0.0) for m in measured)
+    first_steps = sum(_first_step_s(r) for r in taken)
     rounds = sum(m.get("rounds", 0) for m in measured)
     reused = sum("same_as" in r.measurement for r in records)
-    return (f"time: {len(measured)} measurements took {duration(wall)}: start-up {duration(start_up)}, "
+    return (f"time: {len(measured)} measurements took {duration(wall)}: start-up {duration(start_up)} "
+            f"(first training steps {duration(first_steps)}), "
             f"{rounds} rounds of {round_s:g} s, the rest (set-up, the first one's including the worker fork server's "
             f"start; tear-down; between rounds) "
             f"{duration(max(wall - start_up - rounds * round_s, 0.0))}"
             + (f"; {reused} {'scenario' if reused == 1 else 'scenarios'} recorded a measurement taken once "
                "instead of a new one" if reused else ""))
+
+
+def _first_step_s(scenario: ScenarioRecord) -> float:
+    """The first training step of the worker that was warm last (the scenario's start-up waited for it)."""
+    slowest = max(scenario.workers, key=lambda w: w.startup_s or 0.0, default=None)
+    phases = slowest.other.get("startup_phases_s") if slowest else None
+    return phases.get("first_step", 0.0) if isinstance(phases, dict) else 0.0
 
 
 def duration(seconds: float) -> str:

@@ -142,7 +142,8 @@ def test_records_time_per_sample_and_throughput_in_the_benchmark_json(pytester, 
     assert one["aggregate_round_throughputs"] == alone["aggregate_round_throughputs"]
     assert one["speedup_vs_sequential"] == pytest.approx(1.0, rel=1e-4) and one["measurement"]["fixed_cost_s"] == 0.0
     # where the time went: two measurements (the job alone, naive-2); two scenarios recorded one taken once
-    result.stdout.fnmatch_lines(["time: 2 measurements took * s: start-up * s, 4 rounds of 0.2 s, the rest * s; "
+    result.stdout.fnmatch_lines(["time: 2 measurements took * s: start-up * s (first training steps * s), 4 rounds of 0.2 s, "
+                                 "the rest * s; "
                                  "2 scenarios recorded a measurement taken once*"])
     assert all(len(w["round_throughputs"]) == 2 and w["cpus"] is not None or w["cpus"] is None for w in info["workers"])
     assert data["machine_info"]["gpucolloc"]["device"] == "cpu"

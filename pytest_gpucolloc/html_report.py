@@ -130,26 +130,31 @@ def scaling(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) ->
 
 
 def per_job(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:
-    """Each job's throughput relative to the same job alone, one row per scenario (a dot per job, a line from the
-    slowest job to the fastest: how fairly the GPU was shared), coloured by mode."""
-    rows = [(short_name(name), scenario.mode, [worker.throughput / scenario.alone_of(i)
-                                                for i, worker in enumerate(scenario.workers) if scenario.alone_of(i)])
-            for name, scenario in entries if scenario.mode != "sequential"]
-    rows = [row for row in rows if row[2]]
-    if not rows:
-        return
-    figure, axes = plt.subplots(figsize=(8, max(2.5, 0.2 * len(rows) + 1)))
-    for y, (_, mode, values) in enumerate(rows):
-        colour = MODE_COLOURS.get(mode)
-        axes.plot([min(values), max(values)], [y, y], color=colour, linewidth=1)
-        axes.scatter(values, [y] * len(values), color=colour, s=14, zorder=2)
-    axes.set_yticks(range(len(rows)), [name for name, _, _ in rows], fontsize=7)
-    axes.set_ylim(len(rows) - 0.5, -0.5)
-    axes.axvline(1.0, color="black", linestyle="--", linewidth=1)
-    _mode_legend(axes, {mode for _, mode, _ in rows})
-    axes.set(xlabel="each job's throughput relative to the same job alone", title=f"per-job throughput\n{kind}")
-    page.figure(figure, f"per-job-{_slug(kind)}", f"Each job's throughput while sharing, relative to alone, a dot "
-                f"per job and a line from the slowest to the fastest ({kind})")
+    """Each job's throughput relative to the same job alone, one row per scenario and run (a dot per job, a line
+    from the slowest job to the fastest: how fairly the GPU was shared), coloured by mode; one figure per test, so
+    that a page of many runs stays readable, with a scenario's runs next to each other."""
+    groups: dict[str, list] = defaultdict(list)
+    for name, scenario in entries:
+        shares = [worker.throughput / scenario.alone_of(i) for i, worker in enumerate(scenario.workers)
+                  if scenario.alone_of(i)]
+        if scenario.mode != "sequential" and shares:
+            label = short_name(name)
+            groups[label.split("[")[0]].append((label, scenario.mode, shares))
+    for test, rows in sorted(groups.items()):
+        rows.sort(key=lambda row: row[0])
+        figure, axes = plt.subplots(figsize=(8, max(2.5, 0.2 * len(rows) + 1)))
+        for y, (_, mode, values) in enumerate(rows):
+            colour = MODE_COLOURS.get(mode)
+            axes.plot([min(values), max(values)], [y, y], color=colour, linewidth=1)
+            axes.scatter(values, [y] * len(values), color=colour, s=14, zorder=2)
+        axes.set_yticks(range(len(rows)), [name for name, _, _ in rows], fontsize=7)
+        axes.set_ylim(len(rows) - 0.5, -0.5)
+        axes.axvline(1.0, color="black", linestyle="--", linewidth=1)
+        _mode_legend(axes, {mode for _, mode, _ in rows})
+        axes.set(xlabel="each job's throughput relative to the same job alone",
+                 title=f"per-job throughput: {test}\n{kind}")
+        page.figure(figure, f"per-job-{_slug(kind)}-{_slug(test)}", f"{test}: each job's throughput while sharing, "
+                    f"relative to alone, a dot per job and a line from the slowest to the fastest ({kind})")
 
 
 def mixes(page: Page, kind: str, entries: list[tuple[str, ScenarioRecord]]) -> None:

@@ -164,8 +164,9 @@ OPTIONS = [
            number_option("--colloc-precision", 0, 100), "0.5"),
     Option("colloc_round_seconds", "length of one measurement round in seconds (default: 1 GPU, 0.5 CPU)",
            number_option("--colloc-round-seconds", 0.05, 3600), None, "1", "0.5"),
-    Option("colloc_warmup_seconds", "longest warm-up per worker: warm-up ends earlier once the step time has "
-           "stopped improving (default: 10 GPU, 0.5 CPU)",
+    Option("colloc_warmup_seconds", "longest warm-up per worker, once it has taken the fewest steps "
+           "(--colloc-warmup-steps): warm-up ends earlier when the step time has stopped improving (default: 10 GPU, "
+           "0.5 CPU)",
            number_option("--colloc-warmup-seconds", 0, 3600), None, "10", "0.5"),
     Option("colloc_warmup_steps", "fewest warm-up steps per worker (default: 20 GPU, 2 CPU)",
            number_option("--colloc-warmup-steps", 1, 10**6, integer=True), None, "20", "2"),

@@ -149,8 +149,8 @@ WARMUP_FLOOR_S = 1.0
 
 
 def warm_until_steady(step, sync, spec: protocol.Spec) -> int:
-    """Train until the step time has stopped improving (after at least ``spec.warmup_steps`` steps and
-    WARMUP_FLOOR_S), or for ``spec.warmup_s`` at most. Returns the number of steps."""
+    """Train at least ``spec.warmup_steps`` steps, then until the step time has stopped improving (after
+    WARMUP_FLOOR_S) or ``spec.warmup_s`` has passed. Returns the number of steps."""
     start = window_start = time.monotonic()
     steps = window_steps = 0
     rates: list[float] = []  # steps per second of successive windows, each ended by a synchronisation

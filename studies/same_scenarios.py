@@ -15,11 +15,13 @@ import argparse
 import json
 import math
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 from scipy import stats
 from tabulate import tabulate
+
+from pytest_gpucolloc.report import describe_workers
 
 
 def scenarios(paths: list[Path]) -> dict[tuple, list[tuple[str, float, float]]]:
@@ -30,8 +32,7 @@ def scenarios(paths: list[Path]) -> dict[tuple, list[tuple[str, float, float]]]:
             info = bench.get("extra_info", {})
             if info.get("device") != "cuda" or "same_as" in info.get("measurement", {}):
                 continue
-            key = (info["mode"], " + ".join(f"{n}x {label}" if n > 1 else label
-                                            for label, n in Counter(info["workloads"]).items()))
+            key = (info["mode"], describe_workers(info["workloads"]))
             found[key].append((f"{path.parent.name}/{path.name}", info["aggregate_throughput"],
                                info.get("aggregate_cv") or 0.0))
     return found

@@ -194,7 +194,12 @@ def cmd_history(args) -> int:
     if not loaded.runs:
         print(f"error: no saved pytest-gpucolloc runs under {args.storage}", file=sys.stderr)
         return 3
-    points, looked = changepoints.find(loaded, args.scenario, args.gpu, args.alpha, args.min_runs)
+    try:
+        points, looked = changepoints.find(loaded, args.scenario, args.gpu, args.alpha, args.min_runs)
+    except ImportError as missing:  # a dependency left out of the install, e.g. an offline machine's --no-deps
+        print(f"error: pytest-gpucolloc history needs the {missing.name} package, a dependency of pytest-gpucolloc "
+              f"that is not installed in this environment: pip install {missing.name}", file=sys.stderr)
+        return 2
     if not looked:
         print("error: no saved scenario matches " + " and ".join(
             f"{flag} {value}" for flag, value in (("--scenario", args.scenario), ("--gpu", args.gpu)) if value),

@@ -93,3 +93,38 @@ def test_the_history_plot_marks_level_shifts(storage, tmp_path):
 
     figures = plots.history(load(storage), tmp_path, "svg")
     assert figures and all("level shift -10" in f.read_text() for f in figures)
+
+
+H200 = Path(__file__).resolve().parents[1] / "docs" / "results"
+
+
+def _unpack(archive: Path, into: Path) -> Path:
+    import tarfile
+
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return next(p for p in into.iterdir() if p.is_dir())
+
+
+def test_a_known_step_in_an_h200_history_is_found_at_its_first_run(tmp_path):
+    """Eight saved H200 runs of one graphed scenario, the last four with one extra training step every 33."""
+    storage = _unpack(H200 / "2026-12-02-h200-ab-and-change-points" / "step-history.tar.gz", tmp_path)
+    found, looked = changepoints.find(load(storage))
+    assert len(looked) == 1 and looked[0][2] == 8
+    assert [p.run_id[:4] for p in found] == ["0005"]
+    assert found[0].change == pytest.approx(-0.03, abs=0.005) and found[0].p_value < 0.01
+
+
+@pytest.mark.parametrize("folder", ["2026-12-01-h200-gate-cudnn-heuristics", "2026-12-02-h200-gate-gpu-bound-heuristics"])
+def test_no_shift_in_h200_histories_whose_last_run_alone_is_slower(folder, tmp_path):
+    """Six unchanged runs, then one run slowed by 2.9%: one odd run is not a new level."""
+    storage = _unpack(H200 / folder / "history.tar.gz", tmp_path)
+    found, looked = changepoints.find(load(storage))
+    assert looked and all(runs == 7 for _, _, runs in looked)
+    assert found == []
+
+
+def test_history_without_its_change_point_library_says_so(storage, capsys, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "ruptures", None)  # as if the install had left it out
+    assert cli.main(["history", "--storage", str(storage)]) == 2
+    assert "needs the ruptures package" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from pytest_gpucolloc.modes.mps import MpsMode, PartitionedMpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
 from tests.ctrl_c import pytest_command
-from tests.processes import plugin_processes, worker_processes
+from tests.processes import environment_has, plugin_processes, worker_processes
 
 pytestmark = pytest.mark.gpucolloc_gpu
 
@@ -212,9 +212,12 @@ def pytester_like_run(tmp_path):
             "    collocate([Workload('resnet26-cifar10', batch_size=32)] * 2)\n"
         )
         before = set(Path("/tmp").glob("gc-*"))
+        # Only the interrupted run's processes count: this session's own fork server lives on until it ends.
+        tag = f"{os.getpid()}-{tmp_path.name}"
         child = subprocess.Popen(pytest_command(str(test_file), "--gpu-mode=mps", "--colloc-rounds=100",
                                                 "--colloc-round-seconds=1", "-p", "no:cacheprovider"),
-                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                 cwd=tmp_path, env={**os.environ, "GPUCOLLOC_TEST_TAG": tag},
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         time.sleep(signal_after_s)
         child.send_signal(signal.SIGINT)
         try:
@@ -223,7 +226,7 @@ def pytester_like_run(tmp_path):
             child.kill()
             output, _ = child.communicate()
         time.sleep(1)
-        leftovers = [str(pid) for pid in plugin_processes()]
+        leftovers = [str(pid) for pid in plugin_processes() if environment_has(pid, f"GPUCOLLOC_TEST_TAG={tag}")]
         daemons = list(our_mps_processes())
         return {"returncode": child.returncode, "leftover_processes": leftovers + daemons,
                 "leftover_dirs": [str(p) for p in set(Path("/tmp").glob("gc-*")) - before],

@@ -35,6 +35,7 @@ PRELOAD = ("torch", "torchvision.models", "torchvision.transforms.v2", "PIL.Imag
            "pytest_gpucolloc.image_data", "pytest_gpucolloc.worker")
 MAX_MESSAGE = 1 << 20
 START_TIMEOUT_S = 120.0
+CLOSE_TIMEOUT_S = 30.0  # the server kills its remaining workers and waits for them; then it is killed itself
 
 
 class ForkServerError(RuntimeError):
@@ -85,6 +86,8 @@ class ForkServer:
             raise
 
     def _receive(self, timeout: float) -> dict | None:
+        if self.sock.fileno() < 0:  # closed: asked about a worker after the session's end (atexit order)
+            raise ForkServerError("the worker fork server was closed")
         if not select.select([self.sock], [], [], timeout)[0]:
             return None
         data = self.sock.recv(MAX_MESSAGE)
@@ -139,7 +142,7 @@ class ForkServer:
         """Stop the server (it kills any worker still running) and remove its log."""
         self.sock.close()
         try:
-            self.process.wait(timeout=5)
+            self.process.wait(timeout=CLOSE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
@@ -248,8 +251,10 @@ def serve(sock: socket.socket) -> None:
         for pid in children:  # the controller is gone: nothing it started may stay
             try:
                 os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            except ProcessLookupError:  # forked a moment ago, before its own process group
+                os.kill(pid, signal.SIGKILL)
+        for pid in children:  # nor outlive the server: a GPU process can take seconds to tear down its context,
+            os.waitpid(pid, 0)  # and the controller waits for the server (up to CLOSE_TIMEOUT_S)
 
 
 def main() -> int:

@@ -89,6 +89,21 @@ def test_workers_die_with_their_fork_server(cpu_target, tmp_path):
     assert forkserver.shared() is not server  # the next scenario gets a new server
 
 
+def test_closing_the_server_ends_its_workers_before_it_returns(cpu_target, tmp_path):
+    """The controller going away (a session's end, Ctrl-C) stops the server, which kills the workers it still has
+    and waits for them: when close() returns none of them exists, not even as a zombie."""
+    from pytest_gpucolloc.pool import base_environment
+
+    slot = WorkerSlot(tiny())
+    server = forkserver.ForkServer(base_environment())
+    with WorkerPool([slot, slot], device="cpu", warmup_s=0.1, warmup_steps=2, log_dir=tmp_path,
+                    forkserver=server) as pool:
+        pids = [ready.pid for ready in pool.wait_ready(60)]
+        server.close()
+        assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []
+        assert server.process.returncode == 0  # it ended by itself, not killed after the close timeout
+
+
 def test_an_unknown_spawn_method_is_a_usage_error(pytester):
     result = pytester.runpytest("--colloc-spawn=thread")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -124,6 +124,19 @@ def test_no_shift_in_h200_histories_whose_last_run_alone_is_slower(folder, tmp_p
     assert found == []
 
 
+def test_a_series_too_short_for_a_shift_is_named(tmp_path, capsys):
+    """Four runs cannot hold two levels of three: '0 level shifts' must not pass for a steady history."""
+    storage = _unpack(H200 / "2026-12-02-h200-ab-and-change-points" / "step-history.tar.gz", tmp_path)
+    for saved in sorted(storage.rglob("*.json"))[4:]:
+        saved.unlink()
+    assert cli.main(["history", "--storage", str(storage)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("0 level shift(s) in 1 series")
+    assert "1 of the series have fewer than 6 runs" in out and "(4 runs)" in out
+    assert cli.main(["history", "--storage", str(storage), "--min-runs", "2"]) == 0
+    assert "fewer than" not in capsys.readouterr().out
+
+
 def test_history_without_its_change_point_library_says_so(storage, capsys, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "ruptures", None)  # as if the install had left it out
     assert cli.main(["history", "--storage", str(storage)]) == 2

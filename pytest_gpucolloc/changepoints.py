@@ -86,10 +86,15 @@ def _candidates(values: list[float], min_runs: int) -> list[int]:
     return ends[:-1]  # the last "end" is the series' length
 
 
+def can_hold_a_shift(runs: int, min_runs: int = DEFAULT_MIN_RUNS) -> bool:
+    """Whether a series of ``runs`` runs can show a shift at all: two levels of ``min_runs`` runs each."""
+    return runs >= 2 * min_runs
+
+
 def detect(points: list[Point], scenario: str, gpu: str, alpha: float = DEFAULT_ALPHA,
            min_runs: int = DEFAULT_MIN_RUNS) -> list[ChangePoint]:
     values = [p.log_throughput for p in points]
-    if len(values) < 2 * min_runs:
+    if not can_hold_a_shift(len(values), min_runs):
         return []
     kept: list[int] = []
     candidates = _candidates(values, min_runs)

@@ -219,7 +219,7 @@ def cmd_history(args) -> int:
     if points:
         print(tabulate(rows, headers=headers, tablefmt="github" if args.format == "markdown" else "simple",
                        disable_numparse=True))
-    short = [(s, g, n) for s, g, n in looked if n < 2 * args.min_runs]
+    short = [(s, g, n) for s, g, n in looked if not changepoints.can_hold_a_shift(n, args.min_runs)]
     if short:  # "0 level shifts" must not read as "steady" where no shift could have been found
         print(f"{len(short)} of the series have fewer than {2 * args.min_runs} runs (two levels of {args.min_runs}): "
               "no shift can be found in them yet: " + ", ".join(

@@ -56,13 +56,16 @@ def parse_device(text: str) -> str:
 
 
 SPAWN_METHODS = ("fresh", "forkserver")
+CUDNN_CHOICES = ("autotune", "heuristics")
 
 
-def parse_spawn(text: str) -> str:
-    value = (text or "").strip().lower()
-    if value not in SPAWN_METHODS:
-        raise ValueError(f"--colloc-spawn must be one of {', '.join(SPAWN_METHODS)}, got {text!r}")
-    return value
+def one_of(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = (text or "").strip().lower()
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
+        return value
+    return parse
 
 
 def parse_gpu_selector(text: str) -> str | int:
@@ -189,9 +192,14 @@ OPTIONS = [
     Option("colloc_extra_step_every", "inject a known slowdown to check a regression gate: every built-in "
            "workload runs one extra, uncounted step after every K steps (K=20 costs 1/21 of the throughput); default off",
            _optional_int("--colloc-extra-step-every", 1, 10**6), "0"),
+    Option("colloc_cudnn", "how the named convolutional workloads choose their cuDNN convolution algorithms when "
+           "their options do not say: autotune (each worker times them in its first steps, "
+           "torch.backends.cudnn.benchmark; the default) or heuristics (cuDNN's choice, PyTorch's own default: "
+           "about 4 s less start-up a scenario, a few percent less throughput on launch-bound jobs; their labels "
+           "say /cudnn-heuristics)", one_of("--colloc-cudnn", CUDNN_CHOICES), "autotune"),
     Option("colloc_spawn", "how workers start: forkserver (forked from one process per session that has imported "
            "torch and torchvision, never CUDA: saves those imports at every start; the default) or fresh (a new "
-           "Python interpreter each)", parse_spawn, "forkserver"),
+           "Python interpreter each)", one_of("--colloc-spawn", SPAWN_METHODS), "forkserver"),
     Option("colloc_alone", "measure each distinct job alone once per session, the speedup's reference: on or off "
            "(default on; off leaves speedups out and saves that time, e.g. for gated runs)", parse_flag, "on"),
     Option("colloc_telemetry", "sample GPU telemetry (NVML) over each measurement window: on or off "

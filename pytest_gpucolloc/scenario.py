@@ -14,7 +14,7 @@ from .cpu_affinity import CpuPolicy, assign_cpus
 from .modes.base import SharingMode, Target, WorkerCheckFailed
 from .modes.sequential import SequentialMode
 from .pool import ScenarioTimeout, WorkerFailed, WorkerPool, WorkerSlot
-from .workloads import SMOKE_SEQ_LEN, Workload
+from .workloads import SMOKE_SEQ_LEN, ModelShape, Workload
 
 START_LEAD_S = 0.5  # time for the measure command to reach every worker before the first boundary
 
@@ -33,12 +33,16 @@ class Settings:
     batch_cap: int | None = None  # CPU smoke mode caps batch sizes
     extra_step_every: int | None = None  # injected slowdown (checking a regression gate)
     spawn: str = "forkserver"  # forked by the session's fork server (forkserver.py), or fresh interpreters
+    cudnn: str = "autotune"  # how named convolutional workloads whose options do not say choose their algorithms
 
     def adapt(self, workload: Workload) -> Workload:
         if self.batch_cap and workload.batch_size > self.batch_cap:
             workload = workload.with_batch_size(self.batch_cap)
         if self.batch_cap and (workload.tokens_per_sample or 0) > SMOKE_SEQ_LEN:  # CPU smoke mode
             workload = dataclasses.replace(workload, options={**workload.options, "seq_len": SMOKE_SEQ_LEN})
+        if self.cudnn == "heuristics" and isinstance(workload.shape, ModelShape) \
+                and "cudnn_autotune" not in workload.options:
+            workload = dataclasses.replace(workload, options={**workload.options, "cudnn_autotune": False})
         if self.extra_step_every and workload.is_named:
             workload = dataclasses.replace(workload, options={**workload.options,
                                                               "extra_step_every": self.extra_step_every})

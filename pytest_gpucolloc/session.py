@@ -191,6 +191,7 @@ class CollocSession:
                 batch_cap=None if on_gpu else CPU_BATCH_CAP,
                 extra_step_every=values["colloc_extra_step_every"],
                 spawn=values["colloc_spawn"],
+                cudnn=values["colloc_cudnn"],
             )
         return self._settings
 

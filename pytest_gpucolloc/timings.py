@@ -13,7 +13,8 @@ CACHE_KEY = "gpucolloc/scenario-seconds"
 def _kind(machine: str, settings) -> str:
     """What a scenario's time depends on besides the scenario: the machine kind and the measurement settings."""
     return (f"{machine}; rounds {settings.rounds}-{settings.max_rounds} x {settings.round_s:g} s; precision "
-            f"{settings.precision:.2%}; warm-up at most {settings.warmup_s:g} s")
+            f"{settings.precision:.2%}; warm-up at most {settings.warmup_s:g} s"
+            + ("; cuDNN heuristics" if settings.cudnn == "heuristics" else ""))
 
 
 def _kept(config) -> dict:

@@ -70,6 +70,7 @@ def test_unknown_mode_is_a_usage_error_listing_the_valid_ones(pytester):
     (["--colloc-gpu=../../etc"], "*--colloc-gpu must be a GPU index or a GPU-... UUID*"),
     (["--colloc-device=tpu"], "*--colloc-device must be auto, cuda or cpu*"),
     (["--gpu-mode="], "*--gpu-mode needs at least one mode*"),
+    (["--colloc-cudnn=fast"], "*--colloc-cudnn must be one of autotune, heuristics, got 'fast'*"),
 ])
 def test_bad_option_values_are_usage_errors(pytester, args, message):
     result = pytester.runpytest(*args)
@@ -200,6 +201,27 @@ def test_ideal_reference_gives_efficiency(pytester, suite, tmp_path):
     info = json.loads(out.read_text())["benchmarks"][0]["extra_info"]
     assert info["ideal_throughput"] > 0
     assert info["efficiency"] == pytest.approx(info["aggregate_throughput"] / info["ideal_throughput"])
+
+
+def test_cudnn_heuristics_apply_to_the_convolutional_jobs_whose_options_do_not_say(pytester, tmp_path):
+    pytester.makepyfile('''
+import pytest
+from pytest_gpucolloc import Workload
+pytestmark = pytest.mark.gpucolloc_quick
+def test_jobs(collocate):
+    collocate([Workload("resnet26-cifar10", batch_size=4),
+               Workload("resnet26-cifar10", batch_size=4, options={"cudnn_autotune": True})])
+''')
+    labels = {}
+    for choice in ("autotune", "heuristics"):
+        out = tmp_path / f"{choice}.json"
+        pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-alone=off", f"--colloc-cudnn={choice}",
+                           f"--benchmark-json={out}", *FAST).assert_outcomes(passed=1)
+        workers = json.loads(out.read_text())["benchmarks"][0]["extra_info"]["workers"]
+        labels[choice] = [(w["workload"], w["params"]["options"].get("cudnn_autotune")) for w in workers]
+    assert labels["autotune"] == [("resnet26-cifar10/bs4", None), ("resnet26-cifar10/bs4", True)]
+    # the job that asks for autotuning keeps it; the other says in its label (its history's name) how it ran
+    assert labels["heuristics"] == [("resnet26-cifar10/bs4/cudnn-heuristics", False), ("resnet26-cifar10/bs4", True)]
 
 
 def test_unknown_workload_fails_at_collection(pytester):

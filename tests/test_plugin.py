@@ -1,4 +1,5 @@
 """Plugin behaviour through real pytest runs (pytester), with real worker processes on the CPU."""
+import dataclasses
 import json
 import warnings
 
@@ -212,16 +213,25 @@ def test_jobs(collocate):
     collocate([Workload("resnet26-cifar10", batch_size=4),
                Workload("resnet26-cifar10", batch_size=4, options={"cudnn_autotune": True})])
 ''')
-    labels = {}
-    for choice in ("autotune", "heuristics"):
-        out = tmp_path / f"{choice}.json"
-        pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-alone=off", f"--colloc-cudnn={choice}",
-                           f"--benchmark-json={out}", *FAST).assert_outcomes(passed=1)
-        workers = json.loads(out.read_text())["benchmarks"][0]["extra_info"]["workers"]
-        labels[choice] = [(w["workload"], w["params"]["options"].get("cudnn_autotune")) for w in workers]
-    assert labels["autotune"] == [("resnet26-cifar10/bs4", None), ("resnet26-cifar10/bs4", True)]
+    out = tmp_path / "run.json"
+    pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-alone=off", "--colloc-cudnn=heuristics",
+                       f"--benchmark-json={out}", *FAST).assert_outcomes(passed=1)
+    workers = json.loads(out.read_text())["benchmarks"][0]["extra_info"]["workers"]
     # the job that asks for autotuning keeps it; the other says in its label (its history's name) how it ran
-    assert labels["heuristics"] == [("resnet26-cifar10/bs4/cudnn-heuristics", False), ("resnet26-cifar10/bs4", True)]
+    assert [(w["workload"], w["params"]["options"].get("cudnn_autotune")) for w in workers] == [
+        ("resnet26-cifar10/bs4/cudnn-heuristics", False), ("resnet26-cifar10/bs4", True)]
+
+
+def test_cudnn_autotuning_is_the_default_and_leaves_the_jobs_as_written():
+    from pytest_gpucolloc.scenario import Settings
+    from pytest_gpucolloc.workloads import Workload
+
+    default = Settings(rounds=2, round_s=0.2, warmup_s=0.1, warmup_steps=2, timeout_s=60)
+    assert default.cudnn == "autotune"
+    for job in (Workload("resnet26-cifar10"), Workload("gpt-mini"), Workload("resnet50", options={"cudnn_autotune": False})):
+        assert default.adapt(job) == job
+    heuristics = dataclasses.replace(default, cudnn="heuristics")
+    assert heuristics.adapt(Workload("gpt-mini")) == Workload("gpt-mini")  # no convolutions to choose for
 
 
 def test_unknown_workload_fails_at_collection(pytester):

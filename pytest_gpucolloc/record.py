@@ -16,7 +16,8 @@ read only the ``ScenarioRecord`` it returns.
     repeats              aggregate_round_throughputs split by fresh-process repeat (--colloc-repeats): one list
                          per repeat, one list in all without repeats
     aggregate_throughput mean of the rounds; aggregate_cv: their coefficient of variation
-    speedup_vs_sequential  sum over jobs of collocated / alone throughput (alone: same session and GPU)
+    speedup_vs_sequential  sum over jobs of collocated / alone throughput, each over its whole measured window
+                         (alone: same session and GPU)
     ideal_throughput, efficiency   one process training the summed batch, and aggregate / that
     cpu_affinity         how CPU cores were given to workers
     samples_per_joule, foreign_pids, telemetry (one dict per phase and repeat: power, clocks, power-cap share,

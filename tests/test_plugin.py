@@ -135,7 +135,7 @@ def test_records_time_per_sample_and_throughput_in_the_benchmark_json(pytester, 
     assert info["speedup_vs_sequential"] is not None  # against the job alone, measured once in the session
     alone = by_name["test_tiny[cpu-sequential-1]"]["extra_info"]
     assert info["speedup_vs_sequential"] == pytest.approx(
-        sum(w["throughput"] for w in info["workers"]) / alone["aggregate_throughput"])
+        sum(w["throughput"] for w in info["workers"]) / alone["workers"][0]["throughput"])
     assert info["measurement"]["rounds"] == 2 and info["measurement"]["fixed_cost_s"] > 0
     # one job under naive is the job alone: its record is that measurement (the same process), not a second one
     one = by_name["test_tiny[cpu-naive-1]"]["extra_info"]

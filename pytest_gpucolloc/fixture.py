@@ -180,17 +180,14 @@ class CollocateFixture:
             self.session.alone_measured.append((self.node.name, cache[(job.key(), device)]))
         return {job.key(): cache[(job.key(), device)] for job in self._adapted(jobs, context)}
 
-    @staticmethod
-    def _whole_window_throughput(alone: ScenarioResult | None) -> float | None:
-        return alone.workers[0].stats.throughput if alone else None
-
     def _add_baselines(self, result: ScenarioResult, context: ScenarioContext, want_ideal: bool) -> None:
         """Speedup against each job alone (measured once per session), and the 'ideal' reference (one process
         with the summed batch) when asked for."""
         baselines, device = self.session.baselines, self.session.device().key
         # each job's throughput over its whole window, alone and here: the same statistic on both sides, so that
         # a record of the alone measurement itself has a speedup of exactly 1
-        alone = [self._whole_window_throughput(baselines.alone.get((w.workload.key(), device))) for w in result.workers]
+        alone_runs = [baselines.alone.get((w.workload.key(), device)) for w in result.workers]
+        alone = [run.workers[0].stats.throughput if run else None for run in alone_runs]
         result.alone_throughputs = alone
         if result.mode == SequentialMode.name:
             result.speedup = 1.0

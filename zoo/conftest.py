@@ -1,0 +1,2 @@
+def pytest_configure(config):
+    config.addinivalue_line("markers", "zoo: the zoo's scenarios (user-written training steps, default options)")

@@ -1,20 +1,30 @@
 """Paired A/B in one job: the same scenarios run by two arms (an interpreter or virtual environment, or a git
-revision of the scenario code), each run a fresh pytest process, the arms alternating A B B A ... on the same
-machine, and each scenario judged on its paired log-ratios. Noise that moves both arms of a pair alike (the
-machine's level, the physical GPU, the time of day) cancels; history-based gating cannot do that.
+revision of the scenario code) on one machine, judged on paired log-ratios. Noise that moves both arms alike (the
+machine's level, the physical GPU, drift over the job) cancels; history-based gating cannot do that.
 
-A pair's log-ratio d = log(B / A). With n pairs, mean m and standard error s/sqrt(n) (Student t, n - 1 degrees
-of freedom): ``regressed`` when B is slower at one-sided p < alpha and by at least the threshold; ``improved``
-likewise faster; ``unchanged`` when the two-sided (1 - 2 alpha) interval of the change lies within the threshold;
-otherwise ``inconclusive``, and more pairs are run, up to a budget.
+Randomised multiple interleaved trials: both arms' pytest sessions run at once, and for each scenario both arms'
+workers are warm at the same time (``interleave.py``). The controller measures one arm's workers for a short window
+while the other arm's idle, then the other arm's, in random order: a pair of windows costs seconds. Each *block* is
+a fresh set of processes in each arm, so that the noise between processes (large for launch-bound jobs) is measured:
+the unit of the statistics is a block's mean log-ratio d = log(B / A), not a window.
+
+With m blocks, mean m_d and standard error s/sqrt(m) (Student t, m - 1 degrees of freedom): ``regressed`` when B is
+slower at one-sided p < alpha and by at least the threshold; ``improved`` likewise faster; ``unchanged`` when the
+two-sided (1 - 2 alpha) interval of the change lies within the threshold; otherwise ``inconclusive``, and another
+block is run, within the scenario's and the job's budgets.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import math
 import os
+import random
+import select
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -23,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import history, machine
+from . import history, interleave, machine
 
 # What may differ between two interpreters' runs: the stack is the change being compared.
 STACK_KEYS = {"python", "torch", "torchvision", "cuda_runtime", "cudnn", "plugin_version"}
@@ -148,30 +158,13 @@ def checked_out(arms: list[Arm], here: Path):
 
 @dataclass
 class ArmRun:
+    """One arm's pytest session."""
+
     arm: str
-    pair: int
-    throughputs: dict[str, float]  # scenario (test name) -> aggregate samples/s (geometric mean over its rounds)
-    machine: dict
-    path: Path
+    path: Path  # its --benchmark-json
+    log: Path
     returncode: int
-
-
-def run_arm(arm: Arm, pair: int, pytest_args: list[str], out: Path, storage: Path, tag: str) -> ArmRun:
-    """One fresh pytest process of ``arm``; its run is saved to ``storage`` named as a pair of this A/B."""
-    path = out / f"{arm.label}-{pair:03d}.json"
-    command = [arm.python, "-m", "pytest", *pytest_args, "-p", "no:cacheprovider", "-q",
-               f"--benchmark-json={path}", f"--benchmark-storage=file://{storage}",
-               f"--benchmark-save={tag}-pair{pair:03d}-{arm.label}"]
-    log = out / f"{arm.label}-{pair:03d}.log"
-    with open(log, "w") as handle:
-        done = subprocess.run(command, cwd=arm.cwd, stdout=handle, stderr=subprocess.STDOUT)
-    if done.returncode not in (0, 1) or not path.exists():
-        tail = log.read_text()[-1500:]
-        raise ABError(f"the {arm.label} arm's pytest exited {done.returncode} (pair {pair}); its output ends:\n{tail}")
-    saved = history.read_run(path)
-    throughputs = {history.short_name(name): math.exp(history.sample_of(record, "").log_mean)
-                   for name, record in saved.scenarios.items()}
-    return ArmRun(arm.label, pair, throughputs, saved.machine, path, done.returncode)
+    machine: dict = field(default_factory=dict)
 
 
 def unexpected_differences(arms: list[Arm], a: dict, b: dict) -> list[str]:
@@ -191,18 +184,22 @@ class Judgement:
     p_slower: float | None = None
     detectable: float | None = None  # smallest drop these pairs resolve (half-width of the interval)
     log_ratios: list[float] = field(default_factory=list)
+    blocks: int = 0  # sets of fresh processes per arm (0: each ratio stands alone, e.g. alternated sessions)
+    reason: str = ""
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("scenario", "verdict", "pairs", "change", "ci", "p_slower",
-                                               "detectable", "log_ratios")}
+        return {k: getattr(self, k) for k in ("scenario", "verdict", "pairs", "blocks", "change", "ci", "p_slower",
+                                               "detectable", "reason", "log_ratios")}
 
 
 def judge(scenario: str, ratios: list[float], threshold: float, alpha: float) -> Judgement:
+    """Each log-ratio an independent unit (a block's mean, or a session against its neighbours)."""
     from scipy import stats
 
     n = len(ratios)
-    if n < 2:  # one pair shows a change but no spread to judge it by
-        return Judgement(scenario, "inconclusive", n, math.exp(ratios[0]) - 1 if ratios else None, log_ratios=ratios)
+    if n < 2:  # one unit shows a change but no spread to judge it by
+        return Judgement(scenario, "inconclusive", n, math.exp(ratios[0]) - 1 if ratios else None, log_ratios=ratios,
+                         reason="one unit has no spread to judge it by")
     mean, spread = statistics.fmean(ratios), statistics.stdev(ratios)
     error = spread / math.sqrt(n)
     critical = stats.t.ppf(1 - alpha, n - 1)
@@ -221,74 +218,253 @@ def judge(scenario: str, ratios: list[float], threshold: float, alpha: float) ->
         verdict = "unchanged"
     else:
         verdict = "inconclusive"
-    return Judgement(scenario, verdict, n, change, (math.exp(low) - 1, math.exp(high) - 1), p_slower,
+    return Judgement(scenario, verdict, n, change, (math.exp(low) - 1, math.exp(high) - 1), float(p_slower),
                      1 - math.exp(-critical * error), ratios)
+
+
+def judge_blocks(scenario: str, blocks: list[list[float]], threshold: float, alpha: float) -> Judgement:
+    """Windows paired within blocks of fresh processes: each block's mean log-ratio is one unit, so that a
+    difference between two arms' processes is noise, not a verdict."""
+    blocks = [block for block in blocks if block]
+    judged = judge(scenario, [statistics.fmean(block) for block in blocks], threshold, alpha)
+    judged.pairs, judged.blocks = sum(map(len, blocks)), len(blocks)
+    judged.log_ratios = [x for block in blocks for x in block]
+    if len(blocks) < 2:
+        judged.reason = "one block of processes: the noise between processes is not known yet"
+    return judged
 
 
 @dataclass
 class Settings:
     threshold: float = 0.02
     alpha: float = 0.005
-    min_pairs: int = 3
-    max_pairs: int = 10
-    budget_s: float = 3600.0
+    min_blocks: int = 3
+    max_blocks: int = 10
+    pairs_per_block: int = 5
+    window_s: float = 1.0
+    scenario_budget_s: float = 300.0
+    budget_s: float = 3600.0  # the whole job
+    alone: bool = False  # also measure each job alone in both arms (speedups); off: the A/B does not need them
+    seed: int | None = None
+
+
+class _Arms:
+    """The controller's side of the arms' connections: one JSON line at a time from a named arm, or None once
+    that arm has ended (its session closed the connection, or its pytest exited without connecting)."""
+
+    def __init__(self, server: socket.socket, processes: dict[str, subprocess.Popen]):
+        self.server, self.processes = server, processes
+        self.sockets: dict[str, socket.socket] = {}
+        self.buffers: dict[str, bytes] = {label: b"" for label in processes}
+        self.lines: dict[str, collections.deque] = {label: collections.deque() for label in processes}
+        self.ended: set[str] = set()
+        self.unnamed: dict[socket.socket, bytes] = {}  # connected, not yet said which arm they are
+
+    def send(self, label: str, message: dict) -> None:
+        with contextlib.suppress(OSError, KeyError):
+            self.sockets[label].sendall((json.dumps(message) + "\n").encode())
+
+    def push_back(self, label: str, message: dict) -> None:
+        self.lines[label].appendleft(message)
+
+    def receive(self, label: str) -> dict | None:
+        while not self.lines[label]:
+            if label in self.ended:
+                return None
+            if label not in self.sockets and self.processes[label].poll() is not None:
+                self.ended.add(label)
+                continue
+            watched = [self.server, *self.unnamed, *self.sockets.values()]
+            for ready in select.select(watched, [], [], 0.5)[0]:
+                self._read(ready)
+        return self.lines[label].popleft()
+
+    def _read(self, ready: socket.socket) -> None:
+        if ready is self.server:
+            connection, _ = self.server.accept()
+            self.unnamed[connection] = b""
+            return
+        chunk = ready.recv(65536)
+        if ready in self.unnamed:
+            self.unnamed[ready] += chunk
+            if b"\n" in self.unnamed[ready] or not chunk:
+                hello, _, rest = self.unnamed.pop(ready).partition(b"\n")
+                label = json.loads(hello or b"{}").get("arm")
+                if label not in self.processes or label in self.sockets:
+                    ready.close()
+                    return
+                self.sockets[label], self.buffers[label] = ready, rest
+                self._split(label, b"")
+            return
+        label = next(name for name, sock in self.sockets.items() if sock is ready)
+        if not chunk:
+            self.ended.add(label)
+        self._split(label, chunk)
+
+    def _split(self, label: str, chunk: bytes) -> None:
+        *lines, self.buffers[label] = (self.buffers[label] + chunk).split(b"\n")
+        self.lines[label].extend(json.loads(line) for line in lines if line.strip())
+
+
+class Coordinator:
+    """Keeps the two arms in step, scenario by scenario, and collects each block's paired windows."""
+
+    def __init__(self, arms: _Arms, labels: tuple[str, str], settings: Settings, say):
+        self.arms, self.labels, self.settings, self.say = arms, labels, settings, say
+        self.random = random.Random(settings.seed)
+        self.blocks: dict[str, list[list[float]]] = {}  # test -> per block, the windows' log(candidate / baseline)
+        self.spent: dict[str, float] = {}  # test -> seconds of its blocks so far
+        self.unpaired: list[str] = []
+        self.began = time.monotonic()
+
+    def run(self) -> None:
+        while True:
+            keys = {label: self._next_start(label) for label in self.labels}
+            if all(key is None for key in keys.values()):
+                return
+            first, second = keys.values()
+            if first is not None and first == second:
+                self._pair(first)
+                continue
+            for label, key in keys.items():  # a scenario only one arm has (or reached): measured as usual
+                if key is not None:
+                    self.arms.send(label, {"do": "solo"})
+                    self.unpaired.append(f"{key[0]} ({label} only)")
+
+    def _next_start(self, label: str) -> tuple | None:
+        while (message := self.arms.receive(label)) is not None:
+            if message.get("event") == "start":
+                return tuple(message["key"])
+        return None
+
+    def _expect(self, label: str, event: str) -> dict | None:
+        """The arm's next message when it is ``event``; otherwise None: the arm has ended, or its scenario failed and
+        it moved on (that message is kept for later, and nothing more is said to the arm about this block)."""
+        message = self.arms.receive(label)
+        if message is not None and message.get("event") == event:
+            return message
+        if message is not None:
+            self.arms.push_back(label, message)
+        self.lost.add(label)
+        return None
+
+    def _pair(self, key: tuple) -> None:
+        test, began = key[0], time.monotonic()
+        order = list(self.labels)
+        self.random.shuffle(order)
+        self.lost: set[str] = set()
+        told: list[str] = []
+        for label in order:  # one arm warms up at a time, on a GPU the other leaves alone
+            self.arms.send(label, {"do": "go"})
+            told.append(label)
+            if self._expect(label, "ready") is None:
+                break
+        ratios = self._windows() if not self.lost else []
+        if ratios:
+            self.blocks.setdefault(test, []).append(ratios)
+        self.spent[test] = self.spent.get(test, 0.0) + time.monotonic() - began
+        more = bool(ratios) and not self.lost and self._want_more(test, time.monotonic() - began)
+        for label in self.labels:
+            if label not in self.lost:  # a warm arm without windows measures on its own
+                self.arms.send(label, {"do": "done", "more": more} if label in told else {"do": "solo"})
+
+    def _windows(self) -> list[float]:
+        baseline, candidate = self.labels
+        ratios = []
+        for _ in range(self.settings.pairs_per_block):
+            order = list(self.labels)
+            self.random.shuffle(order)
+            rate = {}
+            for label in order:
+                self.arms.send(label, {"do": "measure", "window_s": self.settings.window_s})
+                answer = self._expect(label, "measured")
+                if answer is None:
+                    return ratios
+                rate[label] = float(answer["throughput"])
+            ratios.append(math.log(rate[candidate] / rate[baseline]))
+        return ratios
+
+    def _want_more(self, test: str, block_s: float) -> bool:
+        settings, blocks = self.settings, self.blocks.get(test, [])
+        if len(blocks) >= settings.max_blocks:
+            return False
+        if self.spent[test] + block_s > settings.scenario_budget_s \
+                or time.monotonic() - self.began + block_s > settings.budget_s:
+            self.say(f"{test}: no more blocks within the budget ({len(blocks)} so far, {block_s:.0f} s each)")
+            return False
+        if len(blocks) < settings.min_blocks:
+            return True
+        return judge_blocks(test, blocks, settings.threshold, settings.alpha).verdict == "inconclusive"
+
+
+def _arm_command(arm: Arm, pytest_args: list[str], settings: Settings, out: Path, storage: Path, tag: str) -> list[str]:
+    own = [] if settings.alone else ["--colloc-alone=off"]  # before the user's: theirs win
+    return [arm.python, "-m", "pytest", *own, *pytest_args, "-p", "no:cacheprovider", "-q",
+            f"--benchmark-json={out / (arm.label + '.json')}", f"--benchmark-storage=file://{storage}",
+            f"--benchmark-save={tag}-{arm.label}"]
 
 
 def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Settings, storage: Path, out: Path,
         say=print) -> tuple[list[Judgement], list[ArmRun]]:
-    """Pairs until every scenario is decided (after ``min_pairs``), or ``max_pairs``, or the budget is spent."""
+    """Both arms' pytest sessions at once, kept in step by the coordinator; judged when both have ended."""
     out.mkdir(parents=True, exist_ok=True)
     tag = "ab-" + time.strftime("%Y%m%dT%H%M%S")
-    began = time.monotonic()
-    runs: list[ArmRun] = []
-    judgements: list[Judgement] = []
-    for pair in range(settings.max_pairs):
-        order = (baseline, candidate) if pair % 2 == 0 else (candidate, baseline)  # A B, B A, ...
-        done = {arm.label: run_arm(arm, pair, pytest_args, out, storage, tag) for arm in order}
-        runs += done.values()
-        a, b = done[baseline.label], done[candidate.label]
-        if pair == 0:
-            changes = unexpected_differences([baseline, candidate], a.machine, b.machine)
-            if changes:
-                raise ABError("the arms ran on machines that differ in more than the change being compared: "
-                              + "; ".join(changes))
-            if not a.throughputs:
-                raise ABError("the selected tests recorded no pytest-gpucolloc scenario")
-        judgements = judge_all(runs, baseline.label, candidate.label, settings)
-        say(f"pair {pair + 1}: " + ", ".join(f"{j.scenario} {j.verdict}" for j in judgements))
-        spent = time.monotonic() - began
-        if pair + 1 >= settings.min_pairs and all(j.verdict != "inconclusive" for j in judgements):
-            break
-        if spent / (pair + 1) * (pair + 2) > settings.budget_s:
-            short = (f", after {pair + 1} of the {settings.min_pairs} pairs asked for at least (a pair took "
-                     f"{spent / (pair + 1):.0f} s: raise --ab-budget-minutes)" if pair + 1 < settings.min_pairs else "")
-            say(f"stopping: another pair would pass the budget of {settings.budget_s / 60:g} minutes{short}")
-            break
-    return judgements, runs
+    folder = Path(tempfile.mkdtemp(prefix="gc-ab-"))  # short: a Unix socket path holds at most 107 bytes
+    arms = {baseline.label: baseline, candidate.label: candidate}
+    processes: dict[str, subprocess.Popen] = {}
+    logs = {label: out / f"{label}.log" for label in arms}
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(str(folder / "ab.sock"))
+            server.listen(2)
+            for label, arm in arms.items():
+                env = {**os.environ, interleave.SOCKET_ENV: str(folder / "ab.sock"), interleave.ARM_ENV: label}
+                with open(logs[label], "w") as log:
+                    processes[label] = subprocess.Popen(_arm_command(arm, pytest_args, settings, out, storage, tag),
+                                                        cwd=arm.cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+            coordinator = Coordinator(_Arms(server, processes), (baseline.label, candidate.label), settings, say)
+            coordinator.run()
+        for process in processes.values():
+            process.wait()
+    finally:
+        for process in processes.values():  # Ctrl-C or an error here: the arms stop too, and their workers
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+        for process in processes.values():
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+    runs = []
+    for label in arms:
+        path = out / f"{label}.json"
+        code = processes[label].returncode
+        if code not in (0, 1) or not path.exists():
+            raise ABError(f"the {label} arm's pytest exited {code}; its output ends:\n{logs[label].read_text()[-1500:]}")
+        runs.append(ArmRun(label, path, logs[label], code, history.read_run(path).machine))
+    changes = unexpected_differences([baseline, candidate], runs[0].machine, runs[1].machine)
+    if changes:
+        raise ABError("the arms ran on machines that differ in more than the change being compared: "
+                      + "; ".join(changes))
+    if coordinator.unpaired:
+        say("measured in one arm only (no verdict): " + ", ".join(coordinator.unpaired))
+    if not coordinator.blocks:
+        raise ABError("no scenario was measured in both arms: every selected test was skipped or failed, or records "
+                      f"no pytest-gpucolloc scenario (see {logs[baseline.label]} and {logs[candidate.label]})")
+    return [judge_blocks(history.short_name(test), blocks, settings.threshold, settings.alpha)
+            for test, blocks in coordinator.blocks.items()], runs
 
 
-def judge_all(runs: list[ArmRun], baseline: str, candidate: str, settings: Settings) -> list[Judgement]:
-    by_pair: dict[int, dict[str, ArmRun]] = {}
-    for one in runs:
-        by_pair.setdefault(one.pair, {})[one.arm] = one
-    scenarios = list(dict.fromkeys(name for one in runs for name in one.throughputs))
-    judgements = []
-    for name in scenarios:
-        ratios = [math.log(p[candidate].throughputs[name] / p[baseline].throughputs[name])
-                  for p in by_pair.values() if baseline in p and candidate in p
-                  and name in p[baseline].throughputs and name in p[candidate].throughputs]
-        judgements.append(judge(name, ratios, settings.threshold, settings.alpha))
-    return judgements
-
-
-HEADERS = ["scenario", "verdict", "pairs", "change (candidate vs baseline)", "interval", "p (slower)",
+HEADERS = ["scenario", "verdict", "blocks", "pairs", "change (candidate vs baseline)", "interval", "p (slower)",
            "detectable drop"]
 
 
 def table(judgements: list[Judgement], fmt: str = "simple") -> str:
     from tabulate import tabulate
 
-    rows = [[j.scenario, j.verdict, str(j.pairs), "-" if j.change is None else f"{j.change:+.2%}",
+    rows = [[j.scenario, j.verdict, str(j.blocks), str(j.pairs), "-" if j.change is None else f"{j.change:+.2%}",
              "-" if j.ci is None else f"[{j.ci[0]:+.2%}, {j.ci[1]:+.2%}]",
              "-" if j.p_slower is None else f"{j.p_slower:.2g}",
              "-" if j.detectable is None else f"{j.detectable:.2%}"] for j in judgements]

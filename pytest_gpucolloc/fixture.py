@@ -15,13 +15,14 @@ from typing import Iterable
 
 import pytest
 
-from . import benchmark_api, distributed, measure, record
+from . import benchmark_api, distributed, interleave, measure, record
 from .device import release
 from .mig.provision import MigError, MigUnavailable
 from .modes import MODES, ModeConfigError
 from .modes.sequential import SequentialMode
 from .mps_daemon import MpsError
-from .scenario import ScenarioFailed, ScenarioResult, combine_repeats, run_scenario, sequential_of, taken_once
+from .scenario import (Pairing, ScenarioFailed, ScenarioResult, combine_repeats, run_scenario, sequential_of,
+                       taken_once)
 from .session import CollocSession, ScenarioContext
 from .workloads import Workload, WorkloadError, as_workload
 
@@ -137,8 +138,16 @@ class CollocateFixture:
         """The scenario, its workers started ``context.repeats`` times afresh."""
         mode = MODES[mode_name or self.mode]()
         log_dir = self.log_dir / mode.name
-        return combine_repeats([run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{k}",
-                                             context.sampler_factory) for k in range(context.repeats)])
+        link = interleave.link()
+        if link is None or mode_name is not None:  # an arm of an A/B pairs its scenarios, not their references
+            return combine_repeats([run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{k}",
+                                                 context.sampler_factory) for k in range(context.repeats)])
+        blocks, test = [], self.node.nodeid
+        while not blocks or link.more.get(test):  # fresh processes for each block, as long as the A/B wants more
+            pairing = Pairing(link, test, len(blocks))
+            blocks.append(run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{len(blocks)}",
+                                       None, pairing))
+        return combine_repeats(blocks)
 
     def _one_job_key(self, jobs: list[Workload], context: ScenarioContext) -> tuple:
         return self._adapted(jobs, context)[0].key(), self.session.device().key

@@ -11,6 +11,8 @@ its messages leave as JSON lines on the file descriptor named by ``GPUCOLLOC_MSG
     -> Result                        rounds of (seconds, samples); the worker keeps training, unmeasured,
                                      so the others are measured under the same load
     <- Measure ... -> Result          again, as often as the controller wants more rounds
+    <- Idle                          stop training until the next command (paired A/B: the other arm's
+                                     workers are measured meanwhile, on a GPU this arm leaves alone)
     <- Stop                          (or stdin closing): exit
     -> Error                         on any failure, then exit 1
 
@@ -54,19 +56,25 @@ class Measure:
 
 
 @dataclass(frozen=True)
+class Idle:
+    pass
+
+
+@dataclass(frozen=True)
 class Stop:
     pass
 
 
-_COMMANDS = {"spec": Spec, "measure": Measure, "stop": Stop}
+_COMMANDS = {"spec": Spec, "measure": Measure, "idle": Idle, "stop": Stop}
+Command = Spec | Measure | Idle | Stop
 
 
-def encode_command(command: Spec | Measure | Stop) -> bytes:
+def encode_command(command: Command) -> bytes:
     name = next(key for key, kind in _COMMANDS.items() if isinstance(command, kind))
     return (json.dumps({"cmd": name, **dataclasses.asdict(command)}) + "\n").encode()
 
 
-def decode_command(line: str) -> Spec | Measure | Stop:
+def decode_command(line: str) -> Command:
     data = json.loads(line)
     kind = _COMMANDS[data.pop("cmd")]
     return kind(**data)

@@ -11,6 +11,7 @@ from typing import Callable
 
 from . import forkserver, machine, measure, protocol
 from .cpu_affinity import CpuPolicy, assign_cpus
+from .interleave import Link
 from .modes.base import SharingMode, Target, WorkerCheckFailed
 from .modes.sequential import SequentialMode
 from .pool import ScenarioTimeout, WorkerFailed, WorkerPool, WorkerSlot
@@ -209,16 +210,27 @@ def _explain(error: WorkerFailed, slot: WorkerSlot) -> str:
             f"{asked.group(1) if asked else 'more'}{room}{peak_text}\n{error}")
 
 
+@dataclass(frozen=True)
+class Pairing:
+    """This scenario's block in an interleaved A/B (``interleave.py``): the other arm is measured in turns."""
+
+    link: Link
+    test: str
+    block: int
+
+
 def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_dir: Path,
               check: Callable[[list[WorkerSlot], list[protocol.Ready]], None], label_offset: int,
-              sampler_factory: Callable | None = None
-              ) -> tuple[list[tuple[protocol.Ready, protocol.Result]], str, dict]:
-    """Start one phase's workers, wait until all are warm, measure them together, stop them."""
+              sampler_factory: Callable | None = None, pairing: Pairing | None = None, phase: int = 0
+              ) -> tuple[list[tuple[protocol.Ready, protocol.Result]], str, dict, dict]:
+    """Start one phase's workers, wait until all are warm, measure them together (or in turns with the other arm
+    of an A/B), stop them."""
     assignment = assign_cpus(len(slots), settings.cpu_policy, wants=[s.workload.cores_wanted for s in slots])
     for slot, cpus in zip(slots, assignment.cpus):
         slot.cpus = cpus
     telemetry: dict = {}
     server = forkserver.shared() if settings.spawn == "forkserver" else None
+    paired = pairing is not None and pairing.link.start(pairing.test, pairing.block, phase)
     began = time.monotonic()
     with WorkerPool(slots, device=target.device, warmup_s=settings.warmup_s,
                     warmup_steps=settings.warmup_steps, log_dir=log_dir, image_size=settings.image_size,
@@ -227,6 +239,10 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
             ready = pool.wait_ready(settings.timeout_s)
             facts = {"fixed_cost_s": time.monotonic() - began}  # spawn to every worker warm
             check(slots, ready)
+            served = pairing.link.serve(pairing.test, pool, settings.timeout_s) if paired else None
+            if served is not None:
+                results, facts["stopped"] = served
+                return list(zip(ready, results)), assignment.note, telemetry, facts
             start = time.monotonic() + START_LEAD_S
             longest = max(settings.max_rounds, settings.rounds)
             window = (start, start + longest * (settings.round_s + START_LEAD_S))  # ends early when stopped
@@ -264,7 +280,8 @@ def measure_until_precise(pool: WorkerPool, start: float, settings: Settings) ->
 
 
 def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, settings: Settings,
-                 log_dir: Path, sampler_factory: Callable | None = None) -> ScenarioResult:
+                 log_dir: Path, sampler_factory: Callable | None = None, pairing: Pairing | None = None
+                 ) -> ScenarioResult:
     """Provision ``mode`` for the workloads, run its phases, and compute the scenario's numbers; every
     process and piece of mode state is gone when it returns or raises."""
     began = time.monotonic()
@@ -278,9 +295,9 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
     with mode.provision(workloads, target) as prov:
         try:
             offset = 0
-            for slots in prov.phases:
+            for phase, slots in enumerate(prov.phases):
                 outcomes, note, phase_telemetry, facts = run_phase(
-                    slots, target, settings, log_dir, prov.check_workers, offset, sampler_factory)
+                    slots, target, settings, log_dir, prov.check_workers, offset, sampler_factory, pairing, phase)
                 offset += len(slots)
                 notes.append(note)
                 phases.append(facts)

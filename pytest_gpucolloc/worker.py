@@ -49,7 +49,7 @@ class Channel:
         self._out.write(protocol.encode_event(event))
         self._out.flush()
 
-    def poll(self) -> protocol.Measure | protocol.Stop | None:
+    def poll(self) -> protocol.Command | None:
         try:
             return self.commands.get_nowait()
         except queue.Empty:
@@ -208,28 +208,35 @@ def measure_rounds(step, sync, command: protocol.Measure, samples_per_step: int,
 def run(spec: protocol.Spec, channel: Channel) -> int:
     step, sync, device, ready = warm_up(spec)  # imports torch after setting the CPU affinity
     channel.send(ready)
-    # Keep training until told when to measure: all workers stay under load meanwhile.
-    command = None
-    while command is None:
-        step.train_step()
-        command = channel.poll()
     import torch
 
     from . import models
 
     cuda = device.type == "cuda"
-    while isinstance(command, protocol.Measure):  # the controller may ask for more rounds
+    command = _train_until_told(step, channel)  # all workers stay under load until told when to measure
+    while not isinstance(command, protocol.Stop):
+        if isinstance(command, protocol.Idle):  # leave the device alone until the next command
+            sync()
+            command = channel.commands.get()
+            continue
+        if not isinstance(command, protocol.Measure):
+            raise protocol.ProtocolError(f"unexpected command {command!r}")
         rounds, waits = measure_rounds(step, sync, command, ready.samples_per_step,
                                        lambda: models.data_wait_s(step))
         channel.send(protocol.Result(rounds=rounds, data_wait_s=waits,
                                      peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
                                      reserved_memory_bytes=torch.cuda.memory_reserved(device) if cuda else None))
         # Unmeasured: keep the load on until every worker has finished measuring and the controller decides.
-        command = None
-        while command is None:
-            step.train_step()
-            command = channel.poll()
+        command = _train_until_told(step, channel)
     return 0
+
+
+def _train_until_told(step, channel: Channel) -> protocol.Command:
+    command = None
+    while command is None:
+        step.train_step()
+        command = channel.poll()
+    return command
 
 
 def describe_error(exc: BaseException) -> protocol.Error:

@@ -40,7 +40,7 @@ def test_same(collocate):  # the same code in both revisions: an A/A from the sa
     collocate([Workload("workload:factory", batch_size=4, options={{"sleep": 0.002}})])
 '''
 
-ARGS = ["--", "test_scenario.py", "--colloc-device=cpu", "--colloc-cpu-full", "--gpu-mode=sequential", "--colloc-rounds=3",
+ARGS = ["--", "test_scenario.py", "--colloc-device=cpu", "--colloc-cpu-full", "--gpu-mode=naive", "--colloc-rounds=3",
         "--colloc-round-seconds=0.3", "--colloc-warmup-seconds=0.3"]
 
 
@@ -70,22 +70,23 @@ def test_a_slower_revision_is_regressed_and_the_tree_is_left_as_it_was(repo, tmp
     before = git(repo, "status", "--porcelain")
     report = tmp_path / "ab.json"
     code = cli.main(["ab", "--baseline", "HEAD~1", "--candidate", "HEAD", "--threshold", "10", "--alpha", "0.05",
+                     "--ab-pairs", "3", "--ab-window-seconds", "0.2", "--ab-max-blocks", "3",
                      "--out", str(tmp_path / "arms"), "--storage", str(tmp_path / "storage"), "--json", str(report),
                      *ARGS])
     out = capsys.readouterr()
     assert code == 1, out.out + out.err
     judged = {j["scenario"]: j for j in json.loads(report.read_text())["judgements"]}
-    slowed, same = judged["test_tiny[cpu-sequential]"], judged["test_same[cpu-sequential]"]
+    slowed, same = judged["test_tiny[cpu-naive]"], judged["test_same[cpu-naive]"]
     assert slowed["verdict"] == "regressed" and slowed["change"] < -0.3
     assert same["verdict"] != "regressed" and abs(same["change"]) < 0.1
-    assert slowed["pairs"] == same["pairs"] == 3 and len(slowed["log_ratios"]) == 3
-    # both arms' runs are saved, named as pairs of this A/B
+    # three blocks of fresh processes (an answer is not taken from fewer), three pairs of windows each
+    assert slowed["blocks"] == same["blocks"] == 3 and slowed["pairs"] == len(slowed["log_ratios"]) == 9
+    # each arm is one pytest session, saved once, its scenarios holding every window it measured
     saved = sorted(p.name for p in (tmp_path / "storage").rglob("*.json"))
-    assert len(saved) == 6 and all("-pair00" in name for name in saved)
-    assert sum("-baseline" in name for name in saved) == 3
-    # the arms alternated: A B, then B A, then A B
-    arms = [p.stem for p in sorted((tmp_path / "arms").glob("*.json"), key=lambda p: p.stat().st_mtime)]
-    assert arms == ["baseline-000", "candidate-000", "candidate-001", "baseline-001", "baseline-002", "candidate-002"]
+    assert len(saved) == 2 and any(n.endswith("-baseline.json") for n in saved), saved
+    arm = json.loads((tmp_path / "arms" / "candidate.json").read_text())
+    rounds = {b["name"]: len(b["stats"]["data"]) for b in arm["benchmarks"]}
+    assert rounds == {"test_tiny[cpu-naive]": 9, "test_same[cpu-naive]": 9}, rounds
     assert git(repo, "status", "--porcelain") == before and git(repo, "worktree", "list").count("\n") == 0
 
 
@@ -131,17 +132,14 @@ def test_arms_on_different_machines_are_named():
     assert ab.unexpected_differences(interpreters, {"torch": "2.11"}, {"torch": "2.12"}) == []  # the change itself
 
 
-def test_a_budget_too_small_for_the_pairs_asked_for_says_so(monkeypatch, tmp_path):
-    # the loop's decision alone: each arm's run stands in for a pytest process that took 20 ms
-    def run_arm(arm, pair, pytest_args, out, storage, tag):
-        import time
-        time.sleep(0.02)
-        return ab.ArmRun(arm.label, pair, {"test_x": 100.0}, {}, tmp_path / f"{arm.label}.json", 0)
+def test_a_scenario_budget_too_small_for_the_blocks_asked_for_says_so(repo, tmp_path, capsys):
+    code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--ab-pairs", "2", "--ab-window-seconds",
+                     "0.2", "--ab-scenario-minutes", "0.01", "--out", str(tmp_path / "arms"), "--storage",
+                     str(tmp_path / "storage"), "--json", str(tmp_path / "ab.json"), *ARGS, "-k", "test_same"])
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    assert "test_same[cpu-naive]: no more blocks within the budget (1 so far" in out.err
+    (judged,) = json.loads((tmp_path / "ab.json").read_text())["judgements"]
+    assert judged["verdict"] == "inconclusive" and judged["blocks"] == 1 and judged["pairs"] == 2
+    assert "noise between processes is not known" in judged["reason"]
 
-    monkeypatch.setattr(ab, "run_arm", run_arm)
-    arms = [ab.Arm(label, "HEAD", "revision", sys.executable, tmp_path) for label in ("baseline", "candidate")]
-    said = []
-    judgements, runs = ab.run(*arms, [], ab.Settings(budget_s=0.05), tmp_path, tmp_path, say=said.append)
-    assert len(runs) == 2 and judgements[0].pairs == 1
-    assert said[-1].startswith("stopping: another pair would pass the budget of ")
-    assert "after 1 of the 3 pairs asked for at least" in said[-1] and "raise --ab-budget-minutes" in said[-1]

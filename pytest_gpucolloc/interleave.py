@@ -1,0 +1,92 @@
+"""The arm side of an interleaved A/B (``pytest-gpucolloc ab``): this pytest session is one of two arms that run
+the same scenarios at the same time, and the ``ab`` controller decides when each arm's workers train.
+
+For each block of a scenario (a fresh set of worker processes) the arm asks the controller before it starts its
+workers (the two arms warm up one at a time, each on a GPU the other leaves alone), says when they are warm and
+idle, then measures one short window whenever told to, the other arm's workers idling meanwhile. The controller
+alternates the arms in random order, so drift over the job touches both alike and a pair of windows costs seconds.
+When the controller has enough, it says whether it wants another block (new processes: the noise between
+processes is measured, not assumed away).
+
+Messages are JSON lines on a Unix socket named by ``GPUCOLLOC_AB_SOCKET``:
+
+    arm -> {"arm": label}                             once, on connecting
+    arm -> {"event": "start", "key": [test, block, phase]}
+    <- {"do": "go"} | {"do": "solo"}                  solo: no partner for this key, measure as usual
+    arm -> {"event": "ready"}                         workers warm and idle
+    <- {"do": "measure", "window_s": s}  arm -> {"event": "measured", "throughput": samples/s}   (repeated)
+    <- {"do": "done", "more": bool}                   more: start another block of this test
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+from . import measure, protocol
+from .pool import WorkerPool
+
+SOCKET_ENV = "GPUCOLLOC_AB_SOCKET"
+ARM_ENV = "GPUCOLLOC_AB_ARM"
+LEAD_S = 0.5  # workers train this long after idling before their window opens (the GPU's pipeline refills)
+
+
+class Link:
+    """This session's connection to the ``ab`` controller."""
+
+    def __init__(self, path: str, arm: str):
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._socket.connect(path)
+        self._file = self._socket.makefile("rw", buffering=1)
+        self._send({"arm": arm})
+        self.more: dict[str, bool] = {}  # test -> whether the controller wants another block of it
+
+    def _send(self, message: dict) -> None:
+        self._file.write(json.dumps(message) + "\n")
+        self._file.flush()
+
+    def _receive(self) -> dict:
+        line = self._file.readline()
+        if not line:
+            raise ConnectionError("the ab controller closed the connection")
+        return json.loads(line)
+
+    def start(self, test: str, block: int, phase: int) -> bool:
+        """Wait for this arm's turn to start the workers of ``test``'s block; False when it has no partner."""
+        self._send({"event": "start", "key": [test, block, phase]})
+        paired = self._receive()["do"] == "go"
+        if not paired:
+            self.more[test] = False
+        return paired
+
+    def serve(self, test: str, pool: WorkerPool, timeout_s: float) -> tuple[list[protocol.Result], str] | None:
+        """With the workers warm: idle them, then measure a window whenever the controller says, until it is done.
+        Returns every window as a round of each worker, and how the measurement ended; None when the other arm
+        failed before any window (this arm then measures on its own)."""
+        pool.idle()
+        self._send({"event": "ready"})
+        merged: list[protocol.Result] = []
+        while (order := self._receive())["do"] == "measure":
+            results = pool.measure(time.monotonic() + LEAD_S, order["window_s"], 1,
+                                   timeout_s=order["window_s"] + timeout_s)
+            pool.idle()
+            aggregate = measure.concurrent_aggregate([measure.WorkerStats(list(r.rounds), 1) for r in results])
+            self._send({"event": "measured", "throughput": aggregate[0]})
+            merged = results if not merged else [protocol.joined(old, new) for old, new in zip(merged, results)]
+        self.more[test] = bool(order.get("more"))
+        if not merged:
+            return None
+        return merged, f"interleaved with the other arm: {len(merged[0].rounds)} windows"
+
+
+_link: Link | None = None
+
+
+def link() -> Link | None:
+    """The connection when this session is an arm of ``ab`` (made on first use), else None."""
+    global _link
+    path = os.environ.get(SOCKET_ENV)
+    if _link is None and path:
+        _link = Link(path, os.environ.get(ARM_ENV, "arm"))
+    return _link

@@ -232,8 +232,10 @@ def cmd_ab(args) -> int:
 
     here = Path.cwd()
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
-    settings = ab.Settings(threshold=args.threshold / 100, alpha=args.alpha, min_pairs=args.ab_min_pairs,
-                           max_pairs=max(args.ab_max_pairs, args.ab_min_pairs), budget_s=60 * args.ab_budget_minutes)
+    settings = ab.Settings(threshold=args.threshold / 100, alpha=args.alpha, min_blocks=args.ab_min_blocks,
+                           max_blocks=max(args.ab_max_blocks, args.ab_min_blocks), pairs_per_block=args.ab_pairs,
+                           window_s=args.ab_window_seconds, scenario_budget_s=60 * args.ab_scenario_minutes,
+                           budget_s=60 * args.ab_budget_minutes, alone=args.ab_alone)
     try:
         arms = [ab.resolve(args.baseline, "baseline", here), ab.resolve(args.candidate, "candidate", here)]
         if any(arm.kind == "revision" for arm in arms):
@@ -245,7 +247,8 @@ def cmd_ab(args) -> int:
     except ab.ABError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    title = f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), {len(runs) // 2} pairs"
+    title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "
+             f"{settings.window_s:g} s in blocks of fresh processes")
     print(title)
     print(ab.table(judgements))
     if args.markdown:
@@ -414,16 +417,24 @@ def build_parser() -> argparse.ArgumentParser:
     history_cmd.set_defaults(run_command=cmd_history)
 
     ab_cmd = commands.add_parser("ab", help="paired A/B in one job: two interpreters, environments or git revisions "
-                                 "of the scenario code, alternating in fresh processes (exit 0 no regression, "
-                                 "1 regression, 2 usage error)")
+                                 "of the scenario code, both warm at once and measured in alternating short windows "
+                                 "(exit 0 no regression, 1 regression, 2 usage error)")
     ab_cmd.add_argument("--baseline", required=True, help="a Python interpreter, a virtual environment or a git revision")
     ab_cmd.add_argument("--candidate", required=True, help="the same kinds as --baseline")
-    ab_cmd.add_argument("--ab-min-pairs", type=_checked("--ab-min-pairs", 2, 1000, integer=True), default=3,
-                        help="pairs to run at least (default 3)")
-    ab_cmd.add_argument("--ab-max-pairs", type=_checked("--ab-max-pairs", 2, 1000, integer=True), default=10,
-                        help="pairs to run at most while a scenario is inconclusive (default 10)")
+    ab_cmd.add_argument("--ab-min-blocks", type=_checked("--ab-min-blocks", 2, 1000, integer=True), default=3,
+                        help="blocks (fresh processes in each arm) per scenario at least (default 3)")
+    ab_cmd.add_argument("--ab-max-blocks", type=_checked("--ab-max-blocks", 2, 1000, integer=True), default=10,
+                        help="blocks per scenario at most while it is inconclusive (default 10)")
+    ab_cmd.add_argument("--ab-pairs", type=_checked("--ab-pairs", 1, 1000, integer=True), default=5,
+                        help="pairs of windows per block, each arm measured once a pair, in random order (default 5)")
+    ab_cmd.add_argument("--ab-window-seconds", type=_checked("--ab-window-seconds", 0.05, 600), default=1.0,
+                        help="length of one arm's measurement window (default 1)")
+    ab_cmd.add_argument("--ab-scenario-minutes", type=_checked("--ab-scenario-minutes", 0.001, 10000), default=5,
+                        help="no new block of a scenario once it would pass this much time (default 5)")
     ab_cmd.add_argument("--ab-budget-minutes", type=_checked("--ab-budget-minutes", 0.1, 10000), default=60,
-                        help="no new pair once it would pass this much time (default 60)")
+                        help="no new block once the job would pass this much time (default 60)")
+    ab_cmd.add_argument("--ab-alone", action="store_true",
+                        help="also measure each job alone in both arms (speedups; the A/B does not need them)")
     ab_cmd.add_argument("--out", default="gpucolloc-ab", help="each arm's run JSON and log (default gpucolloc-ab)")
     ab_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file")
     ab_cmd.add_argument("--json", help="also write the verdicts and log-ratios as JSON to this file")

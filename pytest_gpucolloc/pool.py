@@ -94,7 +94,7 @@ class _Worker:
     def pid(self) -> int:
         return self.process.pid
 
-    def send(self, command: protocol.Spec | protocol.Measure | protocol.Stop) -> None:
+    def send(self, command: protocol.Command) -> None:
         try:
             self.process.stdin.write(protocol.encode_command(command))
             self.process.stdin.flush()
@@ -242,6 +242,11 @@ class WorkerPool:
         for worker in self.workers:
             worker.send(protocol.Measure(start, round_s, rounds))
         return self._collect(protocol.Result, timeout_s, "measurement")
+
+    def idle(self) -> None:
+        """Every worker stops training until its next command (a paired A/B measures the other arm meanwhile)."""
+        for worker in self.workers:
+            worker.send(protocol.Idle())
 
     def close(self, grace_s: float = 5.0) -> None:
         for worker in self.workers:

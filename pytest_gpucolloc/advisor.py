@@ -21,14 +21,25 @@ class AdviceError(ValueError):
 
 
 def parse_jobs(text: str) -> Counter:
-    """'resnet26-cifar10/bs128*3,resnet50-imagenet64/bs32' -> Counter of workload labels."""
+    """'resnet26-cifar10/bs128*3,resnet50*2' -> Counter of workload labels. A job is a label as the summary shows
+    it, or a name as ``Workload`` takes it (an alias, at its default batch size)."""
+    from .workloads import ALIASES, Workload, WorkloadError
+
     jobs: Counter = Counter()
     for part in (p.strip() for p in text.split(",")):
-        match = re.fullmatch(r"([\w.:-]+/bs\d+(?:/[\w-]+)*)(?:\*(\d+))?", part)
-        if not match:
-            raise AdviceError(f"--jobs: {part!r} is not LABEL[*COUNT], e.g. resnet26-cifar10/bs128*3 "
-                              "(labels as the summary table shows them)")
-        jobs[match.group(1)] += int(match.group(2) or 1)
+        match = re.fullmatch(r"([\w.:-]+)((?:/[\w-]+)*)(?:\*(\d+))?", part)
+        if not match or (match.group(2) and not re.match(r"/bs\d+", match.group(2))):
+            raise AdviceError(f"--jobs: {part!r} is not LABEL[*COUNT], e.g. resnet26-cifar10/bs128*3 or resnet26*3 "
+                              "(labels as the summary table shows them, or workload names)")
+        name, rest = match.group(1), match.group(2)
+        if rest:
+            label = ALIASES.get(name, name) + rest
+        else:
+            try:
+                label = Workload(name).label
+            except WorkloadError as error:
+                raise AdviceError(f"--jobs: {error}") from None
+        jobs[label] += int(match.group(3) or 1)
     return jobs
 
 

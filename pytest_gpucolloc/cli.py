@@ -1,13 +1,39 @@
-"""``pytest-gpucolloc`` console command."""
+"""pytest-gpucolloc: read, judge and draw the collocation scenarios that pytest saved (pytest-benchmark's
+storage and JSON files), plan MIG layouts, and compare two revisions or environments in one job (A/B)."""
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
+import os
 import sys
 from pathlib import Path
 
-from . import nvml
+from . import __version__, nvml
 from .modes import MODES
+
+# Exit codes, the same for every command (docs/cli.md): each means one thing.
+OK, NEGATIVE, USAGE, NOTHING_TO_READ, UNWRITABLE = 0, 1, 2, 3, 4
+PIPE_CLOSED = 141  # stdout closed by its reader (``| head``): what a shell reports for a process ended by SIGPIPE
+INTERRUPTED = 130
+FORMATS = ["table", "markdown", "csv", "json"]
+EXIT_CODES = """exit codes (every command):
+  0  done; no regression
+  1  the answer is no: a scenario regressed (gate, compare, ab), a MIG layout does not fit (mig plan)
+  2  usage error or bad input (an option, a file that cannot be read as a run)
+  3  nothing to read: storage that does not exist or holds no saved runs, runs without scenarios, no GPU
+  4  an output (--out, --markdown, --json) cannot be written
+  130 interrupted; 141 stdout closed by its reader (e.g. | head)
+details: docs/cli.md"""
+
+
+class CommandError(Exception):
+    """What a command could not do, in one line, and its exit code."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
 
 
 def cmd_info(args) -> int:
@@ -24,44 +50,76 @@ def cmd_info(args) -> int:
     return 0
 
 
-class _Unreadable(Exception):
-    """A run file named on the command line cannot be read (already said, in one line)."""
-
-
 def _read_runs(paths) -> list:
     from . import history
 
     runs = []
     for path in paths:
         try:
-            runs.append(history.read_run(path))
-        except (OSError, ValueError) as error:
-            print(f"error: cannot read {path}: {str(error)[:200]}", file=sys.stderr)
-            raise _Unreadable from None
+            runs.append(history.read_run(Path(path)))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise CommandError(f"cannot read {path}: {str(error)[:200]}", USAGE) from None
     return runs
+
+
+def _write(path, text: str) -> None:
+    """Write an output file (its folder made if need be), or fail with exit code 4."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+    except OSError as error:
+        raise CommandError(f"cannot write {path}: {error.strerror or error}", UNWRITABLE) from None
+
+
+def _out_folder(path) -> Path:
+    """An output folder that exists and can be written, or exit code 4 before anything is drawn."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CommandError(f"cannot write into {folder}: {error.strerror or error}", UNWRITABLE) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CommandError(f"cannot write into {folder}: permission denied", UNWRITABLE)
+    return folder
+
+
+def _tabular(rows: list[list], headers: list[str], fmt: str) -> str:
+    """Rows in one of FORMATS (json: one object per row, keyed by the headers)."""
+    from tabulate import tabulate
+
+    if fmt == "json":
+        return json.dumps([dict(zip(headers, row)) for row in rows], indent=2)
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(headers)
+        writer.writerows(rows)
+        return out.getvalue().rstrip("\n")
+    return tabulate(rows, headers=headers, tablefmt="github" if fmt == "markdown" else "simple", disable_numparse=True)
 
 
 def cmd_table(args) -> int:
     from . import history, report
 
     entries, sources = [], []
-    try:
-        runs = _read_runs(args.files)
-    except _Unreadable:
-        return 2
+    runs = _read_runs(args.files)
     for path, run in zip(args.files, runs):
         if not run.scenarios and not run.problems:
-            print(f"error: {path} holds no pytest-gpucolloc scenarios", file=sys.stderr)
-            return 2
+            raise CommandError(f"{path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
         for problem in run.problems:
             print(f"warning: {problem}", file=sys.stderr)
         entries += [(history.short_name(name), scenario) for name, scenario in run.scenarios.items()]
         # Speedups are against the sequential run of the same session and GPU: rows of several files say which.
         sources += [f"{path.parent.name}/{path.name} on {(scenario.gpu_uuid or 'cpu')[:12]}"
                     for scenario in run.scenarios.values()]
-    print(report.table(entries, fmt="github" if args.format == "markdown" else "simple",
-                       sources=sources if len(args.files) > 1 else None))
-    return 0
+    sources = sources if len(args.files) > 1 else None
+    if args.format in ("csv", "json"):
+        rows = report.rows(entries)
+        headers = report.HEADERS if sources is None else ["run", *report.HEADERS]
+        print(_tabular(rows if sources is None else [[s, *row] for s, row in zip(sources, rows)], headers, args.format))
+    else:
+        print(report.table(entries, fmt="github" if args.format == "markdown" else "simple", sources=sources))
+    return OK
 
 
 def _gpu(selector: str, hint: str = ""):
@@ -69,36 +127,37 @@ def _gpu(selector: str, hint: str = ""):
     reason = nvml.init()
     gpus = [] if reason else nvml.gpus()
     if not gpus:
-        raise SystemExit(f"no GPU ({reason or 'NVML sees none'}){hint}")
+        raise CommandError(f"no GPU ({reason or 'NVML sees none'}){hint}", NOTHING_TO_READ)
     gpu = nvml.find_gpu(selector, gpus)
     if gpu is None:
-        raise SystemExit(f"no GPU {selector!r}; present: {nvml.describe_gpus(gpus)}")
+        raise CommandError(f"no GPU {selector!r}; present: {nvml.describe_gpus(gpus)}", USAGE)
     return gpu
 
 
 def _mig_table(args):
-    from .mig.profiles import live_table, named_table
+    from .mig.profiles import UnknownTable, live_table, named_table
 
     if args.table:
-        return named_table(args.table)
+        try:
+            return named_table(args.table)
+        except UnknownTable as error:
+            raise CommandError(str(error), USAGE) from None
     gpu = _gpu(args.gpu, "; name a table with --table (h200, h100-80gb, a100-40gb, a100-80gb)")
     return live_table(gpu.uuid, gpu.name)
 
 
 def cmd_mig_profiles(args) -> int:
-    from tabulate import tabulate
-
     table = _mig_table(args)
-    if args.json:
+    if args.format == "json" or args.json:
         print(json.dumps(table.to_dict(), indent=1))
-        return 0
-    print(f"{table.gpu} ({table.source}): {table.compute_slices} compute slices, {table.memory_slices} memory slices")
-    print(tabulate([[p.name, p.profile_id, p.nvml_index, p.slice_count, p.instance_count, p.memory_mb,
-                     p.multiprocessor_count, "{" + ",".join(map(str, p.starts)) + "}:" + str(p.size)]
-                    for p in table.profiles],
-                   headers=["profile", "id", "nvml index", "compute slices", "instances", "memory MB", "SMs",
-                            "placements"]))
-    return 0
+        return OK
+    rows = [[p.name, p.profile_id, p.nvml_index, p.slice_count, p.instance_count, p.memory_mb,
+             p.multiprocessor_count, "{" + ",".join(map(str, p.starts)) + "}:" + str(p.size)] for p in table.profiles]
+    headers = ["profile", "id", "nvml index", "compute slices", "instances", "memory MB", "SMs", "placements"]
+    if args.format != "csv":
+        print(f"{table.gpu} ({table.source}): {table.compute_slices} compute slices, {table.memory_slices} memory slices")
+    print(_tabular(rows, headers, args.format))
+    return OK
 
 
 def cmd_mig_plan(args) -> int:
@@ -107,13 +166,12 @@ def cmd_mig_plan(args) -> int:
     table = _mig_table(args)
     try:
         layout = planner.parse_layout(args.layout)
+        plan = planner.plan(table, layout)
     except planner.LayoutError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    plan = planner.plan(table, layout)
+        raise CommandError(str(error), USAGE) from None
     print(f"{args.layout} on {table.gpu}:")
     print(plan.explain())
-    return 0 if plan.feasible else 1
+    return OK if plan.feasible else NEGATIVE
 
 
 def cmd_mig_restore(args) -> int:
@@ -135,76 +193,86 @@ def _policy(args):
     return Policy(threshold=args.threshold / 100, alpha=args.alpha, runs=args.runs, min_runs=args.min_runs)
 
 
-def _history(args):
+def _storage(text: str) -> Path:
+    """--storage as pytest's --benchmark-storage takes it: a folder or a file:// URL."""
+    from .benchmark_api import storage_path
+
+    path = storage_path(text)
+    if path is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: only pytest-benchmark's file storage can be read "
+                                         "(a folder, or a file:// URL)")
+    return path
+
+
+def _history(root: Path):
+    """The saved runs under ``root``; storage that does not exist or holds no run of this plugin is exit code 3,
+    never an empty history (a mis-set storage path must not pass as "no baseline")."""
     from . import history
 
-    loaded = history.load(Path(args.storage))
+    if not root.is_dir():
+        raise CommandError(f"no storage folder {root}" + (" (a file)" if root.exists() else "") + ": check --storage "
+                           "(pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
+    loaded = history.load(root)
     for problem in loaded.problems:
         print(f"warning: {problem}", file=sys.stderr)
+    if not loaded.runs:
+        raise CommandError(f"no saved pytest-gpucolloc runs under {root}"
+                           + (f" ({len(loaded.problems)} files could not be read, above)" if loaded.problems else "")
+                           + ": check --storage (pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
     return loaded
+
+
+def _regressed(rows) -> int:
+    return NEGATIVE if any(r.verdict["verdict"] == "regressed" for r in rows) else OK
 
 
 def cmd_compare(args) -> int:
     from . import compare
 
-    loaded = _history(args)
+    loaded = _history(args.storage)
     try:
         before, after, a, b = compare.select(loaded, runs=args.runs_ids, commits=args.commits,
                                              group_by=args.group_by, groups=args.groups)
     except compare.SelectionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        raise CommandError(str(error), USAGE) from None
     rows = compare.compare(before, after, _policy(args))
     print(compare.render(rows, args.format, f"{b} vs {a} ({len(after)} vs {len(before)} runs)"))
-    return 1 if any(r.verdict["verdict"] == "regressed" for r in rows) else 0
+    return _regressed(rows)
 
 
 def cmd_gate(args) -> int:
     from . import compare, gate, history
 
-    try:
-        run = history.read_run(Path(args.run))
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        print(f"error: cannot read {args.run}: {error}", file=sys.stderr)
-        return 2
+    run = _read_runs([args.run])[0]
     if not run.scenarios:
-        print(f"error: {args.run} holds no pytest-gpucolloc scenarios", file=sys.stderr)
-        return 3
-    loaded = _history(args)
+        raise CommandError(f"{args.run} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
+    loaded = _history(args.storage)
     policy = _policy(args)
     # Judge the run as the gate would have when it was made: against the runs saved before it.
     later = {r.run_id for r in loaded.runs if r.datetime >= run.datetime}
     rows = [compare.Row(name, gate.decide(run.sample(name), loaded.samples(name, exclude={run.run_id} | later),
                                           policy).to_dict())
             for name in run.scenarios]
-    text = compare.render(rows, args.format, f"gate: {run.run_id}")
-    print(text)
-    if args.markdown:
-        Path(args.markdown).write_text(compare.render(rows, "markdown", f"Collocation regression gate: {run.run_id}") + "\n")
-    return 1 if any(r.verdict["verdict"] == "regressed" for r in rows) else 0
+    if args.markdown:  # written first: an output that cannot be written is said before the verdicts
+        _write(args.markdown, compare.render(rows, "markdown", f"Collocation regression gate: {run.run_id}") + "\n")
+    print(compare.render(rows, args.format, f"gate: {run.run_id}"))
+    return _regressed(rows)
 
 
 def cmd_history(args) -> int:
-    from tabulate import tabulate
-
     from . import changepoints
     from .history import short_name
 
-    loaded = _history(args)
-    if not loaded.runs:
-        print(f"error: no saved pytest-gpucolloc runs under {args.storage}", file=sys.stderr)
-        return 3
+    loaded = _history(args.storage)
     try:
         points, looked = changepoints.find(loaded, args.scenario, args.gpu, args.alpha, args.min_runs)
     except ImportError as missing:  # a dependency left out of the install, e.g. an offline machine's --no-deps
-        print(f"error: pytest-gpucolloc history needs the {missing.name} package, a dependency of pytest-gpucolloc "
-              f"that is not installed in this environment: pip install {missing.name}", file=sys.stderr)
-        return 2
+        raise CommandError(f"pytest-gpucolloc history needs the {missing.name} package, a dependency of "
+                           f"pytest-gpucolloc that is not installed in this environment: pip install {missing.name}",
+                           USAGE) from None
     if not looked:
-        print("error: no saved scenario matches " + " and ".join(
-            f"{flag} {value}" for flag, value in (("--scenario", args.scenario), ("--gpu", args.gpu)) if value),
-            file=sys.stderr)
-        return 2
+        raise CommandError("no saved scenario matches " + " and ".join(
+            f"{flag} {value}" for flag, value in (("--scenario", args.scenario), ("--gpu", args.gpu)) if value), USAGE)
     if args.format == "json":
         print(json.dumps({"change_points": [p.to_dict() for p in points],
                           "series": [{"scenario": s, "gpu": g, "runs": n} for s, g, n in looked]}, indent=2))
@@ -214,11 +282,13 @@ def cmd_history(args) -> int:
             for p in points]
     headers = ["scenario", "GPU", "starts at run", "commit", "driver", "date", "before samples/s",
                "after samples/s", "change", "p", "runs before/after"]
+    if args.format == "csv":
+        print(_tabular(rows, headers, "csv"))
+        return OK
     print(f"{len(points)} level shift(s) in {len(looked)} series (scenario x physical GPU); a level must hold for "
           f"{args.min_runs} runs and differ at p < {args.alpha:g} with any one run left out")
     if points:
-        print(tabulate(rows, headers=headers, tablefmt="github" if args.format == "markdown" else "simple",
-                       disable_numparse=True))
+        print(_tabular(rows, headers, args.format))
     short = [(s, g, n) for s, g, n in looked if not changepoints.can_hold_a_shift(n, args.min_runs)]
     if short:  # "0 level shifts" must not read as "steady" where no shift could have been found
         print(f"{len(short)} of the series have fewer than {2 * args.min_runs} runs (two levels of {args.min_runs}): "
@@ -245,89 +315,85 @@ def cmd_ab(args) -> int:
             judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, Path(args.storage).resolve(),
                                       Path(args.out).resolve(), say=lambda text: print(text, file=sys.stderr))
     except ab.ABError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        raise CommandError(str(error), USAGE) from None
     title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "
              f"{settings.window_s:g} s in blocks of fresh processes")
     print(title)
     print(ab.table(judgements))
     if args.markdown:
-        Path(args.markdown).write_text(f"### {title}\n\n{ab.table(judgements, 'github')}\n")
+        _write(args.markdown, f"### {title}\n\n{ab.table(judgements, 'github')}\n")
     if args.json:
-        Path(args.json).write_text(json.dumps({"baseline": args.baseline, "candidate": args.candidate,
-                                               "judgements": [j.to_dict() for j in judgements],
-                                               "runs": [str(r.path) for r in runs]}, indent=2))
-    return 1 if any(j.verdict == "regressed" for j in judgements) else 0
+        _write(args.json, json.dumps({"baseline": args.baseline, "candidate": args.candidate,
+                                     "judgements": [j.to_dict() for j in judgements],
+                                     "runs": [str(r.path) for r in runs]}, indent=2))
+    return NEGATIVE if any(j.verdict == "regressed" for j in judgements) else OK
 
 
 def cmd_report(args) -> int:
     from . import html_report
 
+    runs = _read_runs(args.runs)
+    loaded = _history(args.storage) if args.storage else None
+    if not any(run.scenarios for run in runs) and loaded is None:
+        raise CommandError("no pytest-gpucolloc scenarios in the given runs (name run files, or --storage)",
+                           NOTHING_TO_READ)
+    out = _out_folder(args.out)
     try:
-        runs = _read_runs(args.runs)
-    except _Unreadable:
-        return 2
-    loaded = _history(args) if args.storage else None
-    if not any(run.scenarios for run in runs) and not (loaded and loaded.runs):
-        print("error: no pytest-gpucolloc scenarios in the given runs or storage", file=sys.stderr)
-        return 3
-    page = html_report.build([run for run in runs if run.scenarios], loaded, Path(args.out))
+        page = html_report.build([run for run in runs if run.scenarios], loaded, out)
+    except OSError as error:
+        raise CommandError(f"cannot write the report into {out}: {error}", UNWRITABLE) from None
     print(f"wrote {page} and its figures in {page.parent / 'figures'}")
-    return 0
+    return OK
 
 
 def cmd_advise(args) -> int:
-    from tabulate import tabulate
-
     from . import advisor
 
     try:
         jobs = advisor.parse_jobs(args.jobs)
-        runs = _read_runs(args.runs)
     except advisor.AdviceError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except _Unreadable:
-        return 2
+        raise CommandError(str(error), USAGE) from None
+    runs = _read_runs(args.runs)
     try:
         advice = advisor.advise(jobs, runs)
     except advisor.AdviceError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 3
+        raise CommandError(str(error), NOTHING_TO_READ) from None
     if args.format == "json":
         print(json.dumps({**advice, "options": [vars(o) for o in advice["options"]]}, indent=2))
-        return 0
-    print(advice["recommendation"] + ".")
+        return OK
     rows = [[o.way, o.scenario, o.run_id, "-" if o.speedup is None else f"{o.speedup:.2f}x",
              "-" if o.worst_share is None else f"{o.worst_share:.0%}",
              "-" if o.samples_per_joule is None else f"{o.samples_per_joule:.1f}",
              "-" if o.memory_headroom_gb is None else f"{o.memory_headroom_gb:.0f}"] for o in advice["options"]]
-    print(tabulate(rows, headers=["way", "scenario", "run", "speedup", "slowest job", "samples/J", "memory free GB"],
-                   disable_numparse=True))
+    headers = ["way", "scenario", "run", "speedup", "slowest job", "samples/J", "memory free GB"]
+    if args.format == "csv":
+        print(_tabular(rows, headers, "csv"))
+        return OK
+    print(advice["recommendation"] + ".")
+    print(_tabular(rows, headers, args.format))
     if advice["not_measured"]:
         print(f"Not measured for this mix: {', '.join(advice['not_measured'])} ({advice['measure_with']}).")
     if not advice["graphed_measured"]:
         print("Not measured: the graphed variants (Workload(..., cuda_graph=True)).")
-    return 0
+    return OK
 
 
 def cmd_plot(args) -> int:
     from . import plots
 
-    loaded = _history(args)
-    if not loaded.runs:
-        print(f"error: no saved pytest-gpucolloc runs under {args.storage}", file=sys.stderr)
-        return 3
-    out = Path(args.out)
+    loaded = _history(args.storage)
     run = loaded.find(args.run) if args.run else loaded.runs[-1]
     if run is None:
-        print(f"error: no saved run {args.run!r}", file=sys.stderr)
-        return 2
-    written = plots.scaling(run, out, args.format) + plots.slowdown(run, out, args.format) + \
-        plots.history(loaded, out, args.format)
+        raise CommandError(f"no saved run {args.run!r} under {args.storage}", USAGE)
+    out = _out_folder(args.out)
+    try:
+        written = plots.scaling(run, out, args.format) + plots.slowdown(run, out, args.format) + \
+            plots.history(loaded, out, args.format)
+    except OSError as error:
+        raise CommandError(f"cannot write the figures into {out}: {error}", UNWRITABLE) from None
     for path in written:
         print(path)
-    return 0
+    return OK
 
 
 def _checked(name: str, low: float, high: float, integer: bool = False):
@@ -345,11 +411,22 @@ def _checked(name: str, low: float, high: float, integer: bool = False):
     return check
 
 
+def _storage_argument(parser) -> None:
+    parser.add_argument("--storage", type=_storage, default=Path(".benchmarks"),
+                        help="pytest-benchmark's storage as pytest's --benchmark-storage takes it: a folder or a "
+                             "file:// URL (default .benchmarks)")
+
+
+def _format_argument(parser, default: str = "table", extra: tuple[str, ...] = ()) -> None:
+    parser.add_argument("--format", choices=FORMATS + list(extra), default=default,
+                        help=f"output: {', '.join(FORMATS)} (default {default})")
+
+
 def _judging_arguments(parser) -> None:
     from . import gate
     from .options import MAX_ALPHA, MAX_THRESHOLD, MIN_ALPHA
 
-    parser.add_argument("--storage", default=".benchmarks", help="pytest-benchmark storage folder (default .benchmarks)")
+    _storage_argument(parser)
     parser.add_argument("--threshold", type=_checked("--threshold", 0, MAX_THRESHOLD), default=100 * gate.DEFAULT_THRESHOLD,
                         help=f"smallest drop in percent that counts (default {100 * gate.DEFAULT_THRESHOLD:g})")
     parser.add_argument("--alpha", type=_checked("--alpha", MIN_ALPHA, MAX_ALPHA), default=gate.DEFAULT_ALPHA,
@@ -365,12 +442,14 @@ def _gate_arguments(parser) -> None:
                         help=f"baseline: most recent N comparable runs (default {gate.DEFAULT_RUNS})")
     parser.add_argument("--min-runs", type=_checked("--min-runs", 1, MAX_RUNS, integer=True),
                         default=gate.DEFAULT_MIN_RUNS, help=f"fewest baseline runs to decide (default {gate.DEFAULT_MIN_RUNS})")
-    parser.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table")
+    _format_argument(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pytest-gpucolloc", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="pytest-gpucolloc", description=__doc__, epilog=EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("info", help="GPUs, driver and sharing modes as this machine reports them").set_defaults(run_command=cmd_info)
     mig = commands.add_parser("mig", help="MIG profiles and layout plans (read-only unless 'restore')")
     mig_commands = mig.add_subparsers(dest="mig_command", required=True)
@@ -381,39 +460,44 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("layout", help="e.g. '4g,2g,2g' or '3g.71gb,2g.35gb,1g.18gb*2'")
         sub.add_argument("--table", help="a named table instead of the live GPU: h200, h100-80gb, a100-40gb, a100-80gb")
         sub.add_argument("--gpu", default="0", help="GPU index or UUID (default 0)")
-        sub.add_argument("--json", action="store_true", help=argparse.SUPPRESS if name == "plan" else "print JSON")
+        if name == "profiles":
+            _format_argument(sub)
+            sub.add_argument("--json", action="store_true", help="the same as --format json")
         sub.set_defaults(run_command=run)
     restore = mig_commands.add_parser("restore", help="restore a MIG layout a killed run left saved")
-    restore.add_argument("--gpu", default="0")
-    restore.add_argument("--checkpoint-dir")
+    restore.add_argument("--gpu", default="0", help="GPU index or UUID (default 0)")
+    restore.add_argument("--checkpoint-dir", help="where runs save the layout they changed (default: the plugin's, "
+                         "as --mig-checkpoint-dir)")
     restore.set_defaults(run_command=cmd_mig_restore)
 
     gate_cmd = commands.add_parser("gate", help="judge a saved run against the history in the storage "
-                                   "(exit 0 pass, 1 regression, 2 usage error, 3 no scenarios)")
+                                   "(exit 1: a regression; 3: the storage holds no saved runs)")
     gate_cmd.add_argument("run", help="a pytest-benchmark JSON file of this plugin's scenarios")
-    gate_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file")
+    gate_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file (a CI job summary)")
     _gate_arguments(gate_cmd)
     gate_cmd.set_defaults(run_command=cmd_gate)
 
-    compare_cmd = commands.add_parser("compare", help="compare two sets of saved runs, per scenario")
+    compare_cmd = commands.add_parser("compare", help="compare two sets of saved runs, per scenario (exit 1: a "
+                                      "regression; one run against one says the change, not a verdict)")
     compare_cmd.add_argument("--runs-ids", dest="runs_ids", nargs=2, metavar=("BEFORE", "AFTER"),
                              help="two run ids (file names or their NNNN prefix)")
-    compare_cmd.add_argument("--commits", nargs=2, metavar=("BEFORE", "AFTER"))
+    compare_cmd.add_argument("--commits", nargs=2, metavar=("BEFORE", "AFTER"),
+                             help="two commits (or prefixes): the runs saved at each")
     compare_cmd.add_argument("--group-by", help="a machine_info key: driver_version, cuda_driver_version, torch, ...")
     compare_cmd.add_argument("--groups", nargs=2, metavar=("BEFORE", "AFTER"), help="the two values of --group-by")
     _gate_arguments(compare_cmd)
     compare_cmd.set_defaults(run_command=cmd_compare)
 
     history_cmd = commands.add_parser("history", help="level shifts (change points) in each scenario's saved history, "
-                                      "per physical GPU (exit 0; 2 usage error, 3 no saved runs)")
-    history_cmd.add_argument("--storage", default=".benchmarks", help="pytest-benchmark storage folder (default .benchmarks)")
+                                      "per physical GPU")
+    _storage_argument(history_cmd)
     history_cmd.add_argument("--scenario", help="only scenarios whose name contains this")
     history_cmd.add_argument("--gpu", help="only the GPU whose UUID starts with this")
     history_cmd.add_argument("--alpha", type=_checked("--alpha", 1e-9, 0.2), default=0.01,
                              help="a shift counts when its levels differ at p below this (default 0.01)")
     history_cmd.add_argument("--min-runs", type=_checked("--min-runs", 2, 1000, integer=True), default=3,
                              help="runs a level must hold on each side of a shift (default 3)")
-    history_cmd.add_argument("--format", choices=["table", "markdown", "json"], default="table")
+    _format_argument(history_cmd)
     history_cmd.set_defaults(run_command=cmd_history)
 
     ab_cmd = commands.add_parser("ab", help="paired A/B in one job: two interpreters, environments or git revisions "
@@ -446,34 +530,57 @@ def build_parser() -> argparse.ArgumentParser:
     report_cmd = commands.add_parser("report", help="one self-contained HTML page of runs (and the history of a "
                                      "storage), with its figures also as PNG and SVG files")
     report_cmd.add_argument("runs", nargs="*", type=Path, help="pytest-benchmark JSON files of this plugin's scenarios")
-    report_cmd.add_argument("--storage", help="also draw the history of this pytest-benchmark storage")
-    report_cmd.add_argument("--out", default="gpucolloc-report", help="folder for index.html and figures/")
+    report_cmd.add_argument("--storage", type=_storage, help="also draw the history of this pytest-benchmark storage "
+                            "(a folder or a file:// URL)")
+    report_cmd.add_argument("--out", default="gpucolloc-report", help="folder for index.html and figures/ "
+                            "(default gpucolloc-report)")
     report_cmd.set_defaults(run_command=cmd_report)
 
     advise_cmd = commands.add_parser("advise", help="rank the measured ways a job mix can share this GPU, and say "
-                                     "which and why (exit 0; 2 usage error, 3 nothing measured)")
+                                     "which and why (exit 3: nothing measured runs these jobs)")
     advise_cmd.add_argument("runs", nargs="+", type=Path, help="pytest-benchmark JSON files of this plugin's scenarios")
-    advise_cmd.add_argument("--jobs", required=True, help="the mix, e.g. 'resnet26-cifar10/bs128*3,resnet50-imagenet64/bs32'")
-    advise_cmd.add_argument("--format", choices=["text", "json"], default="text")
+    advise_cmd.add_argument("--jobs", required=True, help="the mix: labels as the summary shows them or workload "
+                            "names as Workload takes them, each with *COUNT, e.g. 'resnet26-cifar10/bs128*3,resnet50' "
+                            "(a bare name is its default batch size, 32)")
+    _format_argument(advise_cmd, extra=("text",))
     advise_cmd.set_defaults(run_command=cmd_advise)
 
     plot = commands.add_parser("plot", help="PNG/SVG figures: scaling curve, slowdown, history with gate decisions")
-    plot.add_argument("--storage", default=".benchmarks")
-    plot.add_argument("--out", default="gpucolloc-plots")
+    _storage_argument(plot)
+    plot.add_argument("--out", default="gpucolloc-plots", help="folder for the figures (default gpucolloc-plots)")
     plot.add_argument("--run", help="run for the scaling and slowdown figures (default: the newest)")
-    plot.add_argument("--format", choices=["png", "svg"], default="png")
+    plot.add_argument("--format", choices=["png", "svg"], default="png",
+                      help="the figures' file format (default png); this command writes figures, not tables")
     plot.set_defaults(run_command=cmd_plot)
 
     table = commands.add_parser("table", help="table of the scenarios in pytest-benchmark JSON files")
-    table.add_argument("files", nargs="+", type=Path)
-    table.add_argument("--format", choices=["markdown", "text"], default="markdown")
+    table.add_argument("files", nargs="+", type=Path, help="pytest-benchmark JSON files of this plugin's scenarios")
+    _format_argument(table, default="markdown", extra=("text",))  # text: the name "table" had before
     table.set_defaults(run_command=cmd_table)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.run_command(args)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as done:  # --help, --version (0) or a usage error (2), already said: its code is returned
+        return done.code
+    if getattr(args, "format", None) == "text":
+        args.format = "table"
+    try:
+        code = args.run_command(args)
+        sys.stdout.flush()  # here, not at exit: a reader that went away is answered below, not by a traceback
+        return code
+    except CommandError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.code
+    except BrokenPipeError:
+        # stdout's reader stopped reading (| head): end quietly, with nothing left for Python to flush at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return PIPE_CLOSED
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

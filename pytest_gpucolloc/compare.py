@@ -3,6 +3,7 @@ against its history: the console command's logic, over ``history.History``."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -97,10 +98,11 @@ def paired(timeline: list[tuple[int, SavedRun]], policy: gate.Policy) -> list[Ro
         judged = ab.judge(name, ratios, policy.threshold, policy.alpha)
         reason = (f"paired: {len(ratios)} runs, each against the runs on either side of it (alternating sessions)"
                   + ("" if judged.p_slower is None else f", p(slower)={judged.p_slower:.2g}"))
-        verdict = gate.Verdict(judged.verdict, reason, math.exp(statistics.fmean(befores)) if befores else None,
-                               math.exp(statistics.fmean(afters)) if afters else None, judged.change, judged.ci,
-                               judged.detectable, policy.threshold,
-                               [run.run_id for side, run in timeline if side == 0])
+        verdict = gate.Verdict(verdict=judged.verdict, reason=reason,
+                               baseline=math.exp(statistics.fmean(befores)) if befores else None,
+                               current=math.exp(statistics.fmean(afters)) if afters else None,
+                               change=judged.change, ci=judged.ci, mde=judged.detectable, threshold=policy.threshold,
+                               baseline_runs=[run.run_id for side, run in timeline if side == 0])
         rows.append(Row(name, verdict.to_dict()))
     return rows
 
@@ -116,10 +118,22 @@ def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) 
     for name in names:
         current = next(run.sample(name) for run in reversed(after) if run.sample(name))
         baseline = [s for s in (run.sample(name) for run in before) if s is not None]
-        verdict = gate.decide(current, baseline, gate.Policy(policy.threshold, policy.alpha, policy.power,
-                                                            runs=max(len(baseline), 2), min_runs=policy.min_runs))
-        rows.append(Row(name, verdict.to_dict()))
+        verdict = gate.decide(current, baseline, dataclasses.replace(policy, runs=max(len(baseline), 2))).to_dict()
+        if verdict["verdict"] == "no baseline" and verdict["baseline_runs"]:
+            _say_the_change(verdict, current, [s for s in baseline if s.run_id in verdict["baseline_runs"]])
+        rows.append(Row(name, verdict))
     return rows
+
+
+def _say_the_change(verdict: dict, current: gate.RunSample, baseline: list[gate.RunSample]) -> None:
+    """Too few runs for a verdict (e.g. one against one): the change is still worth saying, as a change only."""
+    if verdict["change"] is None:
+        verdict["baseline"] = math.exp(statistics.fmean(s.log_mean for s in baseline))
+        verdict["current"] = current.throughput
+        verdict["change"] = current.throughput / verdict["baseline"] - 1
+    verdict["reason"] = (f"changed {verdict['change']:+.1%} ({len(baseline)} run(s) before, 1 after), not a verdict: "
+                         f"{verdict['reason']}; save more runs on each side, or run pytest-gpucolloc ab (paired, "
+                         "in one job)")
 
 
 def render(rows: list[Row], fmt: str, title: str = "") -> str:

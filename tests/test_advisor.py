@@ -34,7 +34,8 @@ def test_a_job_that_would_starve_is_ranked_after_the_fair_ways():
 
 
 @pytest.mark.parametrize("jobs, code, message", [
-    ("resnet26", 2, "is not LABEL[*COUNT]"),
+    ("resnet26/b128", 2, "is not LABEL[*COUNT]"),
+    ("nosuch*2", 2, "unknown workload 'nosuch'"),
     ("bert-large/bs8*2", 3, "no measured GPU scenario runs any of these jobs"),
 ])
 def test_bad_or_unmeasured_mixes(capsys, jobs, code, message):

@@ -94,9 +94,13 @@ def _clean_name(name: str | None, slices: int, memory_mb: int) -> str:
     return f"{slices}g.{round(memory_mb / 1024)}gb"
 
 
+class UnknownTable(ValueError):
+    """A table name that is not one of NAMED_TABLES (a ValueError: its message reads as written)."""
+
+
 def named_table(name: str) -> ProfileTable:
     if name not in NAMED_TABLES:
-        raise KeyError(f"unknown MIG table {name!r}; known: {', '.join(NAMED_TABLES)}")
+        raise UnknownTable(f"unknown MIG table {name!r}; known: {', '.join(NAMED_TABLES)}")
     return table_from_dict(json.loads(NAMED_TABLES[name].read_text()))
 
 

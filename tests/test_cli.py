@@ -1,0 +1,201 @@
+"""The console command's convention (docs/cli.md): formats, exit codes, storage as pytest takes it, help, no
+tracebacks; and compare's output field by field."""
+import argparse
+import dataclasses
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucolloc import __version__, cli, gate
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+TEMPLATE = next((RESULTS / "2026-11-30-h200" / "gpu-tier-fidelity-overhead-aa-runs" / "history").rglob("0001_*.json"))
+ADVISE_RUN = RESULTS / "2026-12-01-h200-eager-graphed-collocated" / "graphs-table.json"
+
+
+def save_runs(root: Path, levels: list[float], drivers: list[str] | None = None) -> list[str]:
+    """Saved runs at these throughput levels (rounds 0.2% apart), one file each, in pytest-benchmark's layout;
+    their run ids."""
+    rng = random.Random(7)
+    folder = root / "Linux-CPython-3.12-64bit"
+    folder.mkdir(parents=True, exist_ok=True)
+    template = json.loads(TEMPLATE.read_text())
+    ids = []
+    for i, level in enumerate(levels):
+        data = json.loads(json.dumps(template))
+        data["datetime"] = f"2026-11-20T{i:02d}:00:00"
+        data["commit_info"]["id"] = f"{i:02d}abcdef"
+        if drivers:
+            data["machine_info"]["gpucolloc"]["driver_version"] = drivers[i]
+        for bench in data["benchmarks"]:
+            bench["extra_info"]["aggregate_round_throughputs"] = [level * math.exp(rng.gauss(0, 0.002)) for _ in range(6)]
+            bench["extra_info"].pop("repeats", None)
+        ids.append(f"{i + 1:04d}_run")
+        (folder / f"{ids[-1]}.json").write_text(json.dumps(data))
+    return ids
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_compare_json_reports_every_field_of_a_paired_verdict(tmp_path, capsys):
+    # sessions alternated A B A B A B: each B run is judged against the A runs on either side of it
+    levels = [600.0, 582.0, 600.0, 582.0, 600.0, 582.0]
+    drivers = ["570.86", "580.159"] * 3
+    ids = save_runs(tmp_path, levels, drivers)
+    code, out, _ = run_cli(capsys, "compare", "--group-by", "driver_version", "--groups", "570.86", "580.159",
+                           "--storage", tmp_path, "--format", "json")
+    rows = json.loads(out)
+    assert code == 1 and rows
+    defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                for f in dataclasses.fields(gate.Verdict) if f.name != "verdict"}
+    set_here = {"reason", "baseline", "current", "change", "ci", "mde", "threshold", "baseline_runs"}
+    for row in rows:
+        assert set(row) == {"scenario", "verdict", *defaults}
+        assert row["scenario"].startswith("benchmarks/") or "::" in row["scenario"]
+        assert row["verdict"] == "regressed"
+        assert row["reason"].startswith("paired: 3 runs, each against the runs on either side of it")
+        assert row["baseline"] == pytest.approx(600.0, rel=1e-3)
+        assert row["current"] == pytest.approx(582.0, rel=1e-3)
+        assert row["change"] == pytest.approx(-0.03, abs=2e-3)
+        low, high = row["ci"]
+        assert low <= row["change"] <= high < 0
+        assert isinstance(row["mde"], float) and 0 < row["mde"] < 0.03
+        assert row["threshold"] == 0.02  # the policy's threshold, not run ids
+        assert row["baseline_runs"] == ids[0::2]  # the before runs, not an empty list
+        for name, default in defaults.items():
+            if name not in set_here:
+                assert row[name] == default, name
+
+
+def test_compare_of_one_run_against_one_says_the_change_and_what_a_decision_needs(tmp_path, capsys):
+    ids = save_runs(tmp_path, [600.0, 570.0])
+    code, out, _ = run_cli(capsys, "compare", "--runs-ids", ids[0], ids[1], "--storage", tmp_path, "--format", "json")
+    assert code == 0
+    for row in json.loads(out):
+        assert row["verdict"] == "no baseline"
+        assert row["change"] == pytest.approx(row["current"] / row["baseline"] - 1) == pytest.approx(-0.05, abs=4e-3)
+        assert row["baseline"] == pytest.approx(600.0, rel=4e-3) and row["current"] == pytest.approx(570.0, rel=4e-3)
+        assert row["baseline_runs"] == [ids[0]]
+        assert f"changed {row['change']:+.1%}" in row["reason"] and "not a verdict" in row["reason"]
+        assert "more runs" in row["reason"] and "pytest-gpucolloc ab" in row["reason"]
+
+
+def test_storage_is_taken_as_pytest_takes_it_and_empty_storage_fails_loudly(tmp_path, capsys):
+    ids = save_runs(tmp_path / "history", [600.0, 601.0, 599.0, 600.0])
+    run = tmp_path / "history" / "Linux-CPython-3.12-64bit" / f"{ids[-1]}.json"
+    code, by_path, _ = run_cli(capsys, "gate", run, "--storage", tmp_path / "history", "--format", "json")
+    assert code == 0
+    code, by_url, _ = run_cli(capsys, "gate", run, "--storage", f"file://{tmp_path / 'history'}", "--format", "json")
+    assert code == 0 and by_url == by_path and json.loads(by_url)[0]["baseline_runs"] == ids[:3]
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "0001_x.json").write_text(json.dumps({"benchmarks": [], "machine_info": {}}))
+    for storage in (f"file://{tmp_path / 'missing'}", tmp_path / "empty", tmp_path / "other"):
+        for argv in (["gate", run], ["compare", "--runs-ids", "1", "2"], ["history"], ["plot", "--out", tmp_path / "p"],
+                     ["report", run, "--out", tmp_path / "r"]):
+            code, out, err = run_cli(capsys, *argv, "--storage", storage)
+            assert code == cli.NOTHING_TO_READ, (argv, storage, err)
+            assert err.startswith("error: no ") and "check --storage" in err and "Traceback" not in err
+    code, _, err = run_cli(capsys, "history", "--storage", "s3://bucket/runs")
+    assert code == cli.USAGE and "file storage" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["gate", "{run}", "--storage", "{storage}", "--markdown", "{blocked}/gate.md"],
+    ["report", "{run}", "--out", "{blocked}/report"],
+    ["plot", "--storage", "{storage}", "--out", "{blocked}/plots"],
+])
+def test_an_output_that_cannot_be_written_is_exit_code_4_in_one_line(tmp_path, capsys, argv):
+    ids = save_runs(tmp_path / "history", [600.0, 601.0, 599.0, 600.0])
+    blocked = tmp_path / "a-file"
+    blocked.write_text("a file where a folder would have to be")
+    values = {"run": tmp_path / "history" / "Linux-CPython-3.12-64bit" / f"{ids[-1]}.json",
+              "storage": tmp_path / "history", "blocked": blocked}
+    code, _, err = run_cli(capsys, *[a.format(**values) for a in argv])
+    assert code == cli.UNWRITABLE
+    assert err.startswith("error: cannot write") and str(blocked) in err and len(err.splitlines()) == 1
+
+
+def test_every_argument_has_help_and_tables_take_the_same_formats():
+    def parsers(parser):
+        yield parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from parsers(sub)
+
+    for parser in parsers(cli.build_parser()):
+        for action in parser._actions:
+            if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                assert action.help, f"{parser.prog} {action.dest}"
+            if "--format" in action.option_strings and parser.prog.split()[-1] != "plot":
+                assert set(cli.FORMATS) <= set(action.choices), parser.prog
+
+
+def test_version_and_a_top_level_description(capsys):
+    assert cli.main(["--version"]) == 0 and capsys.readouterr().out.strip() == f"pytest-gpucolloc {__version__}"
+    text = cli.build_parser().format_help()
+    assert "console command" not in text and "exit codes" in text and "docs/cli.md" in text
+
+
+@pytest.mark.parametrize("argv, code, message", [
+    (["mig", "profiles", "--table", "h100"], 2, "unknown MIG table 'h100'; known: a100-40gb, a100-80gb, h100-80gb, h200"),
+    (["mig", "plan", "--table", "h100", "3g"], 2, "unknown MIG table 'h100'"),
+    (["mig", "plan", "--table", "h200", "3g,zz"], 2, "invalid MIG layout item 'zz'"),
+    (["mig", "plan", "--table", "h200", "7g*3"], 1, None),
+    (["table", "{missing}"], 2, "cannot read"),
+    (["table", "{empty}"], 3, "holds no pytest-gpucolloc scenarios"),
+    (["gate", "{empty}"], 3, "holds no pytest-gpucolloc scenarios"),
+    (["advise", str(ADVISE_RUN), "--jobs", "nosuch*2"], 2, "unknown workload 'nosuch'"),
+])
+def test_bad_input_is_one_line_and_its_exit_code(tmp_path, capsys, argv, code, message):
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"benchmarks": []}))
+    got, out, err = run_cli(capsys, *[a.format(missing=tmp_path / "nope.json", empty=empty) for a in argv])
+    assert got == code
+    if message:
+        assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("fmt", cli.FORMATS)
+def test_table_formats_read_back(capsys, fmt):
+    run = RESULTS / "2026-12-02-h200-paper-mixes" / "call1-mixes.json"
+    code, out, _ = run_cli(capsys, "table", run, "--format", fmt)
+    assert code == 0
+    if fmt == "json":
+        rows = json.loads(out)
+        assert rows and rows[0]["scenario"] and "aggregate samples/s" in rows[0]
+    elif fmt == "csv":
+        assert out.splitlines()[0].startswith("scenario,")
+    else:
+        assert "scenario" in out.splitlines()[0]
+
+
+def test_advise_takes_workload_names_as_workload_does(capsys):
+    code, by_name, _ = run_cli(capsys, "advise", ADVISE_RUN, "--jobs", "resnet26/bs128*7", "--format", "json")
+    _, by_label, _ = run_cli(capsys, "advise", ADVISE_RUN, "--jobs", "resnet26-cifar10/bs128*7", "--format", "json")
+    assert code == 0 and json.loads(by_name) == json.loads(by_label)
+    code, out, err = run_cli(capsys, "advise", ADVISE_RUN, "--jobs", "resnet26*2")  # bs32: its default batch size
+    assert code in (0, 3) and "not LABEL" not in err
+    code, out, _ = run_cli(capsys, "advise", ADVISE_RUN, "--jobs", "resnet26/bs128*7", "--format", "markdown")
+    assert code == 0 and "| way" in out
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    runs = [RESULTS / "2026-12-02-h200-paper-matrix-four-modes" / "call1-paper.json"] * 8  # over a pipe's 64 KB
+    process = subprocess.Popen([sys.executable, "-m", "pytest_gpucolloc.cli", "table", *map(str, runs), "--format",
+                                "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.readline().strip() == b"["
+    process.stdout.close()  # as `| head -1` does
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == cli.PIPE_CLOSED
+    assert stderr == ""

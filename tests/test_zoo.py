@@ -56,11 +56,51 @@ def test_the_zoo_scenarios_train_two_copies_each_through_collocate(pytester):
     shutil.copytree(ZOO, pytester.path / "zoo", ignore=shutil.ignore_patterns("__pycache__"))
     out = pytester.path / "run.json"
     result = pytester.runpytest_subprocess(
-        "zoo", "-m", "zoo", "--colloc-device=cpu", "--colloc-alone=off", "--colloc-rounds=2", "--colloc-max-rounds=2",
-        "--colloc-round-seconds=0.2", "--colloc-warmup-seconds=0.1", "-p", "no:cacheprovider", f"--benchmark-json={out}")
+        "zoo", "-m", "zoo", "--colloc-device=cpu", "--colloc-alone=off", "--colloc-rounds=2",
+        "--colloc-max-rounds=2", "--colloc-round-seconds=0.2", "--colloc-warmup-seconds=0.1", "-p", "no:cacheprovider",
+        f"--benchmark-json={out}")
     result.assert_outcomes(passed=4)
     runs = {b["name"]: b["extra_info"] for b in json.loads(out.read_text())["benchmarks"]}
     assert set(runs) == {f"test_{name}[cpu-naive]" for name in FACTORIES}
     for name, record in runs.items():
         assert record["n_workers"] == 2 and all(w["throughput"] > 0 for w in record["workers"]), name
         assert all(label.startswith("zoo.models:") for label in record["workloads"]), record["workloads"]
+
+
+def zoo_bench(*args, **env):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, str(ZOO.parent / "ci" / "zoo-bench"), *map(str, args)],
+                          capture_output=True, text=True, env={**os.environ, **env})
+
+
+def test_zoo_bench_merges_calls_into_one_confusion_table(tmp_path):
+    """The benchmark's calls on several GPUs are read together: each judgement counted once, by truth and verdict."""
+    def call(folder, uuid, verdicts):
+        judged = [{"check": check, "workload": job, "bound": "launch-bound" if job == "mlp" else "GPU-bound",
+                   "truth": truth, "truth_change": change, "verdict": verdict, "change": -0.03}
+                  for check, job, truth, change, verdict in verdicts]
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "zoo-bench.json").write_text(json.dumps({
+            "gpu": {"name": "NVIDIA H200", "uuid": uuid, "driver": "580"}, "date": folder, "parts": {},
+            "judgements": judged}))
+    call("one", "GPU-aaa", [("gate", "unet", "none", 0.0, "unchanged"), ("gate", "unet", "-3.8%", -1 / 26, "regressed"),
+                            ("ab", "mlp", "-2.0%", -1 / 51, "inconclusive")])
+    call("two", "GPU-bbb", [("ab-aa", "mlp", "none", 0.0, "inconclusive"),
+                            ("gate", "unet", "none", 0.0, "no baseline")])
+    result = zoo_bench("--summarize", tmp_path / "one", tmp_path / "two")
+    assert result.returncode == 0, result.stderr
+    rows = {line.split(" | ")[0]: line for line in result.stdout.splitlines() if line.startswith("| ")}
+    assert rows["| none"] == "| none | 0 | 0 | 1 | 1 | 1 | 1 |"  # regressed improved unchanged inconclusive other
+    assert rows["| -3.8%"] == "| -3.8% | 1 | 0 | 0 | 0 | 0 | 0 |"
+    assert rows["| -2.0%"] == "| -2.0% | 0 | 0 | 0 | 1 | 0 | 1 |"
+    assert "GPU-aaa" in result.stdout and "GPU-bbb" in result.stdout
+    assert "A/A judgements: 3, regressed: 0." in result.stdout
+
+
+def test_zoo_bench_refuses_an_unknown_part_before_running_anything(tmp_path):
+    result = zoo_bench(tmp_path / "out", ZOO_BENCH_SKIP="gate,abb")
+    assert result.returncode == 2 and "unknown parts ['abb']" in result.stderr
+    assert not (tmp_path / "out").exists()

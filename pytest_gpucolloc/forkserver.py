@@ -26,6 +26,7 @@ import time
 import traceback
 from pathlib import Path
 
+from . import process_marks
 from .logs import tail
 from .protocol import MSG_FD_ENV
 
@@ -131,7 +132,7 @@ class ForkServer:
             pass  # the server is gone: its workers died with it
         if pid in self.exits:
             return self.exits[pid]
-        if self.process.poll() is not None and _gone(pid):
+        if self.process.poll() is not None and process_marks.gone(pid):
             return signal.SIGKILL  # killed with the server (PR_SET_PDEATHSIG)
         return None
 
@@ -147,14 +148,6 @@ class ForkServer:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         self.log_path.unlink(missing_ok=True)
-
-
-def _gone(pid: int) -> bool:
-    """No such process, or only its zombie (an orphan that nobody has reaped yet)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
 
 
 _SHARED: ForkServer | None = None

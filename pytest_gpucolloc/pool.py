@@ -141,10 +141,6 @@ class _Worker:
                 break
             except subprocess.TimeoutExpired:
                 continue
-        try:  # the process group may still hold children of the worker
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         try:
             self.process.stdin.close()
         except OSError:
@@ -254,8 +250,8 @@ class WorkerPool:
                 worker.send(protocol.Stop())
         for worker in self.workers:
             worker.stop(grace_s)
-        # what the workers started outside their process groups (own sessions, orphans) goes too
-        process_marks.kill_marked({worker.mark for worker in self.workers})
+        # and whatever they started, in their process groups or not (own sessions, orphans), is gone on return
+        process_marks.kill_marked({worker.mark for worker in self.workers}, {worker.pid for worker in self.workers})
         _LIVE_POOLS.discard(self)
 
 

@@ -10,16 +10,30 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 MARK_ENV = "GPUCOLLOC_WORKER_MARK"
+KILL_WAIT_S = 10.0  # SIGKILL is asynchronous: a process is gone only once the kernel has torn it down
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state, parent, group, session, ...); None if gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def _start_time(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    fields = _stat(pid)
+    return fields[19] if fields else None
+
+
+def gone(pid: int) -> bool:
+    """No such process, or only its zombie (dead, its exit status not yet collected by its parent)."""
+    fields = _stat(pid)
+    return fields is None or fields[0] == "Z"
 
 
 def new_mark(label: str) -> str:
@@ -46,6 +60,7 @@ def _marks() -> dict[int, str]:
 
 
 def _kill(pids: list[int]) -> list[int]:
+    """SIGKILL ``pids`` and wait until they are gone: whoever returns from here sees none of them running."""
     killed = []
     for pid in pids:
         if pid == os.getpid():
@@ -55,12 +70,24 @@ def _kill(pids: list[int]) -> list[int]:
             killed.append(pid)
         except (ProcessLookupError, PermissionError):
             pass
+    deadline = time.monotonic() + KILL_WAIT_S
+    while not all(gone(pid) for pid in killed) and time.monotonic() < deadline:
+        time.sleep(0.005)
     return killed
 
 
-def kill_marked(marks: set[str]) -> list[int]:
-    """SIGKILL every process carrying one of ``marks`` (one look through /proc for all); returns their pids."""
-    return _kill([pid for pid, found in _marks().items() if found in marks])
+def _in_groups(groups: set[int]) -> list[int]:
+    if not groups:
+        return []
+    return [int(entry.name) for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and (fields := _stat(int(entry.name))) and int(fields[2]) in groups]
+
+
+def kill_marked(marks: set[str], groups: set[int] = frozenset()) -> list[int]:
+    """SIGKILL every process carrying one of ``marks`` or in one of the process ``groups`` (a worker's, which
+    its children join unless they leave it), and wait until they are gone; returns their pids."""
+    found = {pid for pid, mark in _marks().items() if mark in marks} | set(_in_groups(groups))
+    return _kill(sorted(found))
 
 
 def _owner_alive(mark: str) -> bool:

@@ -41,6 +41,23 @@ def worker_processes(parent: int | None = None) -> list[int]:
     return sorted(workers)
 
 
+def left_behind(workers: list[int]) -> list[int]:
+    """What still runs of ``workers`` (pids of a scenario's workers, from their Ready messages): the workers, and
+    every process in their process groups or sessions (a forked or fresh worker leads its own), such as its
+    DataLoader's processes, wherever they were reparented. Zombies have ended and are not counted."""
+    leaders = set(workers)
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                state, _, group, session = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:4]
+            except (OSError, ValueError):
+                continue
+            if state != "Z" and leaders & {int(entry.name), int(group), int(session)}:
+                left.append(int(entry.name))
+    return sorted(left)
+
+
 def environment_has(pid: int, entry: str) -> bool:
     """Whether the process started with ``entry`` (``NAME=value``) in its environment."""
     try:

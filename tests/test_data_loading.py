@@ -11,7 +11,7 @@ from pytest_gpucolloc.image_data import JpegImages, LoaderFeed
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
 
-from processes import worker_processes
+from processes import left_behind
 from test_workers import FAST
 
 SMOKE = Settings(rounds=2, round_s=0.3, warmup_s=0.2, warmup_steps=2, timeout_s=120, image_size=32, batch_cap=4)
@@ -19,11 +19,15 @@ SMOKE = Settings(rounds=2, round_s=0.3, warmup_s=0.2, warmup_steps=2, timeout_s=
 
 @pytest.fixture
 def cpu_target():
-    """The CPU as the target; every worker process and its loader processes gone afterwards."""
-    before = set(worker_processes())
     with standalone_target("cpu") as target:
         yield target
-    assert set(worker_processes()) <= before, "a worker or its loader outlived its scenario"
+
+
+def assert_nothing_left(result):
+    """Once the scenario has returned, none of its workers runs, nor any process they started (the loaders).
+    Only this scenario's processes are looked at: another pytest session may be running workers meanwhile."""
+    workers = [worker.ready.pid for worker in result.workers]
+    assert left_behind(workers) == [], "a worker or its loader outlived its scenario"
 
 
 def test_images_are_decoded_and_augmented_afresh_for_every_sample():
@@ -50,6 +54,7 @@ def test_the_feed_copies_batches_from_loader_processes_and_counts_the_wait():
 def test_a_loader_job_trains_for_real_in_cpu_smoke_mode_and_says_how_long_it_waited(cpu_target, tmp_path):
     job = Workload("resnet50-imagenet64", batch_size=128, data="loader", loader_workers=2)
     result = run_scenario([job, job], NaiveMode(), cpu_target, SMOKE, tmp_path)
+    assert_nothing_left(result)
     saved = record.read(record.write(result))
     assert saved.workloads == ("resnet50-imagenet64/bs4/loader2",) * 2  # the batch it really used
     for worker in saved.workers:
@@ -63,11 +68,13 @@ def test_a_user_workload_with_its_own_loader_processes_trains(cpu_target, tmp_pa
     """A process the job forks closes its inherited stdin at start: the worker must not hold that lock."""
     job = Workload("tests.user_workloads:own_loader", batch_size=4)
     result = run_scenario([job], NaiveMode(), cpu_target, FAST, tmp_path)
+    assert_nothing_left(result)
     assert result.workers[0].stats.throughput > 0 and result.workers[0].data_wait_share is None
 
 
 def test_a_synthetic_job_has_no_data_wait(cpu_target, tmp_path):
     result = run_scenario([Workload("resnet26-cifar10", batch_size=4)], NaiveMode(), cpu_target, SMOKE, tmp_path)
+    assert_nothing_left(result)
     saved = record.read(record.write(result))
     assert saved.workers[0].data_wait_share is None
     assert report.rows([("test_x", saved)])[0][report.HEADERS.index("data wait")] == "-"

@@ -91,9 +91,8 @@ def can_hold_a_shift(runs: int, min_runs: int = DEFAULT_MIN_RUNS) -> bool:
     return runs >= 2 * min_runs
 
 
-def detect(points: list[Point], scenario: str, gpu: str, alpha: float = DEFAULT_ALPHA,
-           min_runs: int = DEFAULT_MIN_RUNS) -> list[ChangePoint]:
-    values = [p.log_throughput for p in points]
+def shifts(values: list[float], alpha: float = DEFAULT_ALPHA, min_runs: int = DEFAULT_MIN_RUNS) -> list[int]:
+    """Indexes (into ``values``, oldest first) where a new level starts and holds."""
     if not can_hold_a_shift(len(values), min_runs):
         return []
     kept: list[int] = []
@@ -104,6 +103,19 @@ def detect(points: list[Point], scenario: str, gpu: str, alpha: float = DEFAULT_
         before, after = values[left:start], values[start:right]
         if len(before) >= min_runs and len(after) >= min_runs and _robust_p(before, after) < alpha:
             kept.append(start)
+    return kept
+
+
+def level_start(values: list[float], alpha: float = DEFAULT_ALPHA, min_runs: int = DEFAULT_MIN_RUNS) -> int:
+    """Where the series' current level starts: the last shift, or 0 (the gate's baseline is this level)."""
+    found = shifts(values, alpha, min_runs)
+    return found[-1] if found else 0
+
+
+def detect(points: list[Point], scenario: str, gpu: str, alpha: float = DEFAULT_ALPHA,
+           min_runs: int = DEFAULT_MIN_RUNS) -> list[ChangePoint]:
+    values = [p.log_throughput for p in points]
+    kept = shifts(values, alpha, min_runs)
     found = []
     bounds = [0, *kept, len(values)]
     for i, start in enumerate(kept):

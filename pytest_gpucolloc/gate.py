@@ -2,16 +2,21 @@
 
 Method (all in log throughput, so changes are ratios):
 - each run is summarised by the mean of its rounds' log aggregate throughput (all rounds are used);
-- the baseline is the last ``runs`` comparable runs (same scenario training the same jobs, same GPU model, the
-  same physical GPU when it has enough history, not throttled);
-- the spread of the baseline's run means carries both noise sources that matter: round-to-round noise
+- the baseline is the scenario's current level: its comparable runs (same jobs, same GPU model and configuration,
+  not throttled; the same physical GPU when it has enough history, else the model's other GPUs with each GPU's
+  level estimated from scenarios both ran) since the last level shift (``changepoints``), at most ``runs``;
+- disturbed runs are left out and named: a round spread far above the scenario's usual one, a power-cap share far
+  below the others' (both blind to the run's level, so leaving them out does not bias the spread), and run levels
+  that the other runs' own spread cannot explain (each run's externally studentised residual, Bonferroni);
+- the spread of the kept runs' means carries both noise sources that matter: round-to-round noise
   *and* run-to-run noise (on the H200 machine runs of one job differed by 18% while rounds differed by 5-7%);
 - the current run is a regression when it falls below the one-sided (1 - alpha) *prediction bound* of the
-  baseline runs (Student t, K - 1 degrees of freedom: exact for normal run means, so an A/A run fails with
-  probability alpha) **and** the drop is at least the threshold (minimum effect size);
+  kept runs (Student t, K - 1 degrees of freedom: an A/A run fails with probability alpha, checked by simulation
+  with disturbed runs injected: ``gatesim``) **and** the drop is at least the threshold (minimum effect size);
 - the minimum detectable effect (MDE) at ``power`` follows from the same spread; when it exceeds the
   threshold the verdict says so, and what would help (more rounds, or more baseline runs, or neither when
   run-to-run noise alone is too large).
+A current run with a disturbed signature is named (``Verdict.disturbed``): the pytest gate measures it again.
 """
 from __future__ import annotations
 
@@ -25,8 +30,19 @@ from dataclasses import dataclass, field
 DEFAULT_THRESHOLD = 0.02
 DEFAULT_ALPHA = 0.005
 DEFAULT_POWER = 0.95
-DEFAULT_RUNS = 5
+DEFAULT_RUNS = 30  # at most this many runs of the current level: as much comparable history as there is
 DEFAULT_MIN_RUNS = 3
+
+# Disturbed runs. On H200s a user's GPU-bound job had steady runs with round CVs of 0.1-1.5% (within 4x of the
+# median run's) and power-capped for 88-100% of the window; a disturbed run had a 5.2% round CV and the cap for
+# 4%, cold first runs 48-56%. The two rules below look at a run's own signature, never at its level.
+ROUND_SPREAD_RATIO = 5.0  # a run whose round spread exceeds this many times the scenario's median run's
+CAP_SHARE_DROP = 0.3  # a run that held the power cap this much less of its window than the median run ...
+CAP_SHARE_USUAL = 0.5  # ... of a scenario whose runs usually hold it at least this much (GPU-bound at the cap)
+# The chance that a steady history loses a run to the level rule (Bonferroni over its runs). At 0.01 the A/A
+# false alarms of 5 launch-bound runs rose from 0.60% to 0.74% (nominal 0.5%; 8,000 trials): what is left
+# after an exclusion spreads less than a normal sample; at 0.001, 0.63%.
+OUTLIER_ALPHA = 0.001
 
 
 @dataclass(frozen=True)
@@ -36,6 +52,12 @@ class Policy:
     power: float = DEFAULT_POWER
     runs: int = DEFAULT_RUNS  # baseline: the most recent comparable runs
     min_runs: int = DEFAULT_MIN_RUNS
+
+
+def _variance_of(values: list[float]) -> float:
+    """Sample variance in floating point (statistics.variance computes exactly, in fractions: slow)."""
+    centre = math.fsum(values) / len(values)
+    return math.fsum((x - centre) ** 2 for x in values) / (len(values) - 1)
 
 
 @dataclass(frozen=True)
@@ -55,13 +77,14 @@ class RunSample:
     eager: bool = False  # GPU workloads without CUDA graphs (cuda_graph=True is a lever on launch noise)
     autotuned: bool = False  # convolutions whose algorithms cuDNN times in each process (cudnn_autotune)
     jobs: tuple[str, ...] = ()  # the workers' job labels, sorted (what is trained); () when not known
+    power_capped_share: float | None = None  # share of the measurement window at the power cap (telemetry)
 
     @property
     def process_sets(self) -> tuple[tuple[float, ...], ...]:
         """Rounds grouped by the processes that measured them (one group per fresh-process repeat)."""
         return self.repeats if len(self.repeats) > 1 else (self.rounds,)
 
-    @property
+    @functools.cached_property  # read many times per decision
     def log_mean(self) -> float:
         """Mean log throughput with each set of processes weighted equally: the process is the unit."""
         return statistics.fmean(statistics.fmean(math.log(x) for x in rounds) for rounds in self.process_sets)
@@ -70,15 +93,14 @@ class RunSample:
     def throughput(self) -> float:
         return math.exp(self.log_mean)
 
-    @property
+    @functools.cached_property
     def log_sd(self) -> float:
         """Round-to-round spread (log) within a set of processes, pooled over the sets."""
-        variances = [statistics.variance([math.log(x) for x in rounds]) for rounds in self.process_sets
-                     if len(rounds) > 1]
+        variances = [_variance_of([math.log(x) for x in rounds]) for rounds in self.process_sets if len(rounds) > 1]
         return math.sqrt(statistics.fmean(variances)) if variances else 0.0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Verdict:
     verdict: str  # regressed | improved | unchanged | inconclusive | no baseline | not comparable
     reason: str = ""
@@ -92,6 +114,10 @@ class Verdict:
     baseline_runs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     noise: dict | None = None  # which level of noise dominates, and what would resolve the threshold
+    left_out: dict[str, str] = field(default_factory=dict)  # disturbed runs of the history -> why
+    disturbed: str | None = None  # why the current run itself looks disturbed (the pytest gate measures it again)
+    remeasured: list[str] = field(default_factory=list)  # why each earlier measurement of this run was taken again
+    fleet: str | None = None  # how runs on other GPUs of the model entered the baseline, when they did
 
     @property
     def failed(self) -> bool:
@@ -99,11 +125,12 @@ class Verdict:
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("verdict", "reason", "baseline", "current", "change", "ci", "mde",
-                                                "mde_noise", "threshold", "baseline_runs", "notes", "noise")}
+                                                "mde_noise", "threshold", "baseline_runs", "notes", "noise",
+                                                "left_out", "disturbed", "remeasured", "fleet")}
 
 
-def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy) -> tuple[list[RunSample], list[str]]:
-    """Comparable runs, newest last, and notes on what was left out and why."""
+def _comparable(current: RunSample, history: list[RunSample]) -> tuple[list[RunSample], list[str]]:
+    """Runs of the same jobs on the same GPU model and configuration, not throttled, and notes on the rest."""
     notes = []
     same_model = [r for r in history if r.gpu_name == current.gpu_name]
     if len(same_model) < len(history):
@@ -121,15 +148,165 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
     calm = [r for r in same_config if not r.throttled and not r.contaminated]
     if len(calm) < len(same_config):
         notes.append(f"{len(same_config) - len(calm)} throttled or contaminated run(s) left out")
+    return calm, notes
+
+
+@dataclass(frozen=True)
+class MachineLevel:
+    """This GPU's level against another GPU of its model (log), from scenarios measured on both."""
+
+    offset: float  # add to a run on the other GPU to read it at this GPU's level
+    variance: float  # of ``offset``: each shared scenario's run-to-run noise, averaged over them
+    scenarios: int
+
+
+def machine_levels(current: RunSample, references) -> dict[str, MachineLevel]:
+    """Per other GPU (UUID) of the current run's model: this GPU's level relative to it, estimated from
+    ``references``, pairs of (another scenario's run on this GPU, that scenario's history): the mean over the
+    scenarios both GPUs ran of (its run here - its mean there)."""
+    found: dict[str, list[tuple[float, float]]] = {}
+    for here, saved in references:
+        if here.gpu_uuid != current.gpu_uuid or here.throttled or here.contaminated:
+            continue
+        comparable, _ = _comparable(here, saved)
+        by_gpu: dict[str, list[float]] = {}
+        for run in comparable:
+            if run.gpu_uuid and run.gpu_uuid != current.gpu_uuid:
+                by_gpu.setdefault(run.gpu_uuid, []).append(run.log_mean)
+        for gpu, means in by_gpu.items():
+            if len(means) >= 2:  # its own spread is needed to know how well it places the GPU
+                noise = _variance_of(means)
+                found.setdefault(gpu, []).append((here.log_mean - statistics.fmean(means), noise * (1 + 1 / len(means))))
+    return {gpu: MachineLevel(statistics.fmean(d for d, _ in pairs),
+                              statistics.fmean(v for _, v in pairs) / len(pairs), len(pairs))
+            for gpu, pairs in found.items()}
+
+
+def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy,
+                    references=()) -> tuple[list[RunSample], list[str], float | None, str | None]:
+    """Comparable runs, newest last, at the current GPU's level; notes on what was left out and why; the variance
+    that reading other GPUs at this one's level adds to the baseline's centre (log; None: their level relative to
+    this GPU is unknown); and how other GPUs' runs were used."""
+    calm, notes = _comparable(current, history)
     same_gpu = [r for r in calm if current.gpu_uuid and r.gpu_uuid == current.gpu_uuid]
-    if len(same_gpu) >= policy.min_runs:
-        chosen = same_gpu
-    else:
-        chosen = calm
-        if calm and current.gpu_uuid and len(same_gpu) < len(calm):
-            notes.append("baseline includes other GPUs of the same model (identical GPUs differ by a few percent)")
-    chosen = sorted(chosen, key=lambda r: r.datetime)[-policy.runs:]
-    return chosen, notes
+    if len(same_gpu) >= policy.min_runs or not current.gpu_uuid or len(same_gpu) == len(calm):
+        return sorted(calm if not current.gpu_uuid else same_gpu, key=lambda r: r.datetime), notes, 0.0, None
+    levels = machine_levels(current, references)
+    adjusted = [_at_level(r, levels[r.gpu_uuid].offset) for r in calm if r.gpu_uuid in levels]
+    if len(same_gpu) + len(adjusted) < policy.min_runs:
+        others = len({r.gpu_uuid for r in calm}) - bool(same_gpu)
+        fleet = f"other GPUs of this model ({others}), not adjusted: no scenarios shared with this GPU"
+        return sorted(calm, key=lambda r: r.datetime), notes, None, fleet
+    unplaced = len(calm) - len(same_gpu) - len(adjusted)
+    if unplaced:
+        notes.append(f"{unplaced} run(s) on GPUs that share no scenario with this one left out (their level is unknown)")
+    used = {r.gpu_uuid for r in calm if r.gpu_uuid in levels}
+    runs = [r for r in calm if r.gpu_uuid in used]
+    mean_offset = statistics.fmean(levels[r.gpu_uuid].offset for r in runs)
+    shared = min(levels[g].scenarios for g in used)
+    fleet = (f"other GPUs of this model ({len(used)}), level adjusted by {math.exp(mean_offset) - 1:+.1%} from "
+             f"{shared}{'+' if any(levels[g].scenarios > shared for g in used) else ''} shared scenario(s)")
+    chosen = sorted(same_gpu + adjusted, key=lambda r: r.datetime)
+    # each GPU's offset is one estimate shared by its runs: its error moves the centre by the GPU's share of runs
+    share = {g: sum(r.gpu_uuid == g for r in chosen) / len(chosen) for g in used}
+    return chosen, notes, sum(share[g] ** 2 * levels[g].variance for g in used), fleet
+
+
+def _at_level(run: RunSample, offset: float) -> RunSample:
+    import dataclasses
+
+    factor = math.exp(offset)
+    return dataclasses.replace(run, rounds=tuple(x * factor for x in run.rounds),
+                               repeats=tuple(tuple(x * factor for x in r) for r in run.repeats))
+
+
+def power_cap_share(telemetry) -> float | None:
+    """A run's share of its measurement windows at the power cap (mean over its phases), if recorded."""
+    shares = [t["power_capped_share"] for t in telemetry
+              if isinstance(t, dict) and isinstance(t.get("power_capped_share"), (int, float))]
+    return statistics.fmean(shares) if shares else None
+
+
+@dataclass(frozen=True)
+class Usual:
+    """A scenario's usual run: the median run's round spread and power-cap share (None: not known)."""
+
+    spread: float | None
+    cap: float | None
+
+    @classmethod
+    def of(cls, runs: list[RunSample]) -> "Usual":
+        spreads = [r.log_sd for r in runs if r.log_sd > 0]
+        spread = statistics.median(spreads) if len(spreads) >= 2 else None
+        # the usual share at the cap, of the runs whose rounds were usual (a disturbed run is rarely capped)
+        caps = [r.power_capped_share for r in runs if r.power_capped_share is not None
+                and not (spread and r.log_sd > ROUND_SPREAD_RATIO * spread)]
+        return cls(spread, statistics.median(caps) if len(caps) >= 2 else None)
+
+
+def signature(run: RunSample, usual: Usual) -> str | None:
+    """Why a run looks disturbed by its own signature against the scenario's usual run (None: it does not).
+    Blind to the run's level: a run is never left out for being slow or fast."""
+    if usual.spread and run.log_sd > ROUND_SPREAD_RATIO * usual.spread:
+        return f"round spread {run.log_sd:.1%}, {run.log_sd / usual.spread:.0f}x the usual {usual.spread:.2%}"
+    if usual.cap is not None and run.power_capped_share is not None and usual.cap >= CAP_SHARE_USUAL \
+            and run.power_capped_share <= usual.cap - CAP_SHARE_DROP:
+        return (f"power cap {run.power_capped_share:.0%} of the window, usually {usual.cap:.0%} "
+                "(a cold GPU, or waiting on something else)")
+    return None
+
+
+def level_outliers(means: list[float], alpha: float = OUTLIER_ALPHA, keep: int = 3) -> dict[int, float]:
+    """Runs whose level the others' spread cannot explain -> their deviation (log). Each run against the mean and
+    spread of the others (its externally studentised residual: Student t with k - 2 degrees of freedom when the
+    runs are alike), Bonferroni over the k runs at ``alpha``; the most extreme is removed first and the rest
+    tested again, while more than ``keep`` runs remain and the others have a spread to judge by."""
+    from scipy import stats
+
+    import numpy as np
+
+    kept = list(range(len(means)))
+    found: dict[int, float] = {}
+    while len(kept) > max(keep, 3):
+        k = len(kept)
+        values = np.asarray([means[i] for i in kept])
+        others = (values.sum() - values) / (k - 1)  # each run's others: their mean and spread
+        sd = np.sqrt(np.maximum(((values ** 2).sum() - values ** 2 - (k - 1) * others ** 2) / (k - 2), 0.0))
+        deviation = values - others
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(sd > 0, np.abs(deviation) / (sd * math.sqrt(1 + 1 / (k - 1))), np.where(deviation != 0, np.inf, 0.0))
+        p = 2 * stats.t.sf(t, k - 2)
+        worst = int(np.argmin(p))
+        if p[worst] * k >= alpha:
+            break
+        found[kept[worst]] = float(deviation[worst])
+        del kept[worst]
+    return found
+
+
+def robust_baseline(current: RunSample, chosen: list[RunSample], policy: Policy
+                    ) -> tuple[list[RunSample], dict[str, str], list[str]]:
+    """The runs the decision stands on: disturbed runs left out (run id -> why), the level since the last shift,
+    at most ``policy.runs`` of it; notes on what else was left out."""
+    from . import changepoints
+
+    notes: list[str] = []
+    usual = Usual.of(chosen)
+    left_out = {r.run_id: why for r in chosen if (why := signature(r, usual))}
+    steady = [r for r in chosen if r.run_id not in left_out]
+    start = changepoints.level_start([r.log_mean for r in steady], min_runs=max(policy.min_runs, 2))
+    if start:
+        notes.append(f"{start} run(s) before the level shift at {steady[start].run_id} left out "
+                     f"({math.exp(statistics.fmean(r.log_mean for r in steady[start:]) - statistics.fmean(r.log_mean for r in steady[:start])) - 1:+.1%})")
+    level = steady[start:]
+    if len(level) > policy.runs:
+        notes.append(f"{len(level) - policy.runs} older run(s) of this level left out (at most {policy.runs})")
+        level = level[-policy.runs:]
+    outliers = level_outliers([r.log_mean for r in level], keep=max(policy.min_runs, 2))
+    for i, deviation in outliers.items():
+        left_out[level[i].run_id] = f"level {math.exp(deviation) - 1:+.1%} from the other runs, beyond their spread"
+    kept = [r for i, r in enumerate(level) if i not in outliers]
+    return kept, left_out, notes
 
 
 def _config_differs(baseline: RunSample, current: RunSample) -> list[str]:
@@ -178,10 +355,12 @@ def mde(spread: float, k: int, policy: Policy, with_threshold: bool = True) -> f
     return 1 - math.exp(-drop_log)
 
 
-def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy()) -> Verdict:
+def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy(), references=()) -> Verdict:
+    """``references``: pairs of (another scenario's run on the current GPU, that scenario's history), from which
+    this GPU's level is estimated when it has too little history of its own (``machine_levels``)."""
     from scipy import stats
 
-    result = Verdict("unchanged", threshold=policy.threshold, current=current.throughput)
+    result = Verdict(verdict="unchanged", threshold=policy.threshold, current=current.throughput)
     if current.throttled:
         result.verdict, result.reason = "not comparable", "the GPU throttled during this run (not the power cap)"
         return result
@@ -194,9 +373,30 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
     if current.contaminated:
         result.verdict, result.reason = "not comparable", "other processes used the GPU during this run"
         return result
-    baseline, result.notes = choose_baseline(current, history, policy)
+    chosen, result.notes, offset_variance, result.fleet = choose_baseline(current, history, policy, references)
+    if result.fleet:
+        result.notes.append(result.fleet)
+    result.disturbed = signature(current, Usual.of(chosen))
+    if result.disturbed:
+        result.notes.append(f"this run looks disturbed: {result.disturbed}")
+    baseline, result.left_out, more = robust_baseline(current, chosen, policy)
+    result.notes += more
+    if result.left_out:
+        result.notes.append(f"{len(result.left_out)} disturbed run(s) left out: "
+                            + "; ".join(f"{run} ({why})" for run, why in result.left_out.items()))
     result.baseline_runs = [r.run_id for r in baseline]
     needed = max(policy.min_runs, 2)  # a spread needs two runs at least
+    if offset_variance is None:  # identical GPUs differ by up to 15% (H200s): a level from other GPUs decides nothing
+        own = sum(r.gpu_uuid == current.gpu_uuid for r in history)
+        result.verdict = "no baseline"
+        result.reason = (f"{own} comparable run(s) on this GPU (the gate needs {needed}) and no scenario measured both "
+                         "here and on the other GPUs of this model whose runs are saved, so this GPU's level is "
+                         "unknown: gate a scenario that ran on them earlier in the same session (its level places this "
+                         "GPU), or save runs on this GPU")
+        if baseline:
+            result.baseline = math.exp(statistics.fmean(r.log_mean for r in baseline))
+            result.change = current.throughput / result.baseline - 1
+        return result
     if len(baseline) < needed:
         result.verdict = "no baseline"
         result.reason = (f"{len(baseline)} comparable run(s) in the history; the gate needs {needed} "
@@ -209,7 +409,8 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
     means = [r.log_mean for r in baseline]
     k = len(means)
     centre = statistics.fmean(means)
-    spread = statistics.stdev(means)
+    # the spread of the runs, plus what placing other GPUs at this one's level may be off by (0 on one GPU)
+    spread = math.sqrt(_variance_of(means) + offset_variance / (1 + 1 / k))
     scale = spread * math.sqrt(1 + 1 / k)
     d = current.log_mean - centre
     result.baseline = math.exp(centre)
@@ -270,7 +471,7 @@ def too_noisy(current: RunSample, baseline: list[RunSample], spread: float, poli
 
 
 def _variance(values: list[float]) -> float | None:
-    return statistics.variance(values) if len(values) > 1 else None
+    return _variance_of(values) if len(values) > 1 else None
 
 
 def noise_levels(baseline: list[RunSample], spread: float, policy: Policy, too_noisy: bool) -> dict:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import machine, record
-from .gate import RunSample
+from .gate import RunSample, power_cap_share
 
 
 @dataclass
@@ -42,7 +42,8 @@ def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | 
     return RunSample(run_id, scenario.rounds, gpu.get("name", run_machine.get("gpu_name")),
                      gpu.get("uuid", run_machine.get("gpu_uuid")), scenario.throttled, datetime, commit,
                      bool(scenario.foreign_pids), config, scenario.repeats, scenario.eager_on_gpu,
-                     scenario.autotuned_on_gpu, tuple(sorted(scenario.workloads)))
+                     scenario.autotuned_on_gpu, tuple(sorted(scenario.workloads)),
+                     power_cap_share(scenario.telemetry))
 
 
 def series_gpu(run: SavedRun, scenario: record.ScenarioRecord) -> str:

@@ -14,7 +14,7 @@ from pytest_gpucolloc.history import load, read_run
 H200_HISTORY = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-30-h200" / "gpu-tier-fidelity-overhead-aa-runs" / "history"
 
 
-def run(rounds, run_id="r", gpu="NVIDIA H200", uuid="GPU-a", throttled=False):
+def run(rounds, run_id="r", gpu="NVIDIA H200", uuid="GPU-sim", throttled=False):
     return gate.RunSample(run_id, tuple(rounds), gpu, uuid, throttled, datetime=run_id)
 
 

@@ -342,7 +342,7 @@ def cmd_report(args) -> int:
         page = html_report.build([run for run in runs if run.scenarios], loaded, out)
     except OSError as error:
         raise CommandError(f"cannot write the report into {out}: {error}", UNWRITABLE) from None
-    print(f"wrote {page} and its figures in {page.parent / 'figures'}")
+    print(f"wrote {page} ({page.stat().st_size / 1e3:,.0f} KB) and its figures in {page.parent / 'figures'}")
     return OK
 
 
@@ -379,6 +379,8 @@ def cmd_advise(args) -> int:
 
 
 def cmd_plot(args) -> int:
+    import itertools
+
     from . import plots
 
     loaded = _history(args.storage)
@@ -387,11 +389,10 @@ def cmd_plot(args) -> int:
         raise CommandError(f"no saved run {args.run!r} under {args.storage}", USAGE)
     out = _out_folder(args.out)
     try:
-        written = plots.scaling(run, out, args.format) + plots.slowdown(run, out, args.format) + \
-            plots.history(loaded, out, args.format)
+        written = plots.write(itertools.chain(plots.for_runs([run]), plots.history(loaded)), out, args.format)
     except OSError as error:
         raise CommandError(f"cannot write the figures into {out}: {error}", UNWRITABLE) from None
-    for path in written:
+    for _, path in written:
         print(path)
     return OK
 
@@ -527,8 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what each arm's pytest runs, e.g. benchmarks/ -m gpucolloc_quick --gpu-mode=mps")
     ab_cmd.set_defaults(run_command=cmd_ab)
 
-    report_cmd = commands.add_parser("report", help="one self-contained HTML page of runs (and the history of a "
-                                     "storage), with its figures also as PNG and SVG files")
+    report_cmd = commands.add_parser("report", help="an HTML page of runs (and the history of a storage) that answers "
+                                     "first: the best way to share, a summary table, then figures linked in figures/")
     report_cmd.add_argument("runs", nargs="*", type=Path, help="pytest-benchmark JSON files of this plugin's scenarios")
     report_cmd.add_argument("--storage", type=_storage, help="also draw the history of this pytest-benchmark storage "
                             "(a folder or a file:// URL)")
@@ -545,10 +546,11 @@ def build_parser() -> argparse.ArgumentParser:
     _format_argument(advise_cmd, extra=("text",))
     advise_cmd.set_defaults(run_command=cmd_advise)
 
-    plot = commands.add_parser("plot", help="PNG/SVG figures: scaling curve, slowdown, history with gate decisions")
+    plot = commands.add_parser("plot", help="the report's figures as files: scaling, mixes, each job's share, energy "
+                               "(of one run), history with gate decisions")
     _storage_argument(plot)
     plot.add_argument("--out", default="gpucolloc-plots", help="folder for the figures (default gpucolloc-plots)")
-    plot.add_argument("--run", help="run for the scaling and slowdown figures (default: the newest)")
+    plot.add_argument("--run", help="run for the figures of one run (default: the newest)")
     plot.add_argument("--format", choices=["png", "svg"], default="png",
                       help="the figures' file format (default png); this command writes figures, not tables")
     plot.set_defaults(run_command=cmd_plot)

@@ -1,20 +1,53 @@
-"""Figures over saved runs (matplotlib, no display needed): the collocation scaling curve, per-workload
-slowdown, and each scenario's throughput history with the gate's decisions."""
+"""The figures of saved runs (matplotlib, no display needed), drawn once for ``pytest-gpucolloc plot`` (files) and
+``pytest-gpucolloc report`` (a page that links the same files).
+
+The rules every figure keeps:
+- one machine kind per figure (one GPU model and driver, or CPU smoke mode): CPU smoke runs never share a figure
+  with GPU runs, and a mode has one colour everywhere;
+- a figure grows with the distinct scenarios, never with the number of runs: several runs of a scenario are one row
+  or one set of dots (their median drawn), and many scenarios are split into several figures of a readable size;
+- a run the gate judged ``regressed`` is a red downward triangle wherever it is drawn.
+"""
 from __future__ import annotations
 
+import math
 import re
+import statistics
+import textwrap
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
 
-from .history import History, SavedRun, short_name  # noqa: E402
+from .history import History, SavedRun, series_gpu, short_name
+from .modes import MODES
+from .record import ScenarioRecord
 
-MARKERS = {"regressed": ("v", "tab:red"), "improved": ("^", "tab:green"), "unchanged": ("o", "tab:blue"),
-           "inconclusive": ("o", "tab:orange")}
+MODE_COLOURS = dict(zip(MODES, ["tab:grey", "tab:blue", "tab:green", "tab:purple", "tab:orange"]))
+# a regressed run, in every figure
+REGRESSED: dict[str, Any] = {"marker": "v", "color": "tab:red", "s": 70, "zorder": 4}
+PANELS = 9  # small multiples per scaling figure
+ROWS = 36  # rows per row figure: more are split into several figures
+
+Entries = list[tuple[str, ScenarioRecord]]
+
+
+@dataclass
+class Figure:
+    section: str  # the heading it belongs under
+    stem: str  # file name without the extension
+    caption: str
+    figure: Any  # a matplotlib figure, None once written
+    notes: list[str] = field(default_factory=list)  # lines shown under it (e.g. why a MIG layout cannot exist)
 
 
 def slug(text: str) -> str:
@@ -22,102 +55,368 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.]+", "-", text).strip("-")[:120] or "scenario"
 
 
-def _family(name: str) -> str:
-    """Scenario name without its parameters: test_resnet26_cifar10[mps-7-128] -> test_resnet26_cifar10."""
-    return short_name(name).split("[")[0]
+def machine_kind(run: SavedRun, scenario: ScenarioRecord) -> str:
+    """What a figure may put side by side: one GPU model and driver, or CPU smoke mode."""
+    if scenario.device == "cpu":
+        return "CPU smoke mode (batches capped, small inputs)"
+    name = (scenario.gpu or {}).get("name") or run.machine.get("gpu_name") or "GPU"
+    return f"{name}, driver {run.machine.get('driver_version', '?')}"
 
 
-def scaling(run: SavedRun, out: Path, fmt: str) -> list[Path]:
-    """Aggregate throughput against the number of collocated processes, one line per mode, per family
-    and first workload label; the 'ideal' reference where it was recorded."""
-    curves: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    ideal: dict[tuple[str, str], list] = defaultdict(list)
-    for name, scenario in run.scenarios.items():
-        key = (_family(name), scenario.workloads[0])
+def by_kind(runs: list[SavedRun]) -> dict[str, Entries]:
+    kinds: dict[str, Entries] = defaultdict(list)
+    for run in runs:
+        for name, scenario in run.scenarios.items():
+            kinds[machine_kind(run, scenario)].append((name, scenario))
+    return dict(sorted(kinds.items()))
+
+
+def jobs(scenario: ScenarioRecord) -> str:
+    """What ran together: the workload (several copies of it are counted by ``n``) or the mix."""
+    from .report import describe_workers
+
+    return scenario.workloads[0] if scenario.homogeneous else describe_workers(list(scenario.workloads))
+
+
+def regressed(scenario: ScenarioRecord) -> bool:
+    return (scenario.gate or {}).get("verdict") == "regressed"
+
+
+def _mode_order(mode: str) -> int:
+    return list(MODES).index(mode) if mode in MODES else len(MODES)
+
+
+def _thousands(value: float, _position=None) -> str:
+    return f"{value / 1000:g}k" if abs(value) >= 1000 else f"{value:g}"
+
+
+def _mode_handles(modes) -> list:
+    return [Patch(color=MODE_COLOURS.get(mode), label=mode) for mode in sorted(modes, key=_mode_order)]
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)] or [[]]
+
+
+def _stem(base: str, part: int, parts: int) -> str:
+    return base if parts == 1 else f"{base}-{part + 1}"
+
+
+def for_runs(runs: list[SavedRun]) -> Iterator[Figure]:
+    """Every figure of these runs, per machine kind, in page order (drawn one kind and figure type at a time)."""
+    kinds = by_kind(runs)
+    for draw in (scaling, mixes, per_job, efficiency):
+        for kind, entries in kinds.items():
+            yield from draw(kind, entries)
+
+
+def scaling(kind: str, entries: Entries) -> list[Figure]:
+    """Aggregate throughput against processes, a panel per workload: one colour per mode, a dot per run with its
+    round spread, the line through the runs' median at each count; N x the job alone (dashed) and one process with
+    the summed batch (dotted) where measured."""
+    curves: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    alone_runs: dict[str, list[float]] = defaultdict(list)
+    ideal: dict[str, list] = defaultdict(list)
+    for _, scenario in entries:
         if not scenario.homogeneous:
-            continue  # mixed scenarios have no process-count axis
-        curves[key][scenario.mode].append((scenario.n_workers, scenario.throughput))
-        if scenario.ideal_throughput:
-            ideal[key].append((scenario.n_workers, scenario.ideal_throughput))
-    written = []
-    for (family, label), modes in curves.items():
-        figure, axes = plt.subplots(figsize=(6, 4))
-        for mode, points in sorted(modes.items()):
-            xs, ys = zip(*sorted(points))
-            axes.plot(xs, ys, marker="o", label=mode)
-        if ideal[(family, label)]:
-            xs, ys = zip(*sorted(ideal[(family, label)]))
-            axes.plot(xs, ys, linestyle="--", color="grey", label="ideal (one process, summed batch)")
-        axes.set(xlabel="collocated processes", ylabel="aggregate samples/s", title=f"{label} ({run.run_id})")
-        axes.legend()
-        axes.grid(alpha=0.3)
-        written.append(_save(figure, out / f"scaling-{slug(family)}-{slug(label)}.{fmt}"))
-    return written
-
-
-def slowdown(run: SavedRun, out: Path, fmt: str) -> list[Path]:
-    """Each worker's throughput relative to the same job alone (sequential run of the same file)."""
-    alone = {}
-    for scenario in run.scenarios.values():
-        if scenario.mode == "sequential":
-            for worker in scenario.workers:
-                alone[worker.workload] = worker.throughput
-    bars = []
-    for name, scenario in sorted(run.scenarios.items()):
-        if scenario.mode == "sequential":
             continue
-        for i, worker in enumerate(scenario.workers):
-            if alone.get(worker.workload):
-                bars.append((f"{short_name(name)} w{i}", worker.throughput / alone[worker.workload]))
-    if not bars:
+        label = scenario.workloads[0]
+        spread = statistics.stdev(scenario.rounds) if len(scenario.rounds) > 1 else 0.0
+        curves[label][scenario.mode].append((scenario.n_workers, scenario.throughput, spread, regressed(scenario)))
+        alone = scenario.alone_of(0)
+        if alone:
+            alone_runs[label].append(alone)
+        if scenario.ideal_throughput:
+            ideal[label].append((scenario.n_workers, scenario.ideal_throughput))
+    if not curves:
         return []
-    figure, axes = plt.subplots(figsize=(8, max(3, 0.25 * len(bars))))
-    labels, values = zip(*bars)
-    axes.barh(range(len(values)), values, color="tab:blue")
-    axes.set_yticks(range(len(values)), labels, fontsize=6)
-    axes.axvline(1.0, color="grey", linestyle="--")
-    axes.set(xlabel="throughput relative to running alone", title=f"per-workload slowdown ({run.run_id})")
-    return [_save(figure, out / f"slowdown.{fmt}")]
+    chunks = _chunks(sorted(curves), PANELS)
+    figures = []
+    for part, labels in enumerate(chunks):
+        cols = min(3, len(labels))
+        rows = math.ceil(len(labels) / cols)
+        figure, grid = plt.subplots(rows, cols, figsize=(3.9 * cols, 2.9 * rows + 0.8), squeeze=False,
+                                    layout="constrained")
+        for axes, label in zip(grid.flat, labels):
+            alone = statistics.median(alone_runs[label]) if alone_runs[label] else None
+            _scaling_panel(axes, label, curves[label], alone, ideal[label])
+        for axes in grid.flat[len(labels):]:
+            axes.set_visible(False)
+        modes = {mode for label in labels for mode in curves[label]}
+        handles = _mode_handles(modes) + [
+            Line2D([], [], linestyle="--", color="black", linewidth=1, label="N x the job alone"),
+            Line2D([], [], linestyle=":", color="black", label="one process, summed batch")]
+        if any(point[3] for label in labels for points in curves[label].values() for point in points):
+            handles.append(Line2D([], [], linestyle="", marker="v", color="tab:red", label="gate: regressed"))
+        figure.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8,
+                      frameon=False)
+        figure.suptitle(f"Aggregate throughput against processes ({kind})", fontsize=10)
+        figures.append(Figure("Scaling: aggregate throughput per sharing mode", _stem(f"scaling-{slug(kind)}", part,
+                                                                                   len(chunks)),
+                              f"Aggregate throughput per sharing mode ({kind}): a dot per run, bars: its "
+                              "round-to-round spread; the line joins the median of the runs", figure))
+    return figures
 
 
-def history(hist: History, out: Path, fmt: str) -> list[Path]:
-    """Throughput of each scenario across saved runs (oldest first), marked with the gate's verdict
-    where the run was gated, and a dashed line where a level shift starts (``changepoints``)."""
+def _scaling_panel(axes, label: str, modes: dict[str, list], alone: float | None, ideal: list) -> None:
+    counts = sorted({point[0] for points in modes.values() for point in points})
+    ticks = sorted({1, *counts}) if alone else counts  # the job alone (1) is known: from there
+    for mode, points in sorted(modes.items(), key=lambda item: _mode_order(item[0])):
+        colour = MODE_COLOURS.get(mode)
+        several = len(points) > len({p[0] for p in points})
+        axes.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], fmt="o",
+                      markersize=4, capsize=2, color=colour, alpha=0.45 if several else 0.85)
+        at = sorted({p[0] for p in points})
+        axes.plot(at, [statistics.median(p[1] for p in points if p[0] == x) for x in at], color=colour)
+        bad = [p for p in points if p[3]]
+        if bad:
+            axes.scatter([p[0] for p in bad], [p[1] for p in bad], **REGRESSED)
+    if alone and len(ticks) > 1:
+        axes.plot(ticks, [n * alone for n in ticks], linestyle="--", color="black", linewidth=1)
+    if ideal:
+        xs, ys = zip(*sorted(ideal))
+        axes.plot(xs, ys, linestyle=":", color="black")
+    axes.set_title("\n".join(textwrap.wrap(label, 40)), fontsize=8)
+    axes.set_ylim(bottom=0)  # throughput from zero: a lone point or a flat curve is not magnified
+    axes.set_xticks(ticks)
+    axes.tick_params(labelsize=7)
+    axes.yaxis.set_major_formatter(FuncFormatter(_thousands))
+    axes.set_xlabel("processes", fontsize=7)
+    axes.set_ylabel("samples/s", fontsize=7)
+    axes.grid(alpha=0.3)
+
+
+def _medians(entries: Entries, value, n_min: int = 1) -> dict[tuple[str, int], dict[str, list]]:
+    """(jobs, count) -> mode -> the values of its runs, for scenarios where ``value`` says something."""
+    rows: dict[tuple[str, int], dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for _, scenario in entries:
+        found = value(scenario)
+        if scenario.n_workers >= n_min and found is not None:
+            rows[(jobs(scenario), scenario.n_workers)][scenario.mode].append(found)
+    return rows
+
+
+def _row_label(key: tuple[str, int]) -> str:
+    label, n = key
+    return label if "+" in label or n == 1 else f"{n}x {label}"
+
+
+def _row_order(key: tuple[str, int]) -> tuple:
+    label, n = key
+    return ("+" in label, label, n)  # the workloads, then the mixes
+
+
+def mixes(kind: str, entries: Entries) -> list[Figure]:
+    """Mixed scenarios (different jobs together): each mode's speedup, a row per mix; a mix whose MIG layout cannot
+    exist on this GPU says so in its row, and under the figure with the planner's reason."""
+    mixed = [(name, s) for name, s in entries if not s.homogeneous and s.n_workers > 1 and s.mode != "sequential"]
+    rows = _medians(mixed, lambda s: s.speedup)
+    impossible = {jobs(s): s.mig_cannot_exist for _, s in mixed if s.mig_cannot_exist}
+    if not rows:
+        return []
+    keys = sorted(rows, key=_row_order)
+    return _rows_figure("Mixed jobs", f"mixes-{slug(kind)}", f"Mixed jobs: speedup per sharing mode, median of the "
+                        f"runs ({kind}); 1 (dashed) is no gain over running the jobs one after another",
+                        f"Mixed jobs ({kind})", keys,
+                        [("speedup: the jobs' progress together against one after another", rows, False)],
+                        reference=1.0, flagged={key: "MIG: this layout cannot exist on this GPU" for key in keys
+                                                if key[0] in impossible},
+                        notes=[f"{mix} under mig: {reason}" for mix, reason in impossible.items()])
+
+
+def _rows_figure(section: str, stem: str, caption: str, title: str, keys: list, panels: list,
+                 reference: float | None = None, flagged: dict | None = None, notes: list[str] | None = None
+                 ) -> list[Figure]:
+    """Rows of (jobs, count), a dot per mode (median of its runs) in each panel; ``panels`` holds (x label,
+    key -> mode -> [values] or [ranges], logarithmic x). ``reference``: a dashed line at that x; ``flagged``: a
+    row's note, written in it. Split into figures of at most ROWS rows."""
+    chunks = _chunks(keys, ROWS)
+    figures = []
+    for part, chunk in enumerate(chunks):
+        figure, grid = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) + 3.5, 0.24 * len(chunk) + 1.6),
+                                    sharey=True, squeeze=False, layout="constrained")
+        modes = set()
+        for axes, (xlabel, data, log) in zip(grid[0], panels):
+            for row, key in enumerate(chunk):
+                present = sorted(data.get(key, {}), key=_mode_order)
+                for k, mode in enumerate(present):
+                    y = row + (k - (len(present) - 1) / 2) * min(0.18, 0.7 / max(len(present), 1))
+                    values = data[key][mode]
+                    colour = MODE_COLOURS.get(mode)
+                    modes.add(mode)
+                    if isinstance(values[0], tuple):  # a range: each job's share, slowest to fastest
+                        low, high = values[0]
+                        axes.plot([low, high], [y, y], color=colour, linewidth=1.2)
+                        axes.scatter([low], [y], color=colour, s=16, zorder=3)
+                        axes.scatter([high], [y], color=colour, s=16, zorder=3, facecolors="white")
+                    else:
+                        axes.scatter([statistics.median(values)], [y], color=colour, s=18, zorder=3)
+            if log:
+                axes.set_xscale("log")
+                axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            if reference is not None:
+                axes.axvline(reference, color="black", linestyle="--", linewidth=1)
+            for row, key in enumerate(chunk):
+                if flagged and key in flagged:
+                    axes.text(0.99, row, flagged[key], transform=axes.get_yaxis_transform(), ha="right",
+                              va="center", fontsize=7, color=MODE_COLOURS["mig"])
+            axes.set_xlabel(xlabel, fontsize=8)
+            axes.tick_params(labelsize=7)
+            axes.grid(alpha=0.3)
+            for row in range(1, len(chunk)):
+                axes.axhline(row - 0.5, color="#eee", linewidth=0.6, zorder=0)
+        first = grid[0][0]
+        first.set_yticks(range(len(chunk)), [_row_label(key) for key in chunk], fontsize=7)
+        first.set_ylim(len(chunk) - 0.5, -0.5)
+        figure.legend(handles=_mode_handles(modes), loc="outside lower center", ncol=len(modes), fontsize=8,
+                      frameon=False)
+        figure.suptitle(title + (f" ({part + 1} of {len(chunks)})" if len(chunks) > 1 else ""), fontsize=10)
+        figures.append(Figure(section, _stem(stem, part, len(chunks)), caption, figure,
+                              notes if part == len(chunks) - 1 and notes else []))
+    return figures
+
+
+def per_job(kind: str, entries: Entries) -> list[Figure]:
+    """How fairly the GPU was shared: per workload (at the most copies measured) and per mix, each mode's slowest
+    and fastest job relative to the same job alone (medians of the runs, job by job)."""
+    shares: dict[tuple[str, int], dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    most: dict[str, int] = defaultdict(int)
+    for _, scenario in entries:
+        if scenario.mode != "sequential" and scenario.n_workers > 1:
+            most[jobs(scenario)] = max(most[jobs(scenario)], scenario.n_workers)
+    for _, scenario in entries:
+        alone = [scenario.alone_of(i) for i in range(scenario.n_workers)]
+        values = [w.throughput / a for w, a in zip(scenario.workers, alone) if a]
+        key = (jobs(scenario), scenario.n_workers)
+        if scenario.mode != "sequential" and len(values) > 1 and most[key[0]] == key[1]:
+            shares[key][scenario.mode].append(values)
+    if not shares:
+        return []
+    ranges = {key: {mode: [_slowest_to_fastest(runs)] for mode, runs in modes.items()} for key, modes in shares.items()}
+    return _rows_figure("Each job while sharing", f"per-job-{slug(kind)}",
+                        f"Each job's throughput while sharing, relative to the same job alone ({kind}): per mode "
+                        "the slowest job (filled) to the fastest (hollow), medians of the runs; workloads at the most "
+                        "copies measured", f"How fairly each mode shares ({kind})",
+                        sorted(ranges, key=_row_order), [("each job's share of its speed alone", ranges, False)],
+                        reference=1.0)
+
+
+def _slowest_to_fastest(runs: list[list[float]]) -> tuple[float, float]:
+    each = [statistics.median(job) for job in zip(*runs)]  # job by job over the runs
+    return min(each), max(each)
+
+
+def efficiency(kind: str, entries: Entries) -> list[Figure]:
+    """Samples per joule and SM activity per workload, count and mode (medians of the runs), where GPU telemetry
+    measured them."""
+    joules = _medians(entries, lambda s: s.samples_per_joule or None)
+    activity = _medians(entries, lambda s: s.sm_activity)
+    keys = sorted(set(joules) | set(activity), key=_row_order)
+    if not keys:
+        return []
+    return _rows_figure("Energy and SM activity", f"efficiency-{slug(kind)}",
+                        f"Samples per joule and SM activity per scenario and mode, medians of the runs ({kind})",
+                        f"Energy and SM activity ({kind})", keys,
+                        [("samples per joule (GPU energy), logarithmic", joules, True),
+                         ("SM activity (%)", activity, False)])
+
+
+def history(loaded: History) -> Iterator[Figure]:
+    """Each scenario's saved runs per physical GPU (two or more), oldest first, labelled by time and by commit where
+    it changes; the legend inside says what the marks mean: the gate's verdicts, its baseline band (from the
+    baseline down by the threshold), runs that were not comparable (hollow) and level shifts (dashed)."""
     from . import changepoints
 
-    index_of = {run.run_id: index for index, run in enumerate(hist.runs)}
-    shifts: dict[str, list] = defaultdict(list)
-    for shift in changepoints.find(hist)[0]:
-        shifts[shift.scenario].append(shift)
-    series: dict[str, list] = defaultdict(list)
-    for index, run in enumerate(hist.runs):
+    shifts = defaultdict(list)
+    for shift in changepoints.find(loaded)[0]:
+        shifts[(shift.scenario, shift.gpu)].append(shift)
+    series: dict[tuple[str, str], list] = defaultdict(list)
+    for run in loaded.runs:
         for name, scenario in run.scenarios.items():
-            verdict = (scenario.gate or {}).get("verdict", "unchanged")
-            label = (run.commit or run.run_id)[:8]
-            series[name].append((index, scenario.throughput, verdict, label))
+            series[(name, series_gpu(run, scenario))].append((run, scenario))
+    for (name, gpu), points in sorted(series.items()):
+        if len(points) > 1:  # one run is no history: the run's own figures show it
+            yield _history_figure(name, gpu, points, shifts[(name, gpu)])
+
+
+VERDICT_MARKS: dict[str, dict[str, Any]] = {
+    "regressed": REGRESSED, "improved": {"marker": "^", "color": "tab:green", "s": 50, "zorder": 3},
+    "unchanged": {"marker": "o", "color": "tab:blue", "s": 26, "zorder": 3},
+    "inconclusive": {"marker": "o", "color": "tab:orange", "s": 30, "zorder": 3}}
+RUN_MARK: dict[str, Any] = {"marker": "o", "color": "tab:grey", "s": 20, "zorder": 3}  # a run the gate did not judge
+
+
+def _history_figure(name: str, gpu: str, points: list, shifts: list) -> Figure:
+    figure, axes = plt.subplots(figsize=(8, 3.6), layout="constrained")
+    xs = list(range(len(points)))
+    axes.plot(xs, [s.throughput for _, s in points], color="lightgrey", zorder=1)
+    handles, seen = [], set()
+
+    def explain(key: str, handle) -> None:
+        if key not in seen:
+            seen.add(key)
+            handles.append(handle)
+
+    for x, (run, scenario) in zip(xs, points):
+        gate = scenario.gate or {}
+        verdict = str(gate.get("verdict") or "")
+        mark = dict(VERDICT_MARKS.get(verdict, RUN_MARK))
+        hollow = bool(scenario.throttled or scenario.foreign_pids)
+        if hollow:
+            mark["facecolors"], mark["edgecolors"] = "none", mark.pop("color")
+            explain("hollow", Line2D([], [], marker="o", linestyle="", markerfacecolor="none", color="tab:grey",
+                                     label="not comparable (throttled, or other processes)"))
+        axes.scatter([x], [scenario.throughput], **mark)
+        explain(verdict or "run", Line2D([], [], linestyle="", marker=mark.get("marker"),
+                                         color=VERDICT_MARKS.get(verdict, RUN_MARK)["color"],
+                                         label=f"gate: {verdict}" if verdict else "a run (not gated)"))
+        if verdict == "regressed" and gate.get("change") is not None:
+            axes.annotate(f"{gate['change']:+.1%}", (x, scenario.throughput), textcoords="offset points",
+                          xytext=(0, -14), ha="center", fontsize=7, color="tab:red")
+        if gate.get("baseline"):  # what the gate compared this run with: its baseline and the threshold below it
+            axes.fill_between([x - 0.4, x + 0.4], gate["baseline"] * (1 - gate.get("threshold", 0.0)),
+                              gate["baseline"], color="tab:orange", alpha=0.25, linewidth=0)
+            explain("band", Patch(color="tab:orange", alpha=0.25,
+                                  label="gate's band: its baseline down to the threshold"))
+    index = {run.run_id: x for x, (run, _) in zip(xs, points)}
+    for shift in shifts:
+        axes.axvline(index[shift.run_id] - 0.5, color="tab:purple", linestyle="--")
+        handles.append(Line2D([], [], color="tab:purple", linestyle="--",
+                              label=f"level shift {shift.change:+.1%} (p={shift.p_value:.1g})"))
+    axes.legend(handles=handles, fontsize=7, loc="best", framealpha=0.85)
+    axes.set_xticks(xs, _run_labels([run for run, _ in points]), fontsize=7, rotation=45, ha="right",
+                    rotation_mode="anchor")
+    axes.yaxis.set_major_formatter(FuncFormatter(_thousands))
+    axes.margins(y=0.15)  # room for a regressed run's change under it
+    axes.set(ylabel="aggregate samples/s")
+    axes.set_title(f"{short_name(name)}\non {gpu}", fontsize=9)
+    axes.grid(alpha=0.3)
+    return Figure("History per scenario and physical GPU", f"history-{slug(short_name(name))}-{slug(gpu)}",
+                  f"{short_name(name)} on {gpu}: its saved runs, oldest first", figure)
+
+
+def _run_labels(runs: list[SavedRun]) -> list[str]:
+    """Date and time of each run, and its commit where the commit changes; at most about 25 labels."""
+    every = max(1, math.ceil(len(runs) / 25))
+    labels, last = [], None
+    for i, run in enumerate(runs):
+        commit = (run.commit or "")[:8]
+        shown = i % every == 0 or commit != last
+        labels.append((run.datetime[5:16].replace("T", " ") + (f"\n{commit}" if commit and commit != last else ""))
+                      if shown else "")
+        last = commit
+    return labels
+
+
+def write(figures: Iterable[Figure], out: Path, fmt: str = "png") -> list[tuple[Figure, Path]]:
+    """Save each figure once, as ``out/<stem>.<fmt>``, and close it (a figure is drawn only when the one before it
+    is saved: a page of many is never all in memory)."""
+    out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, points in series.items():
-        figure, axes = plt.subplots(figsize=(7, 3.5))
-        xs = [p[0] for p in points]
-        axes.plot(xs, [p[1] for p in points], color="lightgrey", zorder=1)
-        for x, y, verdict, _ in points:
-            marker, colour = MARKERS.get(verdict, ("o", "tab:grey"))
-            axes.scatter([x], [y], marker=marker, color=colour, zorder=2)
-        for shift in shifts[name]:
-            axes.axvline(index_of[shift.run_id] - 0.5, color="tab:purple", linestyle="--", linewidth=1,
-                         label=f"level shift {shift.change:+.1%} ({shift.gpu[:12]}, p={shift.p_value:.1g})")
-        if shifts[name]:
-            axes.legend(fontsize=7)
-        axes.set_xticks(xs, [p[3] for p in points], rotation=45, fontsize=7)
-        axes.set(ylabel="aggregate samples/s", title=short_name(name))
-        axes.grid(alpha=0.3)
-        written.append(_save(figure, out / f"history-{slug(short_name(name))}.{fmt}"))
+    for item in figures:
+        path = out / f"{item.stem}.{fmt}"
+        item.figure.savefig(path, dpi=100, bbox_inches="tight")  # long labels widen the picture, never cut off
+        plt.close(item.figure)
+        item.figure = None
+        written.append((item, path))
     return written
-
-
-def _save(figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, bbox_inches="tight")  # long labels widen the picture instead of being cut off
-    plt.close(figure)
-    return path

@@ -1,9 +1,12 @@
-"""Tables of measured scenarios (the terminal summary, ``pytest-gpucolloc table``) and of gate verdicts,
-from saved records (``record.ScenarioRecord``)."""
+"""Tables of measured scenarios (the terminal summary, ``pytest-gpucolloc table``), of gate verdicts, and the
+report's summary (per workload and mode, the best way to share and the answer it gives), from saved records
+(``record.ScenarioRecord``)."""
 from __future__ import annotations
 
-from collections import Counter
-from typing import Iterable
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from statistics import median
 
 from tabulate import tabulate
 
@@ -45,7 +48,7 @@ def _flags(scenario: ScenarioRecord) -> str:
         flags.append("THROTTLED")
     if scenario.foreign_pids:
         flags.append("FOREIGN PIDS " + ",".join(map(str, scenario.foreign_pids)))
-    capped = [t.get("power_capped_share") for t in scenario.telemetry if t.get("power_capped_share")]
+    capped = [float(t["power_capped_share"]) for t in scenario.telemetry if t.get("power_capped_share")]
     notes = [f"power cap {max(capped):.0%}"] if capped and max(capped) >= 0.1 else []
     if not flags:
         return "; ".join(notes) or ("-" if scenario.throttled is None else "ok")
@@ -60,10 +63,10 @@ def _start_up(scenario: ScenarioRecord) -> str:
 
 def _tokens(scenario: ScenarioRecord) -> str:
     """Language models: the aggregate in tokens/s as well."""
-    tokens = [w.tokens_per_s for w in scenario.workers]
+    tokens = [w.tokens_per_s or 0.0 for w in scenario.workers]
     if not tokens or not all(tokens) or (scenario.mode == "sequential" and not scenario.homogeneous):
         return ""  # one after another, different sequence lengths do not add up
-    per_sample = scenario.workers[0].tokens_per_s / scenario.workers[0].throughput
+    per_sample = tokens[0] / scenario.workers[0].throughput
     total = scenario.throughput * per_sample if scenario.homogeneous else sum(tokens)
     return f" ({total / 1e6:,.2f}M tokens/s)"
 
@@ -174,3 +177,80 @@ def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
 
 def gate_table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple") -> str:
     return tabulate(gate_rows(verdicts), headers=GATE_HEADERS, tablefmt=fmt, disable_numparse=True)
+
+
+@dataclass
+class Cell:
+    """One mode's best count of copies for a workload (or its one mix): medians of the runs there."""
+    n: int
+    speedup: float
+    throughput: float
+    runs: int
+
+
+@dataclass
+class SummaryRow:
+    jobs: str  # the workload, or the mix
+    mixed: bool
+    cells: dict[str, Cell]  # mode -> its best count
+    verdicts: Counter  # the gate's verdicts over the row's scenarios
+
+    @property
+    def best(self) -> str:
+        return max(self.cells, key=lambda mode: self.cells[mode].speedup)
+
+    @property
+    def margin(self) -> float | None:
+        """How far the best mode is ahead of the next one (a fraction), None with one mode."""
+        ranked = sorted((cell.speedup for cell in self.cells.values()), reverse=True)
+        return ranked[0] / ranked[1] - 1 if len(ranked) > 1 else None
+
+
+def summary(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[SummaryRow]:
+    """Per workload (and per mix) and sharing mode: the count of copies with the best speedup, the median of the
+    runs there. Only collocated scenarios (two or more jobs, not one after another) with a speedup count."""
+    from .plots import jobs
+
+    Key = tuple[str, bool]  # the jobs, and whether they are a mix
+    runs: dict[Key, dict[str, dict[int, list]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    verdicts: dict[Key, Counter] = defaultdict(Counter)
+    for _, scenario in entries:
+        key = (jobs(scenario), not scenario.homogeneous)
+        if scenario.gate and scenario.gate.get("verdict"):
+            verdicts[key][scenario.gate["verdict"]] += 1
+        if scenario.mode != "sequential" and scenario.n_workers > 1 and scenario.speedup:
+            runs[key][scenario.mode][scenario.n_workers].append(scenario)
+    found = []
+    for (label, mixed), modes in runs.items():
+        cells = {}
+        for mode, counts in modes.items():
+            medians = [Cell(n, median(s.speedup for s in found_runs), median(s.throughput for s in found_runs),
+                            len(found_runs)) for n, found_runs in counts.items()]
+            cells[mode] = max(medians, key=lambda cell: cell.speedup)
+        found.append(SummaryRow(label, mixed, cells, verdicts[(label, mixed)]))
+    return sorted(found, key=lambda row: (row.mixed, -row.cells[row.best].speedup))
+
+
+def answer(rows: list[SummaryRow]) -> str:
+    """The report's answer in one sentence, from the summary: the mode that shares best most often, with its
+    largest gain, and the single largest gain where another mode made it."""
+    if not rows:
+        return "No collocated scenario with a measured speedup in these runs: nothing to recommend yet."
+    top = max(rows, key=lambda row: row.cells[row.best].speedup)
+    if top.cells[top.best].speedup < 1.1:
+        return (f"Sharing does not pay here: no mode made more than {top.cells[top.best].speedup:.2f}x the jobs "
+                "alone; run them one after another.")
+    wins = Counter(row.best for row in rows)
+    mode = max(wins, key=lambda m: (wins[m], max(r.cells[m].speedup for r in rows if m in r.cells)))
+    example = max((row for row in rows if row.best == mode), key=lambda row: row.cells[mode].speedup)
+    sentence = f"Use {mode}: it shares best in {wins[mode]} of {len(rows)} workloads and mixes; {_gain(example, mode)}"
+    if top.best != mode:
+        sentence += f" (the largest gain, under {top.best}: {_gain(top, top.best)})"
+    return sentence + "."
+
+
+def _gain(row: SummaryRow, mode: str) -> str:
+    cell = row.cells[mode]
+    if row.mixed:
+        return f"{row.jobs} made {cell.speedup:.1f}x the progress of running them one after another"
+    return f"{cell.n} {row.jobs} jobs made {cell.speedup:.1f}x the throughput of one alone"

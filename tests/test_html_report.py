@@ -1,4 +1,5 @@
-"""``pytest-gpucolloc report``: one self-contained page, opened in a real headless browser (Debian's Chromium)."""
+"""``pytest-gpucolloc report``: a page that answers first (the answer, the summary table) and links its figures,
+opened in a real headless browser (Debian's Chromium)."""
 import json
 import re
 import shutil
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucolloc import cli
+from pytest_gpucolloc.history import read_run
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 H200_RUN = RESULTS / "2026-12-01-h200-default-run-before-after" / "default-run.json"
@@ -27,22 +29,71 @@ def runs(tmp_path):
     return [H200_RUN, cpu]
 
 
-def test_the_report_is_one_self_contained_page_with_its_figures_beside_it(runs, tmp_path, capsys):
+def _answer(page: str) -> list[str]:
+    return re.findall(r"<p class=answer>(.*?)</p>", page)
+
+
+def test_the_page_answers_first_and_links_each_figure_once(runs, tmp_path):
     out = tmp_path / "report"
     assert cli.main(["report", *map(str, runs), "--storage", str(RESULTS / "2026-11-30-h200"), "--out", str(out)]) == 0
     page = (out / "index.html").read_text()
-    pngs, svgs = sorted((out / "figures").glob("*.png")), sorted((out / "figures").glob("*.svg"))
-    assert pngs and len(pngs) == len(svgs) == page.count("<img ")
-    assert not re.search(r"(src|href)=[\"'](?!data:)", page)  # nothing to fetch: every figure is embedded
+    assert len(page) < 100_000  # figures are linked, not embedded
+    linked = re.findall(r"<img [^>]*src='([^']+)'", page)
+    assert linked and sorted(linked) == sorted(f"figures/{p.name}" for p in (out / "figures").iterdir())
+    assert "data:" not in page and not list((out / "figures").glob("*.svg"))  # each figure once
+    # The answer comes first, per machine kind, computed from the runs: the H200 run's largest speedup under mps.
+    best = max(s.speedup for s in read_run(H200_RUN).scenarios.values())
+    h200 = next(a for a in _answer(page) if a.startswith("<b>NVIDIA H200, driver 580.159.04:</b>"))
+    assert "Use mps: it shares best in 3 of 3 workloads and mixes" in h200 and f"{best:.1f}x" in h200, h200
+    assert page.index("class=answer") < page.index("<table class=summary") < page.index("<img ")
+    summary = page[page.index("<table class=summary"):]
+    assert "<th>mps</th>" in summary and f"{best:.2f}x" in summary and "mixes of different jobs" in summary
     kinds = {"NVIDIA-H200": 0, "CPU-smoke": 0}
-    for png in pngs:
-        if png.name.startswith(("scaling", "per-job", "efficiency")):
+    for png in (out / "figures").glob("*.png"):
+        if png.name.startswith(("scaling", "per-job", "efficiency", "mixes")):
             found = [kind for kind in kinds if kind in png.name]
             assert len(found) == 1, png.name  # a figure draws one machine kind, never CPU smoke beside a GPU
             kinds[found[0]] += 1
     assert kinds["NVIDIA-H200"] and kinds["CPU-smoke"]
-    assert any(p.name.startswith("history-") for p in pngs) and any(p.name.startswith("per-job-") for p in pngs)
-    assert "mps" in page and "NVIDIA H200, driver 580.159.04" in page
+    assert any(p.startswith("figures/history-") for p in linked)
+    assert any(p.startswith("figures/per-job-") for p in linked)
+
+
+def test_a_regression_is_marked_and_runs_without_mixes_have_no_mixed_section(tmp_path):
+    data = json.loads(H200_RUN.read_text())
+    data["benchmarks"] = [b for b in data["benchmarks"] if not b["name"].startswith("test_mixed")]
+    data["benchmarks"][0]["extra_info"]["gate"] = {"verdict": "regressed", "change": -0.05, "baseline": 12000.0,
+                                                   "threshold": 0.02}
+    run = tmp_path / "regressed.json"
+    run.write_text(json.dumps(data))
+    out = tmp_path / "report"
+    assert cli.main(["report", str(run), "--out", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert "<p class=alert>The gate judged 1 regressed" in page and "<span class=regressed>1 regressed</span>" in page
+    assert "Mixed jobs" not in page and "mixes of different jobs" not in page
+    assert "Use mps: it shares best in 2 of 2 workloads" in _answer(page)[0]
+
+
+def test_a_run_where_sharing_does_not_pay_says_so(tmp_path):
+    data = json.loads(H200_RUN.read_text())
+    for bench in data["benchmarks"]:  # together hardly faster than one after another
+        bench["extra_info"]["speedup_vs_sequential"] = 1.02
+    run = tmp_path / "no-gain.json"
+    run.write_text(json.dumps(data))
+    out = tmp_path / "report"
+    assert cli.main(["report", str(run), "--out", str(out)]) == 0
+    assert _answer((out / "index.html").read_text())[0].startswith("Sharing does not pay here")
+
+
+def test_plot_draws_the_reports_figures(runs, tmp_path, capsys):
+    """``plot`` and ``report`` draw the same figures: the newest run of a storage and its history."""
+    storage = tmp_path / "storage" / "Linux-CPython-3.12-64bit"
+    storage.mkdir(parents=True)
+    (storage / "0001_run.json").write_text(H200_RUN.read_text())
+    assert cli.main(["plot", "--storage", str(storage.parent), "--out", str(tmp_path / "plots")]) == 0
+    assert cli.main(["report", "--storage", str(storage.parent), str(H200_RUN), "--out", str(tmp_path / "r")]) == 0
+    drawn = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert drawn and drawn == sorted(p.name for p in (tmp_path / "r" / "figures").iterdir())
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):
@@ -60,12 +111,16 @@ def test_a_browser_draws_every_figure(runs, tmp_path):
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run(flags + ["--virtual-time-budget=5000", "--dump-dom", (out / "index.html").as_uri()],
-                         capture_output=True, text=True, timeout=120).stdout
+                         capture_output=True, text=True, timeout=120, check=False).stdout
     body = re.search(r"<body[^>]*>", dom).group(0)
     figures = len(list((out / "figures").glob("*.png")))
     assert f'data-figures="{figures}"' in body and 'data-broken="0"' in body, body
+    # What a reader sees first: the answer, then the summary table with a row per workload and mix.
+    assert dom.index('class="answer"') < dom.index('class="summary"') < dom.index("<img")
+    summary = dom[dom.index('class="summary"'):dom.index("</table>")]
+    assert summary.count("<tr>") == 1 + 3 + 1  # header, two workloads and a mix, the mixes' heading
     subprocess.run(flags + ["--window-size=1200,3000", f"--screenshot={tmp_path / 'page.png'}",
-                            (out / "index.html").as_uri()], capture_output=True, timeout=120)
+                            (out / "index.html").as_uri()], capture_output=True, timeout=120, check=False)
     assert (tmp_path / "page.png").stat().st_size > 50_000  # a page with figures on it, not a blank one
 
 

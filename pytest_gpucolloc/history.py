@@ -74,8 +74,9 @@ MAX_FILE_BYTES = 256 * 2**20  # a saved run of a few hundred scenarios is a few 
 
 
 def read_run(path: Path) -> SavedRun:
-    """One saved file; ValueError (or OSError) when it is not a pytest-benchmark file at all. Whatever sits in
-    the storage, reading it is bounded: only regular files of a sane size are opened (a FIFO would block)."""
+    """One saved file; ValueError (or OSError) when it is not a pytest-benchmark file at all, or its own fields
+    are not what one holds. Whatever sits in the storage, reading it is bounded: only regular files of a sane size
+    are opened (a FIFO would block), and no nesting is too deep to read."""
     path = Path(path)
     if not path.exists():
         raise ValueError("no such file")
@@ -84,7 +85,10 @@ def read_run(path: Path) -> SavedRun:
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise ValueError(f"{size:,} bytes, more than a saved run can be ({MAX_FILE_BYTES:,})")
-    data = json.loads(path.read_bytes())
+    try:
+        data = json.loads(path.read_bytes())
+    except RecursionError:  # the parser's own limit, far below what fills a file
+        raise ValueError("nested too deep to be a saved run") from None
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise ValueError("not a pytest-benchmark file (no benchmarks list)")
     scenarios, problems = {}, []
@@ -92,16 +96,13 @@ def read_run(path: Path) -> SavedRun:
         info = bench.get("extra_info") if isinstance(bench, dict) else None
         if not record.is_record(info):
             continue  # another plugin's benchmark
-        name = str(bench.get("fullname") or bench.get("name"))
+        name = bench.get("fullname") or bench.get("name")
         try:
-            scenarios[name] = record.read(info)
+            scenarios[record.read_name(name)] = record.read(info)
         except record.RecordError as error:
-            problems.append(f"{path}: scenario {name} skipped ({error})")
-    commit_info = data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {}
-    machine_info = data.get("machine_info") if isinstance(data.get("machine_info"), dict) else {}
-    machine = machine_info.get("gpucolloc") if isinstance(machine_info.get("gpucolloc"), dict) else {}
-    return SavedRun(path, path.stem, str(data.get("datetime", "")), commit_info.get("id"), machine,
-                    scenarios, problems)
+            problems.append(f"{path}: scenario {name[:200] if isinstance(name, str) else '?'} skipped ({error})")
+    when, commit, identity = record.read_run_fields(data)  # RecordError is a ValueError: the file is skipped
+    return SavedRun(path, path.stem, when, commit, identity, scenarios, problems)
 
 
 def load(root: Path) -> History:

@@ -229,19 +229,163 @@ def is_record(info: Any) -> bool:
     return isinstance(info, dict) and bool(info.get(MARKER))
 
 
-def _finite(value: Any, what: str, positive: bool = False) -> float:
+# --- reading: every field a reader uses is checked here, once ----------------------------------------------------
+# A saved file may hold anything (hand-edited, truncated, another tool's, hostile). Whatever a field holds, it either
+# has the type and range its readers assume or the scenario is refused with RecordError naming the field; nothing
+# downstream (summary, gate, compare, table, report, plots, advisor) sees an unchecked value.
+
+MAX_DEPTH = 32  # lists and objects nested in a record (ours nest about 6 deep); deeper is refused before reading
+MAX_ITEMS = 100_000  # rounds, workers, telemetry phases, ...: far more than any run takes
+MAX_TEXT = 10_000  # characters of a label, name or note
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Lists and objects nested more than ``limit`` deep (walked without recursion, so any depth is safe)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def _short(value: Any) -> str:
+    return repr(value)[:40] if not isinstance(value, (dict, list)) else type(value).__name__
+
+
+def _number(value: Any, what: str, low: float | None = 0.0, positive: bool = False) -> float:
+    """A finite number (not a bool, not a string of digits), at least ``low``; positive: above 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0 or (positive and value == 0):
-        raise RecordError(f"{what} must be a finite {'positive' if positive else 'non-negative'} number, "
-                          f"got {str(value)[:40]}")
+            or (low is not None and value < low) or (positive and value <= 0):
+        kind = "positive" if positive else "non-negative" if low == 0 else "any"
+        raise RecordError(f"{what} must be a finite {kind} number, got {_short(value)}")
     return float(value)
 
 
-def _optional(value: Any, what: str) -> float | None:
-    return None if value is None else _finite(value, what)
+def _finite(value: Any, what: str, positive: bool = False) -> float:
+    return _number(value, what, positive=positive)
 
 
-def _throttled(info: dict, telemetry: list[dict]) -> bool | None:
+def _real(value: Any, what: str) -> float:  # a change or an interval bound: negative too
+    return _number(value, what, low=None)
+
+
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise RecordError(f"{what} must be a whole number from 0 to 2**63, got {_short(value)}")
+    return value
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        raise RecordError(f"{what} must be a text of at most {MAX_TEXT:,} characters, got {_short(value)}")
+    return value
+
+
+def _flag(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise RecordError(f"{what} must be true or false, got {_short(value)}")
+    return value
+
+
+def _scalar(value: Any, what: str) -> Any:
+    """A configuration value: compared and printed, never computed with."""
+    if isinstance(value, str):
+        return _text(value, what)
+    if value is None or isinstance(value, bool):
+        return value
+    return _real(value, what)
+
+
+def _optional(check):
+    return lambda value, what: None if value is None else check(value, what)
+
+
+def _list(check, nonempty: bool = False):
+    def checked(value: Any, what: str) -> list:
+        if not isinstance(value, (list, tuple)) or len(value) > MAX_ITEMS or (nonempty and not value):
+            raise RecordError(f"{what} must be a {'non-empty ' if nonempty else ''}list of at most {MAX_ITEMS:,} "
+                              f"items, got {_short(value)}")
+        return [check(item, f"an item of {what}") for item in value]
+    return checked
+
+
+def _object(known: dict | None = None, values=None):
+    """An object with text keys; ``known`` keys checked where present (None is absent), other keys' values by
+    ``values`` when given, else kept as saved (only displayed, or not read at all)."""
+    known = known or {}
+
+    def checked(value: Any, what: str) -> dict:
+        if not isinstance(value, dict) or len(value) > MAX_ITEMS:
+            raise RecordError(f"{what} must be an object, got {_short(value)}")
+        out = {}
+        for key, item in value.items():
+            if key in known:
+                out[key] = None if item is None else known[key](item, f"{what}.{key}")
+            else:
+                out[key] = item if values is None else values(item, f"{what}.{key}")
+        return out
+    return checked
+
+
+_GPU = _object({"index": _count, "uuid": _text, "name": _text}, values=_scalar)
+_PHASE = _object({"sm_activity_pct": _finite, "power_capped_share": _finite, "throttled": _flag,
+                  "throttle_share": _object(values=_finite), "throttle_reasons": _list(_text),
+                  "foreign_pids": _list(_count)})
+_MEASUREMENT = _object({"fixed_cost_s": _finite, "wall_s": _finite, "rounds": _count, "same_as": _text,
+                        "stopped": _text})
+_GATE = _object({"verdict": _text, "reason": _text, "baseline": _finite, "current": _finite, "change": _real,
+                 "ci": _list(_real), "mde": _finite, "mde_noise": _finite, "threshold": _finite,
+                 "baseline_runs": _list(_text), "notes": _list(_text),
+                 "noise": _object({"shares": _object(values=_optional(_finite)), "dominant": _text, "lever": _text})})
+_MODE_FACTS = _object({"mig_layout": _list(_object())})
+_PARAMS = _object({"model": _text, "options": _object(), "mig": _text, "cuda_graph": _flag, "batch_size": _count})
+_WORKER = {  # field -> check, for the fields a reader uses (None: absent)
+    "params": _PARAMS, "throughput": lambda v, what: _finite(v, what, positive=True),
+    "round_throughputs": _list(_finite), "cv": _finite, "step_time_median_s": _finite, "step_time_cv": _finite,
+    "measured_s": _finite, "peak_memory_bytes": _count, "reserved_memory_bytes": _count,
+    "device_memory_bytes": _count, "cpus": _list(_count), "pid": _count, "startup_s": _finite,
+    "startup_phases_s": _object(values=_finite), "cuda_visible_devices": _text, "device_uuid_seen": _text,
+    "alone_throughput": _finite, "tokens_per_s": _finite, "data_wait_share": _finite,
+}
+_SCENARIO = {
+    "gpu": _GPU, "device": _text, "n_workers": _count, "aggregate_throughput": _finite, "aggregate_cv": _finite,
+    "speedup_vs_sequential": _finite, "ideal_throughput": _finite, "efficiency": _finite,
+    "samples_per_joule": _finite, "throttled": _flag, "foreign_pids": _list(_count), "telemetry": _list(_PHASE),
+    "cpu_affinity": _text, "cpu_placement": _text, "gate": _GATE, "measurement": _MEASUREMENT,
+}
+
+
+def read_name(name: Any) -> str:
+    """A saved scenario's benchmark name (its test id)."""
+    return _text(name, "the benchmark's name")
+
+
+def read_run_fields(data: dict) -> tuple[str, str | None, dict]:
+    """A saved file's own fields that readers use, checked: its datetime, commit and machine identity."""
+    from .machine import BOUNDING
+
+    when = _text(data.get("datetime") or "", "datetime")
+    commit_info = data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {}
+    commit = None if commit_info.get("id") is None else _text(commit_info["id"], "commit_info.id")
+    machine_info = data.get("machine_info") if isinstance(data.get("machine_info"), dict) else {}
+    identity = machine_info.get("gpucolloc") if isinstance(machine_info.get("gpucolloc"), dict) else {}
+    if too_deep(identity):
+        raise RecordError(f"machine_info is nested more than {MAX_DEPTH} lists or objects deep")
+    checks = {"gpu_name": _text, "gpu_uuid": _text, "driver_version": _text, "device": _text,
+              "gpu_memory_total_bytes": _count, **{key: _scalar for key in BOUNDING}}
+    return when, commit, _object(checks)(identity, "machine_info.gpucolloc")
+
+
+def _fields(data: dict, checks: dict, prefix: str) -> dict:
+    """The checked value of each field in ``checks`` (None where absent or null)."""
+    return {name: None if data.get(name) is None else check(data[name], prefix + name)
+            for name, check in checks.items()}
+
+
+def _throttled(saved: bool | None, telemetry: list[dict]) -> bool | None:
     """Today's rule on what a run kept: an abnormal reason held for THROTTLED_SHARE of a window, or the SM clock
     fell below the floor (only recorded since version 2); the power cap never counts."""
     from .telemetry import ABNORMAL_REASONS, throttled_why
@@ -250,96 +394,97 @@ def _throttled(info: dict, telemetry: list[dict]) -> bool | None:
     for phase in telemetry:
         if "throttled_why" in phase:  # judged when it was measured
             verdicts.append(bool(phase.get("throttled")))
-        elif isinstance(phase.get("throttle_share"), dict):  # shares kept, the clock not judged then
+        elif phase.get("throttle_share") is not None:  # shares kept, the clock not judged then
             verdicts.append(bool(throttled_why(phase["throttle_share"], None, None)))
-        elif isinstance(phase.get("throttle_reasons"), list):  # early runs: which reasons, not how long
+        elif phase.get("throttle_reasons") is not None:  # early runs: which reasons, not how long
             verdicts.append(any(name in ABNORMAL_REASONS for name in phase["throttle_reasons"]))
-    if verdicts:
-        return any(verdicts)
-    return info.get("throttled") if isinstance(info.get("throttled"), bool) else None
+    return any(verdicts) if verdicts else saved
 
 
 def _read_worker(data: Any, version: int, index: int) -> WorkerRecord:
+    what = f"worker {index}"
     if not isinstance(data, dict):
-        raise RecordError(f"worker {index} is not an object")
+        raise RecordError(f"{what} is not an object")
+    workload = _text(data.get("workload"), f"{what}'s workload label")
+    checked = _fields(data, _WORKER, f"{what}'s ")
     if version == 1:  # the mode's facts stood beside the fields
         facts = {k: v for k, v in data.items() if k not in _WORKER_FIELDS}
     else:
-        facts = data.get("mode_facts") or {}
-    if not isinstance(data.get("workload"), str):
-        raise RecordError(f"worker {index} has no workload label")
+        facts = _object()(data.get("mode_facts") or {}, f"{what}'s mode_facts")
     return WorkerRecord(
-        workload=data["workload"],
-        throughput=_finite(data.get("throughput"), f"worker {index}'s throughput"),
-        round_throughputs=tuple(_finite(v, f"worker {index}'s round throughput")
-                                for v in data.get("round_throughputs") or ()),
-        params=data.get("params") if isinstance(data.get("params"), dict) else {},
-        cv=_optional(data.get("cv"), f"worker {index}'s cv"),
-        device_memory_bytes=data.get("device_memory_bytes") if isinstance(data.get("device_memory_bytes"), int) else None,
-        peak_memory_bytes=data.get("peak_memory_bytes") if isinstance(data.get("peak_memory_bytes"), int) else None,
-        startup_s=_optional(data.get("startup_s"), f"worker {index}'s start-up time"),
-        alone_throughput=_optional(data.get("alone_throughput"), f"worker {index}'s alone throughput"),
-        tokens_per_s=_optional(data.get("tokens_per_s"), f"worker {index}'s tokens/s"),
-        data_wait_share=_optional(data.get("data_wait_share"), f"worker {index}'s data wait"),
-        mode_facts=facts if isinstance(facts, dict) else {},
-        other={k: data[k] for k in _WORKER_FIELDS if k in data},
+        workload=workload,
+        throughput=_finite(data.get("throughput"), f"{what}'s throughput", positive=True),
+        round_throughputs=tuple(checked["round_throughputs"] or ()),
+        params=checked["params"] or {},
+        cv=checked["cv"],
+        device_memory_bytes=checked["device_memory_bytes"],
+        peak_memory_bytes=checked["peak_memory_bytes"],
+        startup_s=checked["startup_s"],
+        alone_throughput=checked["alone_throughput"],
+        tokens_per_s=checked["tokens_per_s"],
+        data_wait_share=checked["data_wait_share"],
+        mode_facts=facts,
+        other={k: checked.get(k, data[k]) for k in _WORKER_FIELDS if k in data},
     )
 
 
 def read(info: Any) -> ScenarioRecord:
-    """A saved scenario, checked: RecordError says what is wrong with it (the caller names the file)."""
+    """A saved scenario, checked field by field: RecordError says what is wrong with it (the caller names the
+    file). Nothing else is raised, whatever ``info`` holds."""
     if not is_record(info):
         raise RecordError("not a pytest-gpucolloc scenario")
     version = info[MARKER]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise RecordError(f"record version {_short(version)} is not a version number")
+    if version < 1:
+        raise RecordError(f"record version {version} is not a version number")
     if version not in (1, 2):
-        raise RecordError(f"record version {version!r} is newer than this pytest-gpucolloc reads "
+        raise RecordError(f"record version {version} is newer than this pytest-gpucolloc reads "
                           f"(1-{VERSION}); upgrade pytest-gpucolloc")
-    rounds = info.get("aggregate_round_throughputs")
-    if not isinstance(rounds, list) or not rounds:
-        raise RecordError("aggregate_round_throughputs must be a non-empty list")
-    workloads = info.get("workloads")
-    if not isinstance(workloads, list) or not workloads or not all(isinstance(w, str) for w in workloads):
-        raise RecordError("workloads must be a non-empty list of labels")
+    if too_deep(info):
+        raise RecordError(f"nested more than {MAX_DEPTH} lists or objects deep")
+    rounds = tuple(_list(lambda v, what: _finite(v, "an aggregate round throughput", positive=True), nonempty=True)(
+        info.get("aggregate_round_throughputs"), "aggregate_round_throughputs"))
+    workloads = _list(_text, nonempty=True)(info.get("workloads"), "workloads")
     workers = info.get("workers")
     if not isinstance(workers, list) or not workers:
         raise RecordError("workers must be a non-empty list")
-    if not isinstance(info.get("mode"), str):
-        raise RecordError("mode must be a name")
-    gpu = info.get("gpu")
-    telemetry = info.get("telemetry") or []
-    foreign = info.get("foreign_pids") or []
+    if len(workers) != len(workloads):
+        raise RecordError(f"{len(workers)} workers for {len(workloads)} workloads")
+    mode = _text(info.get("mode"), "mode")
+    checked = _fields(info, _SCENARIO, "")
+    repeats = info.get("repeats") if version >= 2 else None
+    if repeats is None:
+        repeats = [list(rounds)]
+    repeats = _list(_list(lambda v, what: _finite(v, "a repeat's round throughput", positive=True), nonempty=True))(
+        repeats, "repeats")
+    if sorted(x for r in repeats for x in r) != sorted(rounds):
+        raise RecordError("repeats must split aggregate_round_throughputs into non-empty lists")
     if version == 1:
         facts = {k: v for k, v in info.items() if k not in _SCENARIO_FIELDS and k not in ("cpu_placement", MARKER)}
     else:
         facts = info.get("mode_facts") or {}
-    gate = info.get("gate")
-    telemetry = [t for t in telemetry if isinstance(t, dict)] if isinstance(telemetry, list) else []
-    flat = tuple(_finite(v, "an aggregate round throughput", positive=True) for v in rounds)
-    repeats = info.get("repeats") if version >= 2 else None
-    if repeats is None:
-        repeats = [rounds]
-    if not isinstance(repeats, list) or not all(isinstance(r, list) and r for r in repeats) \
-            or sorted(x for r in repeats for x in r) != sorted(rounds):
-        raise RecordError("repeats must split aggregate_round_throughputs into non-empty lists")
+    telemetry = checked["telemetry"] or []
+    gpu = checked["gpu"]
     return ScenarioRecord(
         version=version,
-        mode=info["mode"],
-        device=str(info.get("device", "cuda" if gpu else "cpu")),
+        mode=mode,
+        device=checked["device"] or ("cuda" if gpu else "cpu"),
         workloads=tuple(workloads),
-        rounds=flat,
-        repeats=tuple(tuple(float(x) for x in r) for r in repeats),
+        rounds=rounds,
+        repeats=tuple(tuple(r) for r in repeats),
         workers=tuple(_read_worker(w, version, i) for i, w in enumerate(workers)),
-        gpu=gpu if isinstance(gpu, dict) else None,
-        cv=_optional(info.get("aggregate_cv"), "aggregate_cv"),
-        speedup=_optional(info.get("speedup_vs_sequential"), "speedup_vs_sequential"),
-        ideal_throughput=_optional(info.get("ideal_throughput"), "ideal_throughput"),
-        efficiency=_optional(info.get("efficiency"), "efficiency"),
-        samples_per_joule=_optional(info.get("samples_per_joule"), "samples_per_joule"),
-        throttled=_throttled(info, telemetry),
-        foreign_pids=tuple(p for p in foreign if isinstance(p, int)) if isinstance(foreign, list) else (),
+        gpu=gpu,
+        cv=checked["aggregate_cv"],
+        speedup=checked["speedup_vs_sequential"],
+        ideal_throughput=checked["ideal_throughput"],
+        efficiency=checked["efficiency"],
+        samples_per_joule=checked["samples_per_joule"],
+        throttled=_throttled(checked["throttled"], telemetry),
+        foreign_pids=tuple(checked["foreign_pids"] or ()),
         telemetry=tuple(telemetry),
-        cpu_affinity=str(info.get("cpu_affinity", info.get("cpu_placement", ""))),
-        gate=gate if isinstance(gate, dict) else None,
-        mode_facts=facts if isinstance(facts, dict) else {},
-        measurement=info["measurement"] if isinstance(info.get("measurement"), dict) else {},
+        cpu_affinity=checked["cpu_affinity"] or checked["cpu_placement"] or "",
+        gate=checked["gate"],
+        mode_facts=_MODE_FACTS(facts, "mode_facts"),
+        measurement=checked["measurement"] or {},
     )

@@ -15,6 +15,7 @@ from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
 from pytest_gpucolloc.workloads import Workload
 
+import hostile
 from test_plugin import FAST, SCENARIOS, TINY
 
 QUICK = Settings(rounds=2, round_s=0.2, warmup_s=0.2, warmup_steps=2, timeout_s=120)
@@ -132,7 +133,7 @@ def test_zero(collocate):
 # --- the benchmark storage ---------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_a_corrupt_history_is_named_skipped_and_the_run_still_saved(pytester):
+def test_a_corrupt_or_hostile_history_is_named_skipped_and_the_gated_run_still_saved(pytester):
     pytester.makepyfile(tiny_workload=TINY)
     pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
     args = ["--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-autosave", "--benchmark-storage=file://history",
@@ -151,11 +152,27 @@ def test_a_corrupt_history_is_named_skipped_and_the_run_still_saved(pytester):
     (storage / "0005_dir.json").mkdir()
     os.mkfifo(storage / "0006_fifo.json")
     (storage / "0007_binary.json").write_bytes(os.urandom(4096))
-    result = pytester.runpytest_subprocess(*args, timeout=120)
-    assert result.ret == 0
+    hostile_files, base = [], json.loads(json.dumps(good))
+    base["benchmarks"][0]["extra_info"]["gpu"] = {"name": "another GPU"}  # what is read is never a baseline here
+    some = [(name, text) for name, text in hostile.variants(base).items()  # each class once (all: the CLI test)
+            if not name.startswith(("top-", "worker-")) or name.endswith("-object") and "gpu" in name]
+    for number, (name, text) in enumerate(some, 8):
+        hostile_files.append(storage / f"{number:04d}_{name}.json")
+        hostile_files[-1].write_text(text)
+    result = pytester.runpytest_subprocess(*args, timeout=240)
+    assert result.ret == 0 and "Traceback" not in result.stdout.str() + result.stderr.str()
     for name in ("0002_zeros", "0003_words", "0005_dir", "0006_fifo", "0007_binary"):
         result.stdout.fnmatch_lines([f"*history: *{name}.json*skipped*"])
-    assert len(list(storage.glob("00*_*.json"))) == 8  # 7 before, and this run saved as the 8th file
+    refused = [path for path in hostile_files if path.stem not in {run.run_id for run in load(storage).runs}]
+    assert len(refused) == len(hostile_files)
+    issue = {"issue-gpu-uuid-number", "issue-repeats-mixed", "issue-round-throughputs-not-a-list",
+             "nested-100000-in-record", "nested-100000-file"}
+    assert issue <= {path.stem.split("_", 1)[1] for path in refused}
+    shown = result.stdout.str()
+    assert [path.name for path in refused if path.name not in shown] == []  # each named as skipped
+    saved = sorted(storage.glob("*.json"))[-1]  # this run, measured and saved after them all
+    assert saved.stem.startswith(f"{len(hostile_files) + 8:04d}_")
+    assert json.loads(saved.read_text())["benchmarks"][0]["extra_info"]["gate"]["verdict"]
 
 
 # --- options and commands ------------------------------------------------------------------------------

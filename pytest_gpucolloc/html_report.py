@@ -33,11 +33,12 @@ def _e(text: object) -> str:
 
 def _summary_table(rows: list[report.SummaryRow]) -> str:
     modes = [mode for mode in MODES if any(mode in row.cells for row in rows)]
+    gated = any(row.verdicts for row in rows)  # a gate column only where the runs were gated
     head = "".join(f"<th>{_e(mode)}</th>" for mode in modes)
     body = []
     for i, row in enumerate(rows):
         if row.mixed and (i == 0 or not rows[i - 1].mixed):  # the mixes follow the workloads
-            body.append(f"<tr><th colspan={len(modes) + 3}>mixes of different jobs</th></tr>")
+            body.append(f"<tr><th colspan={len(modes) + 2 + gated}>mixes of different jobs</th></tr>")
         cells = []
         for mode in modes:
             cell = row.cells.get(mode)
@@ -50,9 +51,9 @@ def _summary_table(rows: list[report.SummaryRow]) -> str:
         ranked = sorted(row.cells, key=lambda mode: -row.cells[mode].speedup)
         best = _e(row.best) + (f" <small>+{row.margin:.0%} over {_e(ranked[1])}</small>" if row.margin is not None
                                else "")
-        body.append(f"<tr><td>{_e(row.jobs)}</td>{''.join(cells)}<td>{best}</td>"
-                    f"<td>{_verdicts(row.verdicts)}</td></tr>")
-    return (f"<table class=summary><tr><th>jobs</th>{head}<th>best way to share</th><th>gate</th></tr>"
+        verdicts = f"<td>{_verdicts(row.verdicts)}</td>" if gated else ""
+        body.append(f"<tr><td>{_e(row.jobs)}</td>{''.join(cells)}<td>{best}</td>{verdicts}</tr>")
+    return (f"<table class=summary><tr><th>jobs</th>{head}<th>best way to share</th>{'<th>gate</th>' * gated}</tr>"
             + "".join(body) + "</table>")
 
 

@@ -72,10 +72,11 @@ def by_kind(runs: list[SavedRun]) -> dict[str, Entries]:
 
 
 def jobs(scenario: ScenarioRecord) -> str:
-    """What ran together: the workload (several copies of it are counted by ``n``) or the mix."""
+    """What ran together: the workload (several copies of it are counted by ``n``) or the mix, its jobs in one order
+    whatever order a test started them in."""
     from .report import describe_workers
 
-    return scenario.workloads[0] if scenario.homogeneous else describe_workers(list(scenario.workloads))
+    return scenario.workloads[0] if scenario.homogeneous else describe_workers(sorted(scenario.workloads))
 
 
 def regressed(scenario: ScenarioRecord) -> bool:

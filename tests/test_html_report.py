@@ -135,7 +135,7 @@ def test_a_mix_whose_mig_layout_cannot_exist_is_shown_as_such_with_the_planners_
     assert cli.main(["report", str(run), "--out", str(out)]) == 0
     page = (out / "index.html").read_text()
     assert (out / "figures" / "mixes-NVIDIA-H200-driver-580.159.04.png").exists()
-    note = re.search(r"<p>resnet26-cifar10/bs128 \+ resnet152-imagenet/bs32 under mig: ([^<]*)</p>", page)
+    note = re.search(r"<p>resnet152-imagenet/bs32 \+ resnet26-cifar10/bs128 under mig: ([^<]*)</p>", page)
     assert note and note.group(1).startswith("does not fit on NVIDIA H200"), note
     assert "A layout that fits" in note.group(1)
 

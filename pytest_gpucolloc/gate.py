@@ -32,6 +32,7 @@ DEFAULT_ALPHA = 0.005
 DEFAULT_POWER = 0.95
 DEFAULT_RUNS = 30  # at most this many runs of the current level: as much comparable history as there is
 DEFAULT_MIN_RUNS = 3
+DEFAULT_REMEASURE = 1  # the pytest gate measures a disturbed run again this many times at most
 
 # Disturbed runs. On H200s a user's GPU-bound job had steady runs with round CVs of 0.1-1.5% (within 4x of the
 # median run's) and power-capped for 88-100% of the window; a disturbed run had a 5.2% round CV and the cap for

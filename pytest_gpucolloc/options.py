@@ -48,6 +48,15 @@ def _optional_int(name: str, low: int, high: int) -> Callable[[str], int | None]
     return optional
 
 
+def parse_machine_warmup(text: str) -> float | None:
+    """Seconds, or None for auto (decided by the session: on when gating on a GPU)."""
+    from .machine_warmup import MAX_LIMIT_S
+
+    if str(text).strip().lower() == "auto":
+        return None
+    return number_option("--colloc-machine-warmup", 0, MAX_LIMIT_S)(text)
+
+
 def parse_device(text: str) -> str:
     value = (text or "auto").strip().lower()
     if value not in ("auto", "cuda", "cpu"):
@@ -223,6 +232,13 @@ OPTIONS = [
            number_option("--colloc-gate-min-runs", 2, MAX_RUNS, integer=True), str(gate.DEFAULT_MIN_RUNS)),
     Option("colloc_gate_alpha", f"false-alarm rate of the gate per scenario (default {gate.DEFAULT_ALPHA:g})",
            number_option("--colloc-gate-alpha", MIN_ALPHA, MAX_ALPHA), f"{gate.DEFAULT_ALPHA:g}"),
+    Option("colloc_gate_remeasure", "when a gated scenario's run looks disturbed (its round spread far above the "
+           "scenario's usual, its power-cap share far below), measure it again, at most N times, before it is judged "
+           f"(default {gate.DEFAULT_REMEASURE}; 0: never)", number_option("--colloc-gate-remeasure", 0, 10, integer=True),
+           str(gate.DEFAULT_REMEASURE)),
+    Option("colloc_machine_warmup", "before the first measurement of a session on a GPU, load the GPU until its power "
+           "and SM clock are steady, at most this many seconds (default auto: 60 when gating on a GPU, else off; "
+           "0: off)", parse_machine_warmup, "auto"),
     Option("colloc_gate_report", "also write the gate's verdicts as Markdown to this file (CI job summaries)",
            _path("--colloc-gate-report"), ""),
     Option("mps_oversubscribe", "allow mps-partitioned shares that add up to more than 100 percent",

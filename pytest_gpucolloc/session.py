@@ -66,6 +66,8 @@ class CollocSession:
         self.results: list[tuple[str, ScenarioResult, dict | None]] = []  # (test, result, gate verdict)
         self.skipped: list[tuple[str, str]] = []  # (scenario, why it was skipped): said in the summary
         self.verdicts: list[tuple[str, dict]] = []  # (test, gate verdict)
+        self.judged: list[tuple[str, Any]] = []  # (test id, gate.RunSample) gated so far: they place this GPU's level
+        self.machine_warmup = None  # machine_warmup.WarmUp, once the GPU was warmed
         self.history = None  # history.History, loaded before this run saved anything
         self.stale_removed: list[str] = []
         self.orphans_killed: list[int] = []  # processes that workers of killed runs had started
@@ -235,10 +237,37 @@ class CollocSession:
         if marker:
             options = dataclasses.replace(options, mig_layout=marker.args[0] if marker.args else None)
         policy = self.gate_policy(node)
+        self.warm_up_machine()
         target = make_target(self.device(), options)
         sampler = telemetry.sampler_factory(target.gpu) \
             if target.gpu is not None and self.options["colloc_telemetry"] else None
         return ScenarioContext(self.settings(), target, sampler, policy, repeats)
+
+    # --- machine warm-up (machine_warmup.py) -------------------------------------------------------------
+    def machine_warmup_limit(self) -> float:
+        """Seconds of warm-up before the session's first measurement: 0 on the CPU; auto is on when gating."""
+        from .machine_warmup import DEFAULT_LIMIT_S
+
+        if self.device().gpu is None:
+            return 0.0
+        chosen = self.options["colloc_machine_warmup"]
+        return (DEFAULT_LIMIT_S if self.options["colloc_gate"] else 0.0) if chosen is None else chosen
+
+    def warm_up_machine(self) -> None:
+        """Once per session, before anything is measured on the GPU."""
+        if self.machine_warmup is None and self.machine_warmup_limit() > 0:
+            from . import machine_warmup
+
+            self.machine_warmup = machine_warmup.run(self.device().gpu.uuid, self.machine_warmup_limit())
+
+    def _machine_warmup_line(self) -> str:
+        if self.device().gpu is None:
+            return "gpucolloc: machine warm-up: none on the CPU (nothing to warm)"
+        limit = self.machine_warmup_limit()
+        if not limit:
+            return "gpucolloc: machine warm-up: off (--colloc-machine-warmup)"
+        return (f"gpucolloc: machine warm-up: a GPU load before the first measurement until power and SM clock are "
+                f"steady, at most {limit:g} s (--colloc-machine-warmup)")
 
     # --- hooks ---------------------------------------------------------------------------------------
     def pytest_sessionstart(self, session):
@@ -259,6 +288,10 @@ class CollocSession:
         except DeviceUnavailable as exc:
             where = str(exc)
         lines = [f"gpucolloc: modes {', '.join(self.modes)}; {where}"]
+        try:
+            lines.append(self._machine_warmup_line())
+        except DeviceUnavailable:
+            pass
         if self.stale_removed:
             lines.append(f"gpucolloc: removed {len(self.stale_removed)} directories (and their MPS daemons) left "
                          f"by killed runs: {', '.join(self.stale_removed)}")
@@ -373,6 +406,8 @@ class CollocSession:
         terminalreporter.write_line(
             "alone: each distinct job measured alone once per session (the sequential mode's results and every "
             "speedup's reference); speedup: sum of each job's throughput relative to running alone; CV: "
+        terminalreporter.write_line(self.machine_warmup.describe() if self.machine_warmup is not None
+                                    else self._machine_warmup_line().removeprefix("gpucolloc: "))
             "round-to-round spread of aggregate throughput; rounds: taken until the mean was known within "
             "--colloc-precision (or the most rounds, or while it was within reach); start-up s: spawn to every worker warm "
             "('= alone': a sequential scenario, or one job under naive, '= mps': one mps-partitioned client has the whole "
@@ -407,3 +442,6 @@ class CollocSession:
             Path(path).write_text(f"### Collocation regression gate\n\n{report.gate_table(self.verdicts, 'github')}\n")
         except OSError as error:
             self.save_problems.append(f"could not write the gate report to {path}: {error}")
+        for name, verdict in self.verdicts:
+            if verdict.get("remeasured"):
+                terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict['remeasured'])}")

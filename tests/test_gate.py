@@ -603,3 +603,48 @@ def test_fleet_adjustment_keeps_false_alarms_at_alpha():
         current = synthetic_run(rng, f"{trial}-now", 3500.0 * math.exp(here), 0.003, 0.002, 10, uuid="GPU-new")
         alarms += gate.decide(current, saved["target"], references=references).failed
     assert alarms <= 2  # 150 trials at alpha 0.5%: 0.75 expected
+
+
+TINY_STEP = '''
+import torch
+class Step:
+    def __init__(self, batch_size, device):
+        self.samples_per_step = batch_size
+        self.model = torch.nn.Linear(8, 2)
+        self.x = torch.randn(batch_size, 8)
+    def train_step(self):
+        self.model(self.x).sum().backward()
+def factory(batch_size, device, precision="fp32"):
+    return Step(batch_size, device)
+'''
+
+
+def test_a_disturbed_run_is_measured_again_before_it_is_judged(pytester, monkeypatch, remeasure=1):
+    """Real workers on the CPU; the gate calls the first measurement disturbed. With --colloc-gate-remeasure=1 the
+    scenario is measured once more and judged on that, and the verdict and the terminal say so."""
+    real = gate.decide
+    calls = []
+
+    def first_disturbed(*args, **kwargs):
+        verdict = real(*args, **kwargs)
+        calls.append(verdict.current)
+        if len(calls) == 1:
+            verdict.disturbed = "round spread 5.2%, 13x the usual 0.40%"
+        return verdict
+
+    monkeypatch.setattr(gate, "decide", first_disturbed)
+    pytester.makepyfile(tiny_workload=TINY_STEP)
+    pytester.makepyfile('''
+import pytest
+@pytest.mark.gpucolloc_quick
+def test_x(collocate):
+    collocate(["tiny_workload:factory"])
+''')
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", "--colloc-alone=off",
+                                f"--colloc-gate-remeasure={remeasure}", "--colloc-rounds=2",
+                                "--colloc-round-seconds=0.2", "--colloc-warmup-seconds=0.1", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert len(calls) == 1 + remeasure and (remeasure == 0 or calls[0] != calls[1])  # a new measurement
+    text = result.stdout.str()
+    assert "measured again before judging test_x[cpu-naive]: round spread 5.2%, 13x the usual 0.40%" in text
+    assert "measured 2 times, judged on the last" in text

@@ -63,3 +63,8 @@ def variants(saved: dict) -> dict[str, str]:
                                                   '"gpu": ' + "[" * DEEP + "]" * DEEP)
     out["nested-100000-file"] = "[" * DEEP + "]" * DEEP
     return out
+
+
+def one_of_each(names) -> list[str]:
+    """The variants that are a class of their own (every field's wrong types are one class each: objects in gpu)."""
+    return [name for name in names if not name.startswith(("top-", "worker-")) or name == "top-gpu-object"]

@@ -154,9 +154,9 @@ def test_a_corrupt_or_hostile_history_is_named_skipped_and_the_gated_run_still_s
     (storage / "0007_binary.json").write_bytes(os.urandom(4096))
     hostile_files, base = [], json.loads(json.dumps(good))
     base["benchmarks"][0]["extra_info"]["gpu"] = {"name": "another GPU"}  # what is read is never a baseline here
-    some = [(name, text) for name, text in hostile.variants(base).items()  # each class once (all: the CLI test)
-            if not name.startswith(("top-", "worker-")) or name.endswith("-object") and "gpu" in name]
-    for number, (name, text) in enumerate(some, 8):
+    variants = hostile.variants(base)
+    for number, name in enumerate(hostile.one_of_each(variants), 8):  # each class once (all: ci/fault-suite)
+        text = variants[name]
         hostile_files.append(storage / f"{number:04d}_{name}.json")
         hostile_files[-1].write_text(text)
     result = pytester.runpytest_subprocess(*args, timeout=240)
@@ -223,3 +223,43 @@ def test_a_record_never_reaches_the_gate_with_impossible_numbers():
         record.read({"gpucolloc": 2, "mode": "naive", "workloads": ["x"], "workers": [{"workload": "x",
                      "throughput": 1.0}], "aggregate_round_throughputs": [float("nan")]})
     assert load(Path("/nonexistent-storage")).runs == []
+
+
+def hostile_storage(folder: Path, every: bool = False) -> tuple[list[Path], list[Path]]:
+    """A storage of one good run and hostile variants of it, one of each class or ``every`` one: (all files,
+    those a reader refuses)."""
+    from test_record import measured
+
+    info = json.loads(json.dumps(record.write(measured(), {"verdict": "unchanged"})))
+    good = {"datetime": "2026-12-01T00:00:00", "commit_info": {"id": "abc"},
+            "machine_info": {"gpucolloc": {"device": "cuda", "gpu_name": "H200"}},
+            "benchmarks": [{"name": "t[mps-partitioned]", "fullname": "f.py::t[mps-partitioned]", "extra_info": info}]}
+    folder.mkdir(parents=True)
+    files = [folder / "0001_good.json"]
+    files[0].write_text(json.dumps(good))
+    variants = hostile.variants(good)
+    for number, name in enumerate(variants if every else hostile.one_of_each(variants), 2):
+        files.append(folder / f"{number:04d}_{name}.json")
+        files[-1].write_text(variants[name])
+    read = {run.path for run in load(folder).runs}
+    return files, [path for path in files if path not in read]
+
+
+def test_every_command_names_and_skips_hostile_records_without_a_traceback(tmp_path, capsys):
+    storage = tmp_path / "history"
+    files, refused = hostile_storage(storage)
+    assert len(refused) == len(files) - 1 and files[0] not in refused
+    out = tmp_path / "out"
+    for argv in (["history", "--storage", str(storage)], ["gate", str(files[0]), "--storage", str(storage)],
+                 ["compare", "--runs-ids", "0001", "0002", "--storage", str(storage)],
+                 ["plot", "--storage", str(storage), "--out", str(out / "plots")],
+                 ["report", "--storage", str(storage), "--out", str(out / "report")]):
+        code = cli.main(argv)  # any exception fails this test: a traceback
+        said = capsys.readouterr()
+        assert isinstance(code, int), argv
+        assert [p.name for p in refused if p.name not in said.err + said.out] == [], argv
+    for path in files:  # the commands given files
+        for argv in (["table", str(path)], ["advise", str(path), "--jobs", "resnet26-cifar10/bs32"]):
+            code = cli.main(argv)
+            said = capsys.readouterr()
+            assert isinstance(code, int) and (path not in refused or path.name in said.err), argv

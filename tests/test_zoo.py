@@ -104,3 +104,29 @@ def test_zoo_bench_refuses_an_unknown_part_before_running_anything(tmp_path):
     result = zoo_bench(tmp_path / "out", ZOO_BENCH_SKIP="gate,abb")
     assert result.returncode == 2 and "unknown parts ['abb']" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_zoo_bench_names_what_its_call_left_and_not_what_others_run(tmp_path, monkeypatch):
+    import importlib.machinery
+    import importlib.util
+    import subprocess
+
+    loader = importlib.machinery.SourceFileLoader("zoo_bench", str(ZOO.parent / "ci" / "zoo-bench"))
+    bench_module = importlib.util.module_from_spec(importlib.util.spec_from_loader("zoo_bench", loader))
+    loader.exec_module(bench_module)
+    monkeypatch.setenv("ZOO_BENCH_CPU", "1")
+    bench = bench_module.Bench(tmp_path)
+    dirs_before = set(Path("/tmp").glob("gc-*"))
+    theirs = subprocess.Popen(["sleep", "30"])  # started without the call's tag: another run's
+    monkeypatch.setenv("ZOO_BENCH_CALL", bench_module.TAG.split("=", 1)[1])
+    ours = subprocess.Popen(["sleep", "31"], start_new_session=True)  # escaped its process group
+    try:
+        bench.leftovers(set(), dirs_before)
+        assert bench.status == 1 and bench.result["leftovers"]["processes"] == ["sleep 31"]
+    finally:
+        for process in (theirs, ours):
+            process.kill()
+            process.wait()
+    bench.status = 0
+    bench.leftovers(set(), dirs_before)
+    assert bench.status == 0 and bench.result["leftovers"] == {"processes": [], "directories": []}

@@ -48,7 +48,7 @@ class Step:
         raise NotImplementedError
 
 
-# (a) A transformer encoder trained as a masked language model, bf16 autocast, AdamW.
+# (a) A transformer encoder predicting a token at every position, bf16 autocast, AdamW.
 class Encoder(nn.Module):
     def __init__(self, vocab: int, seq_len: int, d_model: int, heads: int, layers: int):
         super().__init__()

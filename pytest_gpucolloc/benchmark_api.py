@@ -7,6 +7,7 @@ storage, made atomic here.
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -37,10 +38,45 @@ def mark_recorded_by_controller(benchmark) -> None:
     benchmark._mode = f"{MODE} (recorded by the xdist controller)"
 
 
+def disabled_by_user(config) -> bool:
+    """``--benchmark-disable`` as given (pytest-benchmark also turns itself off under xdist, where the controller
+    records the workers' scenarios)."""
+    return bool(config.getoption("benchmark_disable", False)) and not config.getoption("benchmark_enable", False)
+
+
+def mark_not_recorded(benchmark) -> None:
+    benchmark._mode = f"{MODE} (--benchmark-disable: not recorded)"
+
+
+# Fields of pytest-benchmark's own machine_info that change from run to run on one machine.
+VOLATILE = {"cpu": {"hz_actual", "hz_actual_friendly"}}
+
+
+def machine_differences(saved: dict, current: dict) -> list[str]:
+    """What differs in pytest-benchmark's own machine_info, in a few words (``python_version 3.11.7 -> 3.12.1``):
+    volatile fields, this plugin's identity and keys only one side has are left out."""
+    def flat(info: dict) -> dict:
+        items = {}
+        for key, value in info.items():
+            if key == "gpucolloc":
+                continue
+            if isinstance(value, dict):
+                items.update({f"{key}.{k}": v for k, v in value.items() if k not in VOLATILE.get(key, ())})
+            else:
+                items[key] = value
+        return items
+
+    before, after = flat(saved), flat(json.loads(json.dumps(current, default=str)))  # as saved: tuples are lists
+    return [f"{key} {str(before[key])[:60]} -> {str(after[key])[:60]}"
+            for key in before if key in after and before[key] != after[key]]
+
+
 def add_to_session(config, entry: dict) -> None:
     """Rebuild a scenario an xdist worker measured in the controller's pytest-benchmark session."""
     from pytest_benchmark.stats import Metadata
 
+    if disabled_by_user(config):
+        return  # pytest-benchmark records nothing in this run
     fixture = SimpleNamespace(name=entry["name"], fullname=entry["fullname"], group=entry["group"],
                               param=entry["param"], params=entry["params"], extra_info=entry["extra_info"],
                               cprofile_stats=None, has_error=False)

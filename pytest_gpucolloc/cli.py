@@ -241,7 +241,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
-    from . import compare, gate, history
+    from . import compare, gate
 
     run = _read_runs([args.run])[0]
     if not run.scenarios:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from . import benchmark_api
 from .device import make_target, release, selected_gpus
 from .fixture import CollocateFixture, diagnostics_key
 from .modes import MODES
@@ -26,7 +27,7 @@ def pytest_addoption(parser):
     add_options(parser)
 
 
-@pytest.hookimpl(trylast=True)  # after pytest-benchmark has set up its session and storage
+@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark's, which compares the saved run's machine info with ours
 def pytest_configure(config):
     for line in MARKERS:
         config.addinivalue_line("markers", line)
@@ -37,8 +38,15 @@ def pytest_configure(config):
     session = CollocSession(config, options)
     config.stash[session_key] = session
     config.pluginmanager.register(session, "gpucolloc-session")
-    if any_given(config):
-        session.invite()  # otherwise a collected test that uses the plugin invites it
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """Invited by an option, the session starts once every plugin is configured (it needs pytest-benchmark's
+    storage) and before anything else starts (the report header, xdist's workers); otherwise a collected test
+    that uses the plugin invites it."""
+    if any_given(session.config):
+        session.config.stash[session_key].invite()
 
 
 def pytest_unconfigure(config):
@@ -94,7 +102,20 @@ def collocate(request, gpu_mode, benchmark, tmp_path) -> CollocateFixture:
 
     ``collocate([Workload("resnet26", batch_size=128)] * 2)`` returns a ``ScenarioResult``.
     """
-    return CollocateFixture(request.config.stash[session_key], request.node, gpu_mode, benchmark, tmp_path)
+    fixture = CollocateFixture(request.config.stash[session_key], request.node, gpu_mode, benchmark, tmp_path)
+    yield fixture
+    if fixture.used and benchmark_api.disabled_by_user(request.config):
+        benchmark_api.mark_not_recorded(benchmark)  # it ran as asked: not pytest-benchmark's "fixture was not used"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, config):
+    session = config.stash.get(session_key, None)
+    ran = len(session.results) + len(session.forwarded) if session is not None and session.invited else 0
+    if ran and benchmark_api.disabled_by_user(config):
+        terminalreporter.write_line(
+            f"gpucolloc: --benchmark-disable: {ran} scenario(s) ran as tests and were measured, but nothing was "
+            "recorded into pytest-benchmark (nothing saved or compared); --benchmark-skip skips them instead")
 
 
 @pytest.fixture

@@ -373,14 +373,28 @@ class CollocSession:
         ready = self.results[0][1].workers[0].ready if self.results else None
         machine_info["gpucolloc"] = machine.identity(self.device().gpu, dataclasses.asdict(ready) if ready else None)
 
-    @pytest.hookimpl(optionalhook=True)
+    @pytest.hookimpl(optionalhook=True, wrapper=True)
     def pytest_benchmark_compare_machine_info(self, config, benchmarksession, machine_info, compared_benchmark):
-        if not self.invited:
-            return
-        saved = compared_benchmark.get("machine_info", {}).get("gpucolloc", {})
-        changes = machine.differences(saved, machine_info.get("gpucolloc", {}))
+        """pytest-benchmark compares machine info while it configures, before this plugin is invited, and warns
+        with both dictionaries whole (thousands of characters; an INTERNALERROR when the storage is outside the
+        working directory) whenever anything differs, volatile fields included. A run this plugin saved is
+        compared here instead, in a few words on what matters; pytest-benchmark's comparison sees no difference."""
+        saved = compared_benchmark.get("machine_info")
+        if not (isinstance(saved, dict) and isinstance(saved.get("gpucolloc"), dict)):
+            return (yield)  # not a run of this plugin: pytest-benchmark's comparison as it is
+        changes = benchmark_api.machine_differences(saved, machine_info)
+        try:
+            changes += machine.differences(saved["gpucolloc"], machine.identity(self.device().gpu, None))
+        except DeviceUnavailable:
+            pass  # a usage error, said once the session starts
+        compared_benchmark["machine_info"] = machine_info
+        try:
+            result = yield
+        finally:
+            compared_benchmark["machine_info"] = saved
         if changes:
             benchmarksession.logger.warning("gpucolloc: compared run differs: " + "; ".join(changes))
+        return result
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         if not self.invited:

@@ -59,6 +59,8 @@ def _read_runs(paths) -> list:
             runs.append(history.read_run(Path(path)))
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise CommandError(f"cannot read {path}: {str(error)[:200]}", USAGE) from None
+        for problem in runs[-1].problems:  # scenarios skipped: named by every command that reads files
+            print(f"warning: {problem}", file=sys.stderr)
     return runs
 
 
@@ -106,8 +108,6 @@ def cmd_table(args) -> int:
     for path, run in zip(args.files, runs):
         if not run.scenarios and not run.problems:
             raise CommandError(f"{path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
-        for problem in run.problems:
-            print(f"warning: {problem}", file=sys.stderr)
         entries += [(history.short_name(name), scenario) for name, scenario in run.scenarios.items()]
         # Speedups are against the sequential run of the same session and GPU: rows of several files say which.
         sources += [f"{path.parent.name}/{path.name} on {(scenario.gpu_uuid or 'cpu')[:12]}"

@@ -24,7 +24,7 @@ from .mps_daemon import MpsError
 from .scenario import (Pairing, ScenarioFailed, ScenarioResult, combine_repeats, run_scenario, sequential_of,
                        taken_once)
 from .session import CollocSession, ScenarioContext
-from .workloads import Workload, WorkloadError, as_workload
+from .workloads import Workload, WorkloadError, as_workloads
 
 diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, attached to its report
 
@@ -90,7 +90,7 @@ class CollocateFixture:
     @staticmethod
     def _jobs(workloads) -> list[Workload]:
         try:
-            jobs = [as_workload(w) for w in workloads]
+            jobs = as_workloads(workloads)
         except WorkloadError as exc:
             pytest.fail(str(exc), pytrace=False)
         if not jobs:

@@ -134,17 +134,23 @@ def encode_event(event: Ready | Result | Error) -> str:
     return json.dumps({"event": name, **dataclasses.asdict(event)}) + "\n"
 
 
-def _number(value, what: str, integer: bool = False, low: float = 0.0) -> float:
+# Samples a training step may say it processes: far above any batch (and batch times sequence length), far below
+# what would make a throughput meaningless (a user workload's 10**30 would be saved as ~1e32 samples/s).
+MAX_SAMPLES_PER_STEP = 2**32
+
+
+def _number(value, what: str, integer: bool = False, low: float = 0.0, high: float = 2**63) -> float:
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < low:
-        raise ProtocolError(f"{what} must be a {'whole ' if integer else ''}number >= {low:g}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or not low <= value <= high:
+        raise ProtocolError(f"{what} must be a {'whole ' if integer else ''}number from {low:g} to {high:,}, "
+                            f"got {str(value)[:40]}")
     return value
 
 
 def _check(event: Ready | Result | Error) -> None:
     if isinstance(event, Ready):
         _number(event.pid, "pid", integer=True, low=1)
-        _number(event.samples_per_step, "samples_per_step", integer=True, low=1)
+        _number(event.samples_per_step, "samples_per_step", integer=True, low=1, high=MAX_SAMPLES_PER_STEP)
     elif isinstance(event, Result):
         if not isinstance(event.rounds, list) or not event.rounds:
             raise ProtocolError(f"rounds must be a non-empty list, got {str(event.rounds)[:80]}")

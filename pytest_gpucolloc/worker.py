@@ -125,8 +125,10 @@ def warm_up(spec: protocol.Spec):
         phase_done("cuda_context")
     step = models.build(workload, device, spec.image_size)
     samples_per_step = getattr(step, "samples_per_step", workload.batch_size)
-    if isinstance(samples_per_step, bool) or not isinstance(samples_per_step, int) or samples_per_step < 1:
-        raise ValueError(f"{workload.model}: samples_per_step must be a positive whole number, got {samples_per_step!r}")
+    if isinstance(samples_per_step, bool) or not isinstance(samples_per_step, int) \
+            or not 1 <= samples_per_step <= protocol.MAX_SAMPLES_PER_STEP:
+        raise ValueError(f"{workload.model}: samples_per_step must be a positive whole number of at most "
+                         f"{protocol.MAX_SAMPLES_PER_STEP:,}, got {str(samples_per_step)[:40]}")
     sync()
     phase_done("build")
     if isinstance(step, models.GraphedStep):

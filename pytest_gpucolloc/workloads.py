@@ -6,6 +6,8 @@ Pure data, no torch: the pytest process validates and records these; the worker 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -60,6 +62,8 @@ SMOKE_SEQ_LEN = 32  # CPU smoke mode's cap on a language model's sequence length
 MAX_BATCH_SIZE = 65536
 DATA_SOURCES = ("synthetic", "loader")
 MAX_LOADER_WORKERS = 64
+MAX_OPTIONS_BYTES = 1 << 16  # a user factory's options travel to the worker as JSON
+MAX_OPTION_DEPTH = 32
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
@@ -140,6 +144,8 @@ class Workload:
                                 f"{name} brings its own data")
         if not isinstance(self.options, Mapping) or not all(isinstance(k, str) for k in self.options):
             raise WorkloadError("options must be a mapping with string keys")
+        for key, value in self.options.items():
+            _check_json(key, value)
         if name in NAMED_WORKLOADS:
             known = LANGUAGE_MODEL_OPTIONS if isinstance(NAMED_WORKLOADS[name], LanguageModelShape) else NAMED_OPTIONS
             unknown = set(self.options) - known
@@ -198,7 +204,7 @@ class Workload:
 
     def key(self) -> tuple:
         """Identity of the training job itself (what it computes), without sharing limits."""
-        key = (self.model, self.batch_size, self.precision, tuple(sorted(self.options.items())), self.cuda_graph)
+        key = (self.model, self.batch_size, self.precision, _canonical(self.options), self.cuda_graph)
         return key + (("loader", self.loader_workers),) if self.uses_loader else key
 
     def with_batch_size(self, batch_size: int) -> "Workload":
@@ -214,6 +220,46 @@ class Workload:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Workload":
         return cls(**data)
+
+
+def _canonical(options: Mapping[str, Any]) -> str:
+    return json.dumps(options, sort_keys=True, allow_nan=False)
+
+
+def _check_json(key: str, value: Any) -> None:
+    """An option's value is a JSON value (text, finite numbers, true/false, None, lists and dicts with text keys;
+    a tuple arrives as a list): it is sent to the worker and saved with the record."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_OPTION_DEPTH:
+            raise WorkloadError(f"option {key!r} is nested more than {MAX_OPTION_DEPTH} lists or dicts deep")
+        if isinstance(item, (list, tuple)):
+            stack += [(v, depth + 1) for v in item]
+        elif isinstance(item, dict) and all(isinstance(k, str) for k in item):
+            stack += [(v, depth + 1) for v in item.values()]
+        elif not (item is None or isinstance(item, (str, bool, int))
+                  or isinstance(item, float) and math.isfinite(item)):
+            raise WorkloadError(f"option {key!r} must be a JSON value (text, a finite number, True/False, None, or "
+                                f"a list or dict with text keys of these); found {type(item).__name__} "
+                                f"{repr(item)[:60]}")
+    size = len(json.dumps(value))
+    if size > MAX_OPTIONS_BYTES:
+        raise WorkloadError(f"option {key!r} is {size:,} bytes as JSON, more than {MAX_OPTIONS_BYTES:,}")
+
+
+def as_workloads(value: Any) -> list[Workload]:
+    """collocate()'s argument: a list (or other iterable) of workloads or names. A lone name or Workload is a
+    mistake said as one, not read letter by letter."""
+    if isinstance(value, (str, bytes)):
+        raise WorkloadError(f"collocate() takes a list of workloads; got the string {value[:80]!r} "
+                            f"(one job alone: collocate([{value[:80]!r}]))")
+    if isinstance(value, Workload):
+        raise WorkloadError(f"collocate() takes a list of workloads; got one Workload ({value.label}): "
+                            "collocate([workload]) for one job alone")
+    if isinstance(value, Mapping) or not hasattr(value, "__iter__"):
+        raise WorkloadError(f"collocate() takes a list of workloads; got {type(value).__name__}")
+    return [as_workload(w) for w in value]
 
 
 def as_workload(value: Workload | str) -> Workload:

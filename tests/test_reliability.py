@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucolloc import cli, record
+from pytest_gpucolloc import cli, protocol, record
 from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.history import load
 from pytest_gpucolloc.modes.naive import NaiveMode
@@ -124,7 +124,7 @@ def test_zero(collocate):
     result = pytester.runpytest_subprocess("--gpu-mode=sequential,naive", "--colloc-device=cpu",
                                            "--benchmark-autosave", "--benchmark-storage=file://history", *FAST)
     result.assert_outcomes(passed=2, failed=2)
-    result.stdout.fnmatch_lines(["*samples_per_step must be a positive whole number, got 0*"])
+    result.stdout.fnmatch_lines(["*samples_per_step must be a positive whole number of at most 4,294,967,296, got 0*"])
     saved = list((pytester.path / "history").rglob("*.json"))
     assert len(saved) == 1
     assert len(json.loads(saved[0].read_text())["benchmarks"]) == 2  # the good scenario under both modes
@@ -263,3 +263,36 @@ def test_every_command_names_and_skips_hostile_records_without_a_traceback(tmp_p
             code = cli.main(argv)
             said = capsys.readouterr()
             assert isinstance(code, int) and (path not in refused or path.name in said.err), argv
+
+
+@pytest.mark.parametrize("samples", [10**30, 2**32 + 1, 2**70])
+def test_an_absurd_samples_per_step_is_refused_with_its_bound(samples):
+    line = json.dumps({"event": "ready", "pid": 1, "samples_per_step": samples, "warmup_steps": 1, "cpus": [],
+                       "startup_phases_s": {}}).encode()
+    with pytest.raises(protocol.ProtocolError, match="samples_per_step must be a whole number from 1 to 4,294,967,296"):
+        protocol.decode_event(line)
+    assert protocol.decode_event(line.replace(str(samples).encode(), str(2**32).encode())).samples_per_step == 2**32
+
+
+def test_careless_collocate_calls_fail_the_test_with_a_clear_error_before_any_worker(pytester):
+    pytester.makepyfile(test_careless='''
+import pytest
+from pytest_gpucolloc import Workload
+
+pytestmark = pytest.mark.gpucolloc_quick
+
+def test_a_name(collocate):
+    collocate("resnet26-cifar10")
+
+def test_one_workload(collocate):
+    collocate(Workload("tests.user_workloads:tiny", batch_size=4, options={"sizes": [1, 2]}))
+
+def test_an_object_option(collocate):
+    collocate([Workload("tests.user_workloads:tiny", batch_size=4, options={"x": object()})])
+''')
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(["*collocate() takes a list of workloads; got the string 'resnet26-cifar10'*",
+                                 "*collocate() takes a list of workloads; got one Workload*",
+                                 "*option 'x' must be a JSON value*found object*"])
+    assert "TypeError" not in result.stdout.str()

@@ -1,6 +1,8 @@
+import json
+
 import pytest
 
-from pytest_gpucolloc.workloads import Workload, WorkloadError, as_workload, known_workloads
+from pytest_gpucolloc.workloads import Workload, WorkloadError, as_workload, as_workloads, known_workloads
 
 
 def test_aliases_resolve_to_the_papers_workloads():
@@ -109,3 +111,42 @@ def test_cudnn_autotuning_is_an_option_of_the_named_workloads_and_part_of_the_jo
     assert heuristics.label == "resnet26-cifar10/bs32/graph/cudnn-heuristics"
     with pytest.raises(WorkloadError, match="cudnn_autotune must be True or False"):
         Workload("resnet26", options={"cudnn_autotune": "off"})
+
+
+@pytest.mark.parametrize("value", [[1, 2], (3, "x"), {"nested": [1, {"a": None}]}, "text", 2.5, None, True])
+def test_json_values_are_options_and_part_of_the_job(value):
+    job = Workload("tests.user_workloads:tiny", options={"x": value})
+    assert job.key() != Workload("tests.user_workloads:tiny").key()
+    assert Workload.from_dict(json.loads(json.dumps(job.to_dict()))).key() == job.key()  # as the worker gets it
+
+
+@pytest.mark.parametrize("value,found", [(object(), "found object"), ([1, {2}], "found set"), (float("nan"), "found float nan"),
+                                         ({1: "a"}, "found dict"), (b"bytes", "found bytes"), (lambda: 1, "found function")])
+def test_an_option_that_is_not_a_json_value_is_a_workload_error(value, found):
+    with pytest.raises(WorkloadError, match=f"option 'x' must be a JSON value.*{found}"):
+        Workload("tests.user_workloads:tiny", options={"x": value})
+
+
+def test_an_option_too_deep_or_too_large_is_a_workload_error():
+    deep = []
+    for _ in range(10_000):
+        deep = [deep]
+    with pytest.raises(WorkloadError, match="nested more than 32"):
+        Workload("tests.user_workloads:tiny", options={"x": deep})
+    with pytest.raises(WorkloadError, match="bytes as JSON, more than"):
+        Workload("tests.user_workloads:tiny", options={"x": "a" * 100_000})
+
+
+@pytest.mark.parametrize("value,message", [
+    ("resnet26-cifar10", "collocate() takes a list of workloads; got the string 'resnet26-cifar10' "
+                         "(one job alone: collocate(['resnet26-cifar10']))"),
+    (Workload("resnet26"), "got one Workload (resnet26-cifar10/bs32): collocate([workload])"),
+    (42, "collocate() takes a list of workloads; got int"),
+    ({"resnet26": 2}, "got dict"),
+])
+def test_collocate_takes_a_list_and_says_so(value, message):
+    with pytest.raises(WorkloadError) as error:
+        as_workloads(value)
+    assert message in str(error.value)
+    assert as_workloads(["resnet26", Workload("resnet50")])[1].model == "resnet50-imagenet64"
+    assert as_workloads(name for name in ["resnet26"])[0].model == "resnet26-cifar10"

@@ -5,10 +5,11 @@ torchvision on an H200 host); it is a real process of its own all the same, with
 log and CUDA context.
 
 Controller and server talk over a Unix socket pair (SOCK_SEQPACKET: one message per send). A request is
-``{"env": {...}, "cwd": ...}`` with three file descriptors (the worker's stdin, its log, its message channel); the server
-answers ``{"pid": N}``, and ``{"exited": N, "status": S}`` (an ``os.waitpid`` status) once it has reaped the
-worker. The server is single-threaded: a thread in a process that forks could hold a lock its children would then
-wait on for ever. It dies with the controller, and its workers die with it.
+``{"env": {...}, "cwd": ...}`` with four file descriptors (the worker's stdin, its log, its message channel, and the
+one that marks its processes: ``process_marks.py``); the server answers ``{"pid": N}``, and
+``{"exited": N, "status": S}`` (an ``os.waitpid`` status) once it has reaped the worker. The server is
+single-threaded: a thread in a process that forks could hold a lock its children would then wait on for ever. It
+dies with the controller, and its workers die with it.
 """
 from __future__ import annotations
 
@@ -17,18 +18,18 @@ import importlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
-from pathlib import Path
 
 from . import process_marks
 from .logs import tail
 from .protocol import MSG_FD_ENV
+from .scratch import private_scratch
 
 SOCKET_ENV = "GPUCOLLOC_FORKSERVER_FD"
 # What every worker imports anyway; none of it initialises CUDA.
@@ -71,7 +72,9 @@ class ForkServer:
 
     def __init__(self, env: dict[str, str]):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.log_path = Path(tempfile.mkstemp(prefix="gpucolloc-forkserver-", suffix=".log")[1])
+        # in a scratch directory of this process: removed on close, or by the next run if this one is killed
+        self.scratch = private_scratch()
+        self.log_path = self.scratch / "forkserver.log"
         env = {**env, SOCKET_ENV: str(theirs.fileno()), "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen([sys.executable, "-m", "pytest_gpucolloc.forkserver"], env=env,
@@ -108,13 +111,14 @@ class ForkServer:
         raise ForkServerError(f"the worker fork server did not answer within {timeout:.0f} s; its output ends:\n"
                               + tail(self.log_path))
 
-    def spawn(self, env: dict[str, str], log_fd: int, channel_fd: int) -> ForkedProcess:
-        """A new worker with ``env``, ``log_fd`` as its stdout and stderr and ``channel_fd`` as its message
-        channel (the caller keeps and closes its copies); like ``Popen(stdin=PIPE)``, its ``stdin`` is a pipe."""
+    def spawn(self, env: dict[str, str], log_fd: int, channel_fd: int, mark_fd: int) -> ForkedProcess:
+        """A new worker with ``env``, ``log_fd`` as its stdout and stderr, ``channel_fd`` as its message
+        channel and ``mark_fd`` kept open (the caller keeps and closes its copies); like ``Popen(stdin=PIPE)``,
+        its ``stdin`` is a pipe."""
         stdin_read, stdin_write = os.pipe()
         try:
             request = {"env": env, "cwd": os.getcwd()}
-            socket.send_fds(self.sock, [json.dumps(request).encode()], [stdin_read, log_fd, channel_fd])
+            socket.send_fds(self.sock, [json.dumps(request).encode()], [stdin_read, log_fd, channel_fd, mark_fd])
             pid = self._expect("pid", 30.0)["pid"]
         except BaseException:
             os.close(stdin_write)
@@ -147,7 +151,7 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
-        self.log_path.unlink(missing_ok=True)
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 _SHARED: ForkServer | None = None
@@ -193,7 +197,8 @@ def _become_worker(server_pid: int, sock: socket.socket, request: dict, fds: lis
     try:
         sock.close()
         os.setsid()  # its own session and process group, as a fresh worker has
-        stdin, log, channel = fds
+        stdin, log, channel, mark = fds
+        os.set_inheritable(mark, True)  # kept open: every process the worker starts inherits it
         os.dup2(stdin, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
@@ -222,7 +227,7 @@ def serve(sock: socket.socket) -> None:
     try:
         while True:
             if select.select([sock], [], [], 0.05)[0]:
-                data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
+                data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 4)
                 if not data:
                     return  # the controller has gone
                 request = json.loads(data)

@@ -67,24 +67,28 @@ class _Worker:
         env.update(slot.env)
         env[MSG_FD_ENV] = str(write_fd)
         self.mark = process_marks.new_mark(f"{label}-{next(_WORKER_NUMBERS)}")
-        env[process_marks.MARK_ENV] = self.mark  # inherited by whatever the worker starts
+        env[process_marks.MARK_ENV] = self.mark  # inherited by whatever the worker execs
         if slot.cpus:
             env["OMP_NUM_THREADS"] = str(len(slot.cpus))
         self.spawned_at = time.monotonic()
-        with open(log_path, "wb") as log:
-            if forkserver is None:
-                self.process = subprocess.Popen(
-                    [sys.executable, "-m", "pytest_gpucolloc.worker"],
-                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
-                    pass_fds=(write_fd,), start_new_session=True,  # Ctrl-C reaches the controller only
-                )
-            else:  # forked by the server, which has imported torch already (its own session too)
-                try:
-                    self.process = forkserver.spawn(env, log.fileno(), write_fd)
-                except BaseException:
-                    os.close(read_fd)
-                    os.close(write_fd)
-                    raise
+        mark_fd = process_marks.mark_descriptor(self.mark)  # the worker keeps it open, and every fork of it
+        try:
+            with open(log_path, "wb") as log:
+                if forkserver is None:
+                    self.process = subprocess.Popen(
+                        [sys.executable, "-m", "pytest_gpucolloc.worker"],
+                        stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
+                        pass_fds=(write_fd, mark_fd), start_new_session=True,  # Ctrl-C reaches the controller only
+                    )
+                else:  # forked by the server, which has imported torch already (its own session too)
+                    try:
+                        self.process = forkserver.spawn(env, log.fileno(), write_fd, mark_fd)
+                    except BaseException:
+                        os.close(read_fd)
+                        os.close(write_fd)
+                        raise
+        finally:
+            os.close(mark_fd)
         os.close(write_fd)
         self.messages_fd = read_fd
         self._buffer = b""

@@ -1,10 +1,18 @@
-"""Every process a worker starts carries a mark in its environment, so that none escapes: not a child that starts
-its own session (out of the worker's process group), nor one orphaned when pytest itself was SIGKILLed.
+"""Every process a worker starts carries a mark that the kernel shows, so that none escapes: not a child that
+starts its own session (out of the worker's process group), nor one orphaned when pytest itself was SIGKILLed.
 
 The mark names the worker and the pytest process that owns it (pid and start time, so that a reused pid is
-not mistaken for its owner). ``kill_marked`` ends workers' processes when they stop; ``kill_orphans``
-ends, at the start of the next run, those whose owner is gone. A process that clears its own environment is
-not found this way.
+not mistaken for its owner). Each worker carries it twice, because neither way reaches every process:
+
+- an open file descriptor, a memfd named after the mark (``/proc/PID/fd``): every fork inherits it, and so does
+  what is exec'd unless the exec closes it (``subprocess`` does by default);
+- a variable in the environment (``/proc/PID/environ``, the environment a program was exec'd with): what is
+  exec'd inherits it. A process forked without exec shows its exec'd ancestor's environment there: a worker
+  forked by the fork server shows the server's, without the mark.
+
+``kill_marked`` ends workers' processes when they stop; ``kill_orphans`` ends, at the start of the next run,
+those whose owner is gone. A process that leaves its worker's process group, closes the descriptor and runs
+without the variable (exec'd with a cleared environment) is not found.
 """
 from __future__ import annotations
 
@@ -14,6 +22,7 @@ import time
 from pathlib import Path
 
 MARK_ENV = "GPUCOLLOC_WORKER_MARK"
+_MEMFD = "/memfd:gpucolloc-mark:"  # what /proc/PID/fd/N links to: the memfd's name, then " (deleted)"
 KILL_WAIT_S = 10.0  # SIGKILL is asynchronous: a process is gone only once the kernel has torn it down
 
 
@@ -41,21 +50,38 @@ def new_mark(label: str) -> str:
     return f"{os.getpid()}.{_start_time(os.getpid())}.{label}"
 
 
+def mark_descriptor(mark: str) -> int:
+    """A new descriptor that carries ``mark``, for a worker to keep open (its forks inherit it). Close-on-exec
+    here: nothing else the controller starts may carry it."""
+    return os.memfd_create(_MEMFD.removeprefix("/memfd:") + mark)
+
+
+def _mark_of(pid: int) -> str | None:
+    """The mark ``pid`` carries, by descriptor or environment; None if none (or it is gone, or another user's)."""
+    try:
+        with os.scandir(f"/proc/{pid}/fd") as descriptors:
+            for fd in descriptors:
+                try:
+                    link = os.readlink(fd.path)
+                except OSError:
+                    continue  # closed meanwhile
+                if link.startswith(_MEMFD):
+                    return link[len(_MEMFD):].removesuffix(" (deleted)")
+        needle = MARK_ENV.encode() + b"="
+        for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            if item.startswith(needle):
+                return item[len(needle):].decode(errors="replace")
+    except OSError:
+        pass
+    return None
+
+
 def _marks() -> dict[int, str]:
     """pid -> mark, for every process of this user that carries one."""
     found = {}
-    needle = MARK_ENV.encode() + b"="
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = (entry / "environ").read_bytes()
-        except OSError:
-            continue  # gone, or another user's
-        for item in raw.split(b"\0"):
-            if item.startswith(needle):
-                found[int(entry.name)] = item[len(needle):].decode(errors="replace")
-                break
+        if entry.name.isdigit() and (mark := _mark_of(int(entry.name))) is not None:
+            found[int(entry.name)] = mark
     return found
 
 

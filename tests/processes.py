@@ -66,6 +66,10 @@ def environment_has(pid: int, entry: str) -> bool:
         return False
 
 
-def plugin_processes() -> list[int]:
-    """Every worker and fork server on the machine: after a pytest run has ended, none of its may be left."""
-    return sorted(pid for pid, (_, cmdline) in _processes().items() if WORKER in cmdline or SERVER in cmdline)
+def plugin_processes(parent: int | None = None) -> list[int]:
+    """Every worker and fork server on the machine: after a pytest run has ended, none of its may be left. With
+    ``parent``, only those it started (its fork server and fresh workers) and their children (forked workers):
+    another pytest session on the machine may be running its own meanwhile."""
+    table = _processes()
+    return sorted(pid for pid, (up, cmdline) in table.items() if (WORKER in cmdline or SERVER in cmdline)
+                  and (parent is None or parent in (up, table.get(up, (0, b""))[0])))

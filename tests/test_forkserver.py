@@ -119,4 +119,4 @@ def test_a_session_with_the_fork_server_measures_and_leaves_no_process_behind(py
     result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-spawn=forkserver",
                                 f"--benchmark-json={out}", *FAST_ARGS)
     result.assert_outcomes(passed=2)
-    assert plugin_processes() == []  # the server stopped with the session, and its workers with it
+    assert plugin_processes(os.getpid()) == []  # the server stopped with the session, and its workers with it

@@ -77,3 +77,51 @@ def test_a_killed_runs_scratch_directory_is_removed_by_the_next_run(tmp_path):
                 for child in path.iterdir():
                     child.rmdir()
                 path.rmdir()
+
+
+ORPHAN = '''
+import pytest
+from pytest_gpucolloc import Workload
+@pytest.mark.gpucolloc_quick
+def test_x(collocate):
+    collocate([Workload("tests.user_workloads:forks_a_session_leader", batch_size=4,
+                        options={{"pid_file": "{pid_file}", "step_sleep": 0.01}})])
+'''
+
+
+def stat_of(pid: int) -> list[str]:
+    """State, parent, process group, session, ... of a process; empty once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
+def test_a_forked_session_leader_left_by_a_killed_run_is_killed_by_the_next_run(pytester, tmp_path):
+    """Under the fork server (the default) a workload forks, without exec, a child that starts its own session: the
+    environment /proc shows for it is the server's, without its worker's mark, and nothing reaches it when pytest
+    is SIGKILLed (the server and its workers die with pytest). The next run's sweep finds and kills it, and removes
+    what the killed run left in its scratch directories, the fork server's log included."""
+    pid_file = tmp_path / "children"
+    pytester.makepyfile(test_orphan=ORPHAN.format(pid_file=pid_file))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--colloc-device=cpu",
+                            "--gpu-mode=naive", "--colloc-round-seconds=30", "test_orphan.py"],
+                           cwd=pytester.path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child, deadline = None, time.monotonic() + 120
+    while child is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        pid = int(pid_file.read_text()) if pid_file.exists() else 0
+        if pid and stat_of(pid)[3:4] == [str(pid)]:  # it has started its own session
+            child = pid
+    assert child, "the workload never forked its child"
+    scratch = [path for path in scratch_base().glob("gc-*") if (path / OWNER_FILE).is_file()
+               and (path / OWNER_FILE).read_text().strip() == str(run.pid)]
+    assert any((path / "forkserver.log").is_file() for path in scratch)
+    run.kill()  # SIGKILL: nothing runs in pytest; its fork server and workers die with it, the child does not
+    run.wait()
+    # The next run's sweep: this one's, unless another pytest session on the machine started first.
+    pytester.runpytest_subprocess("--colloc-device=cpu", "--co")
+    assert stat_of(child)[:1] in ([], ["Z"]), "the workload's child escaped"
+    assert not any(path.exists() for path in scratch)

@@ -4,6 +4,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -165,3 +166,19 @@ def test_a_language_model_trains_for_real_in_cpu_smoke_mode_and_counts_tokens(cp
     assert saved.workloads == ("gpt2-small/bs4/seq32/bf16",) * 2  # what ran: the batch and sequence it used
     for worker in saved.workers:
         assert worker.throughput > 0 and worker.tokens_per_s == pytest.approx(32 * worker.throughput)
+
+
+@pytest.mark.parametrize("spawn", ["forkserver", "fresh"])
+def test_a_child_forked_into_its_own_session_is_gone_when_its_scenario_returns(cpu_target, tmp_path, spawn):
+    """Forked without exec, the child shows its worker's environment as the worker was exec'd (under the fork
+    server: the server's, without the worker's mark), and it has left the worker's process group: the descriptor
+    it inherited is what finds it."""
+    pid_file = tmp_path / "children"
+    job = Workload("tests.user_workloads:forks_a_session_leader", batch_size=8, options={"pid_file": str(pid_file)})
+    run_scenario([job], NaiveMode(), cpu_target, dataclasses.replace(FAST, spawn=spawn), tmp_path)
+    child = int(pid_file.read_text())
+    try:
+        state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        state = "gone"
+    assert state in ("gone", "Z"), "the workload's child outlived its scenario"

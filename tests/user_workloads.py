@@ -89,3 +89,26 @@ class OwnLoaderStep(TinyStep):
 
 def own_loader(batch_size, device, precision="fp32", **options):
     return OwnLoaderStep(batch_size, device, **options)
+
+
+class ForksASessionLeader(TinyStep):
+    """A careless workload that forks, without exec, a child that starts its own session and never ends. The
+    child's environment as the kernel shows it (/proc/PID/environ) is the one its worker was exec'd with: under
+    the fork server, the server's, without the worker's mark."""
+
+    def __init__(self, batch_size, device, pid_file, **options):
+        super().__init__(batch_size, device, **options)
+        child = os.fork()
+        if child == 0:
+            try:
+                os.setsid()
+                while True:
+                    time.sleep(1)
+            finally:
+                os._exit(0)
+        with open(pid_file, "a") as out:
+            out.write(f"{child}\n")
+
+
+def forks_a_session_leader(batch_size, device, precision="fp32", **options):
+    return ForksASessionLeader(batch_size, device, **options)

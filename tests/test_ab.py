@@ -143,3 +143,23 @@ def test_a_scenario_budget_too_small_for_the_blocks_asked_for_says_so(repo, tmp_
     assert judged["verdict"] == "inconclusive" and judged["blocks"] == 1 and judged["pairs"] == 2
     assert "noise between processes is not known" in judged["reason"]
 
+
+
+def test_an_arm_expects_the_other_arms_mps_daemon_and_no_one_elses(tmp_path):
+    """Both arms run at once, each with its own MPS daemon: a daemon whose scratch directory belongs to a sibling
+    session (started by the same controller) is the other arm's; any other daemon still makes mps unavailable."""
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for owner, expected in ((sibling.pid, True), (1, False)):
+            scratch = tmp_path / f"gc-{owner}"
+            (scratch / "mps" / "pipe").mkdir(parents=True)
+            (scratch / "owner.pid").write_text(str(owner))
+            probe = ("import sys; from pytest_gpucolloc.modes.mps import _other_arm; "
+                     f"print(_other_arm({str(scratch / 'mps' / 'pipe')!r}))")
+            for env, answer in (({"GPUCOLLOC_AB_SOCKET": "/nonexistent"}, expected), ({}, False)):
+                done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                      env={"PATH": "/usr/bin:/bin", **env}, check=True)
+                assert done.stdout.strip() == str(answer), (owner, env, done.stderr)
+    finally:
+        sibling.kill()
+        sibling.wait()

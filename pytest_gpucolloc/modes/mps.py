@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+from pathlib import Path
 from typing import Iterator
 
+from .. import interleave, protocol
 from .. import mps_daemon as mps
-from .. import protocol
+from ..scratch import OWNER_FILE
 from ..pool import WorkerSlot
 from .base import ModeConfigError, Provision, SharingMode, Target, WorkerCheckFailed
 
@@ -56,11 +59,28 @@ def _foreign_daemon_reason(target: Target) -> str | None:
 
     on_gpu = nvml.gpu_processes(target.gpu.uuid)
     for pid, info in mps.mps_processes().items():
-        if pid in on_gpu and info["name"].startswith("nvidia-cuda-mps"):
+        if pid in on_gpu and info["name"].startswith("nvidia-cuda-mps") and not _other_arm(info["pipe_dir"]):
             where = info["pipe_dir"] or "a pipe directory this user cannot read"
             return (f"another MPS daemon (server pid {pid}, {where}) already serves GPU {target.gpu.index} "
                     f"({target.gpu.uuid}); stop it or select another GPU")
     return None
+
+
+def _other_arm(pipe_dir: str | None) -> bool:
+    """In a paired A/B (``pytest-gpucolloc ab``) both arms run at once, each with a daemon of its own, and the
+    controller idles one arm's clients while it measures the other's: the other arm's daemon is expected. It is
+    the one whose scratch directory's owner is a sibling of this session (both started by the same controller)."""
+    if not pipe_dir or os.environ.get(interleave.SOCKET_ENV) is None:
+        return False
+    for folder in Path(pipe_dir).parents:
+        try:
+            owner = (folder / OWNER_FILE).read_text().strip()
+            status = Path(f"/proc/{int(owner)}/status").read_text()
+        except (OSError, ValueError):
+            continue
+        parent = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), None)
+        return parent == str(os.getppid())
+    return False
 
 
 class MpsMode(SharingMode):

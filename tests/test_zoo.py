@@ -13,6 +13,15 @@ ZOO = Path(__file__).parent.parent / "zoo"
 FACTORIES = {"transformer_encoder": "bf16", "char_lstm": "fp32", "unet": "fp32", "mlp": "fp32"}
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models on a shared CI machine: one thread each, as a worker of CPU smoke mode has (threads contend)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def build(name, batch_size=4):
     torch.manual_seed(0)
     return getattr(models, name)(batch_size=batch_size, device=torch.device("cpu"), precision=FACTORIES[name])

@@ -226,7 +226,8 @@ OPTIONS = [
     Option("colloc_gate_threshold", "smallest throughput drop, in percent, that counts as a regression "
            f"(default {100 * gate.DEFAULT_THRESHOLD:g}; per scenario: @pytest.mark.gpucolloc_gate(threshold=5))",
            number_option("--colloc-gate-threshold", 0, MAX_THRESHOLD), f"{100 * gate.DEFAULT_THRESHOLD:g}"),
-    Option("colloc_gate_runs", f"baseline: the most recent N comparable saved runs (default {gate.DEFAULT_RUNS})",
+    Option("colloc_gate_runs", "baseline: at most the N most recent comparable saved runs of the scenario's current "
+           f"level, since its last level shift (default {gate.DEFAULT_RUNS})",
            number_option("--colloc-gate-runs", 2, MAX_RUNS, integer=True), str(gate.DEFAULT_RUNS)),
     Option("colloc_gate_min_runs", f"fewest comparable runs the gate needs to decide (default {gate.DEFAULT_MIN_RUNS})",
            number_option("--colloc-gate-min-runs", 2, MAX_RUNS, integer=True), str(gate.DEFAULT_MIN_RUNS)),

@@ -271,6 +271,7 @@ def level_outliers(means: list[float], alpha: float = OUTLIER_ALPHA, keep: int =
     while len(kept) > max(keep, 3):
         k = len(kept)
         values = np.asarray([means[i] for i in kept])
+        values = values - values.mean()  # centred: the sums of squares below stay exact for tiny spreads
         others = (values.sum() - values) / (k - 1)  # each run's others: their mean and spread
         sd = np.sqrt(np.maximum(((values ** 2).sum() - values ** 2 - (k - 1) * others ** 2) / (k - 2), 0.0))
         deviation = values - others

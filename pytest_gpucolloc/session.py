@@ -406,6 +406,8 @@ class CollocSession:
         terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
         device = self.device()
         terminalreporter.write_line(device.reason)
+        terminalreporter.write_line(self.machine_warmup.describe() if self.machine_warmup is not None
+                                    else self._machine_warmup_line().removeprefix("gpucolloc: "))
         if device.gpu is None:
             terminalreporter.write_line("telemetry sampler: off (no GPU)")
         elif not self.options["colloc_telemetry"]:
@@ -420,8 +422,6 @@ class CollocSession:
         terminalreporter.write_line(
             "alone: each distinct job measured alone once per session (the sequential mode's results and every "
             "speedup's reference); speedup: sum of each job's throughput relative to running alone; CV: "
-        terminalreporter.write_line(self.machine_warmup.describe() if self.machine_warmup is not None
-                                    else self._machine_warmup_line().removeprefix("gpucolloc: "))
             "round-to-round spread of aggregate throughput; rounds: taken until the mean was known within "
             "--colloc-precision (or the most rounds, or while it was within reach); start-up s: spawn to every worker warm "
             "('= alone': a sequential scenario, or one job under naive, '= mps': one mps-partitioned client has the whole "
@@ -444,6 +444,9 @@ class CollocSession:
         terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(self.verdicts)}")
         for problem in self.history.problems:
             terminalreporter.write_line(f"history: {problem}")
+        for name, verdict in self.verdicts:
+            if verdict.get("remeasured"):
+                terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict['remeasured'])}")
         terminalreporter.write_line(report.gate_table(self.verdicts))
 
     def _write_gate_report(self) -> None:
@@ -456,6 +459,3 @@ class CollocSession:
             Path(path).write_text(f"### Collocation regression gate\n\n{report.gate_table(self.verdicts, 'github')}\n")
         except OSError as error:
             self.save_problems.append(f"could not write the gate report to {path}: {error}")
-        for name, verdict in self.verdicts:
-            if verdict.get("remeasured"):
-                terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict['remeasured'])}")

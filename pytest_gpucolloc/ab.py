@@ -315,6 +315,8 @@ class Coordinator:
         self.blocks: dict[str, list[list[float]]] = {}  # test -> per block, the windows' log(candidate / baseline)
         self.spent: dict[str, float] = {}  # test -> seconds of its blocks so far
         self.unpaired: list[str] = []
+        self.skipped: list[str] = []  # scenarios not started: the job's budget was spent
+        self.cut_short: set[str] = set()  # scenarios a budget stopped while they were inconclusive
         self.began = time.monotonic()
 
     def run(self) -> None:
@@ -323,6 +325,13 @@ class Coordinator:
             if all(key is None for key in keys.values()):
                 return
             first, second = keys.values()
+            if first is not None and first == second and first[1:] == (0, 0) \
+                    and time.monotonic() - self.began >= self.settings.budget_s:
+                for label in self.labels:  # a new scenario once the job's budget is spent: skipped, saying why
+                    self.arms.send(label, {"do": "skip", "why": f"the A/B's budget of {self.settings.budget_s / 60:g} "
+                                                                "minutes was spent before this scenario"})
+                self.skipped.append(first[0])
+                continue
             if first is not None and first == second:
                 self._pair(first)
                 continue
@@ -391,6 +400,7 @@ class Coordinator:
         if self.spent[test] + block_s > settings.scenario_budget_s \
                 or time.monotonic() - self.began + block_s > settings.budget_s:
             self.say(f"{test}: no more blocks within the budget ({len(blocks)} so far, {block_s:.0f} s each)")
+            self.cut_short.add(test)
             return False
         if len(blocks) < settings.min_blocks:
             return True
@@ -437,6 +447,15 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
                 process.kill()
                 process.wait()
         shutil.rmtree(folder, ignore_errors=True)
+    if coordinator.unpaired:
+        say("measured in one arm only (no verdict): " + ", ".join(coordinator.unpaired))
+    if coordinator.skipped:
+        say("not started, the job's budget was spent (no verdict): " + ", ".join(coordinator.skipped))
+    if not coordinator.blocks:
+        codes = ", ".join(f"{label} {process.returncode}" for label, process in processes.items())
+        raise ABError("no scenario was measured in both arms: every selected test was skipped or failed, or records "
+                      f"no pytest-gpucolloc scenario (pytest exited: {codes}; see {logs[baseline.label]} and "
+                      f"{logs[candidate.label]})")
     runs = []
     for label in arms:
         path = out / f"{label}.json"
@@ -448,17 +467,18 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
     if changes:
         raise ABError("the arms ran on machines that differ in more than the change being compared: "
                       + "; ".join(changes))
-    if coordinator.unpaired:
-        say("measured in one arm only (no verdict): " + ", ".join(coordinator.unpaired))
-    if not coordinator.blocks:
-        raise ABError("no scenario was measured in both arms: every selected test was skipped or failed, or records "
-                      f"no pytest-gpucolloc scenario (see {logs[baseline.label]} and {logs[candidate.label]})")
-    return [judge_blocks(history.short_name(test), blocks, settings.threshold, settings.alpha)
-            for test, blocks in coordinator.blocks.items()], runs
+    judgements = []
+    for test, blocks in coordinator.blocks.items():
+        judged = judge_blocks(history.short_name(test), blocks, settings.threshold, settings.alpha)
+        if judged.verdict == "inconclusive" and test in coordinator.cut_short:
+            judged.reason = "; ".join(filter(None, [judged.reason, f"a budget stopped it after {judged.blocks} "
+                                                   "blocks: raise --ab-scenario-minutes or --ab-budget-minutes"]))
+        judgements.append(judged)
+    return judgements, runs
 
 
 HEADERS = ["scenario", "verdict", "blocks", "pairs", "change (candidate vs baseline)", "interval", "p (slower)",
-           "detectable drop"]
+           "detectable drop", "why"]
 
 
 def table(judgements: list[Judgement], fmt: str = "simple") -> str:
@@ -467,5 +487,5 @@ def table(judgements: list[Judgement], fmt: str = "simple") -> str:
     rows = [[j.scenario, j.verdict, str(j.blocks), str(j.pairs), "-" if j.change is None else f"{j.change:+.2%}",
              "-" if j.ci is None else f"[{j.ci[0]:+.2%}, {j.ci[1]:+.2%}]",
              "-" if j.p_slower is None else f"{j.p_slower:.2g}",
-             "-" if j.detectable is None else f"{j.detectable:.2%}"] for j in judgements]
+             "-" if j.detectable is None else f"{j.detectable:.2%}", j.reason or "-"] for j in judgements]
     return tabulate(rows, headers=HEADERS, tablefmt=fmt, disable_numparse=True)

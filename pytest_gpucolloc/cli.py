@@ -516,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="length of one arm's measurement window (default 1)")
     ab_cmd.add_argument("--ab-scenario-minutes", type=_checked("--ab-scenario-minutes", 0.001, 10000), default=5,
                         help="no new block of a scenario once it would pass this much time (default 5)")
-    ab_cmd.add_argument("--ab-budget-minutes", type=_checked("--ab-budget-minutes", 0.1, 10000), default=60,
+    ab_cmd.add_argument("--ab-budget-minutes", type=_checked("--ab-budget-minutes", 0.001, 10000), default=60,
                         help="no new block once the job would pass this much time (default 60)")
     ab_cmd.add_argument("--ab-alone", action="store_true",
                         help="also measure each job alone in both arms (speedups; the A/B does not need them)")

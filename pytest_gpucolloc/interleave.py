@@ -12,7 +12,8 @@ Messages are JSON lines on a Unix socket named by ``GPUCOLLOC_AB_SOCKET``:
 
     arm -> {"arm": label}                             once, on connecting
     arm -> {"event": "start", "key": [test, block, phase]}
-    <- {"do": "go"} | {"do": "solo"}                  solo: no partner for this key, measure as usual
+    <- {"do": "go"} | {"do": "solo"} | {"do": "skip", "why": ...}   solo: no partner for this key, measure as
+                                                      usual; skip: the A/B's budget is spent
     arm -> {"event": "ready"}                         workers warm and idle
     <- {"do": "measure", "window_s": s}  arm -> {"event": "measured", "throughput": samples/s}   (repeated)
     <- {"do": "done", "more": bool}                   more: start another block of this test
@@ -23,6 +24,8 @@ import json
 import os
 import socket
 import time
+
+import pytest
 
 from . import measure, protocol
 from .pool import WorkerPool
@@ -55,7 +58,10 @@ class Link:
     def start(self, test: str, block: int, phase: int) -> bool:
         """Wait for this arm's turn to start the workers of ``test``'s block; False when it has no partner."""
         self._send({"event": "start", "key": [test, block, phase]})
-        paired = self._receive()["do"] == "go"
+        answer = self._receive()
+        if answer["do"] == "skip":
+            pytest.skip(answer.get("why", "the A/B controller skipped it"))
+        paired = answer["do"] == "go"
         if not paired:
             self.more[test] = False
         return paired

@@ -141,7 +141,17 @@ def test_a_scenario_budget_too_small_for_the_blocks_asked_for_says_so(repo, tmp_
     assert "test_same[cpu-naive]: no more blocks within the budget (1 so far" in out.err
     (judged,) = json.loads((tmp_path / "ab.json").read_text())["judgements"]
     assert judged["verdict"] == "inconclusive" and judged["blocks"] == 1 and judged["pairs"] == 2
-    assert "noise between processes is not known" in judged["reason"]
+    assert "noise between processes is not known" in judged["reason"] and "raise --ab-scenario-minutes" in judged["reason"]
+
+
+def test_scenarios_after_the_jobs_budget_is_spent_are_skipped_saying_why(repo, tmp_path, capsys):
+    code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--ab-budget-minutes", "0.001",
+                     "--out", str(tmp_path / "arms"), "--storage", str(tmp_path / "storage"), *ARGS])
+    err = capsys.readouterr().err
+    assert code == 2 and "no scenario was measured in both arms" in err, err
+    assert "not started, the job's budget was spent (no verdict): test_scenario.py::test_tiny[cpu-naive]" in err
+    log = (tmp_path / "arms" / "baseline.log").read_text()
+    assert "the A/B's budget of 0.001 minutes was spent before this scenario" in log
 
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from pytest_gpucolloc import advisor, cli
 
-RUN = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-12-01-h200-eager-graphed-collocated" / "graphs-table.json"
+DATA = Path(__file__).resolve().parent / "data"  # cut from real runs: data/README.md
+RUN = DATA / "advise-run.json"
 
 
 def test_the_measured_ways_are_ranked_against_the_jobs_as_asked(capsys):
@@ -44,7 +45,7 @@ def test_bad_or_unmeasured_mixes(capsys, jobs, code, message):
 
 
 def test_a_mix_whose_mig_layout_cannot_exist_says_so_instead_of_asking_to_measure_it(capsys, tmp_path):
-    default_run = RUN.parents[1] / "2026-12-01-h200-default-run-before-after" / "default-run.json"
+    default_run = DATA / "default-run.json"
     data = json.loads(default_run.read_text())
     mixed = next(b for b in data["benchmarks"] if b["name"].startswith("test_mixed"))
     for worker in mixed["extra_info"]["workers"]:

@@ -10,7 +10,8 @@ import pytest
 from pytest_gpucolloc import changepoints, cli
 from pytest_gpucolloc.history import SavedRun, load
 
-TEMPLATE = next((Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-30-h200").rglob("0001_*.json"))
+DATA = Path(__file__).resolve().parent / "data"  # cut from real runs: data/README.md
+TEMPLATE = next((DATA / "aa-history").rglob("0001_*.json"))
 
 
 def points(levels, noise=0.005, seed=3):
@@ -96,30 +97,25 @@ def test_the_history_plot_marks_level_shifts(storage, tmp_path):
     assert "level shift -10" in figures["GPU-b"] and "level shift" not in figures["GPU-a"]  # a figure per GPU
 
 
-H200 = Path(__file__).resolve().parents[1] / "docs" / "results"
+def _copy(history: Path, into: Path) -> Path:
+    import shutil
 
-
-def _unpack(archive: Path, into: Path) -> Path:
-    import tarfile
-
-    with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")
-    return next(p for p in into.iterdir() if p.is_dir())
+    return Path(shutil.copytree(history, into / history.name))
 
 
 def test_a_known_step_in_an_h200_history_is_found_at_its_first_run(tmp_path):
     """Eight saved H200 runs of one graphed scenario, the last four with one extra training step every 33."""
-    storage = _unpack(H200 / "2026-12-02-h200-ab-and-change-points" / "step-history.tar.gz", tmp_path)
+    storage = _copy(DATA / "step-history", tmp_path)
     found, looked = changepoints.find(load(storage))
     assert len(looked) == 1 and looked[0][2] == 8
     assert [p.run_id[:4] for p in found] == ["0005"]
     assert found[0].change == pytest.approx(-0.03, abs=0.005) and found[0].p_value < 0.01
 
 
-@pytest.mark.parametrize("folder", ["2026-12-01-h200-gate-cudnn-heuristics", "2026-12-02-h200-gate-gpu-bound-heuristics"])
+@pytest.mark.parametrize("folder", ["cudnn-history", "gpu-bound-history"])
 def test_no_shift_in_h200_histories_whose_last_run_alone_is_slower(folder, tmp_path):
     """Six unchanged runs, then one run slowed by 2.9%: one odd run is not a new level."""
-    storage = _unpack(H200 / folder / "history.tar.gz", tmp_path)
+    storage = DATA / folder
     found, looked = changepoints.find(load(storage))
     assert looked and all(runs == 7 for _, _, runs in looked)
     assert found == []
@@ -127,7 +123,7 @@ def test_no_shift_in_h200_histories_whose_last_run_alone_is_slower(folder, tmp_p
 
 def test_a_series_too_short_for_a_shift_is_named(tmp_path, capsys):
     """Four runs cannot hold two levels of three: '0 level shifts' must not pass for a steady history."""
-    storage = _unpack(H200 / "2026-12-02-h200-ab-and-change-points" / "step-history.tar.gz", tmp_path)
+    storage = _copy(DATA / "step-history", tmp_path)
     for saved in sorted(storage.rglob("*.json"))[4:]:
         saved.unlink()
     assert cli.main(["history", "--storage", str(storage)]) == 0

@@ -13,9 +13,9 @@ import pytest
 
 from pytest_gpucolloc import __version__, cli, gate
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
-TEMPLATE = next((RESULTS / "2026-11-30-h200" / "gpu-tier-fidelity-overhead-aa-runs" / "history").rglob("0001_*.json"))
-ADVISE_RUN = RESULTS / "2026-12-01-h200-eager-graphed-collocated" / "graphs-table.json"
+DATA = Path(__file__).resolve().parent / "data"  # cut from real runs: data/README.md
+TEMPLATE = next((DATA / "aa-history").rglob("0001_*.json"))
+ADVISE_RUN = DATA / "advise-run.json"
 
 
 def save_runs(root: Path, levels: list[float], drivers: list[str] | None = None) -> list[str]:
@@ -168,7 +168,7 @@ def test_bad_input_is_one_line_and_its_exit_code(tmp_path, capsys, argv, code, m
 
 @pytest.mark.parametrize("fmt", cli.FORMATS)
 def test_table_formats_read_back(capsys, fmt):
-    run = RESULTS / "2026-12-02-h200-paper-mixes" / "call1-mixes.json"
+    run = DATA / "mixes-run.json"
     code, out, _ = run_cli(capsys, "table", run, "--format", fmt)
     assert code == 0
     if fmt == "json":
@@ -191,7 +191,7 @@ def test_advise_takes_workload_names_as_workload_does(capsys):
 
 
 def test_a_reader_that_stops_early_ends_the_command_quietly():
-    runs = [RESULTS / "2026-12-02-h200-paper-matrix-four-modes" / "call1-paper.json"] * 8  # over a pipe's 64 KB
+    runs = [DATA / "advise-run.json"] * 40  # over a pipe's 64 KB
     process = subprocess.Popen([sys.executable, "-m", "pytest_gpucolloc.cli", "table", *map(str, runs), "--format",
                                 "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout.readline().strip() == b"["

@@ -11,7 +11,8 @@ from pytest_gpucolloc.gatesim import detection_rate, synthetic_run
 from pytest_gpucolloc.benchmark_api import storage_path
 from pytest_gpucolloc.history import load, read_run
 
-H200_HISTORY = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-30-h200" / "gpu-tier-fidelity-overhead-aa-runs" / "history"
+DATA = Path(__file__).resolve().parent / "data"  # cut from real runs: data/README.md
+H200_HISTORY = DATA / "aa-history"
 
 
 def run(rounds, run_id="r", gpu="NVIDIA H200", uuid="GPU-sim", throttled=False):
@@ -311,11 +312,10 @@ def test_an_unbounded_interval_reads_as_such():
     assert row[5] == "[-99.9%, >+1000%]"
 
 
-H200_RUNS = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-30-h200"
 
 
 def test_cli_table_of_several_runs_says_which_run_and_gpu_each_row_is_from(capsys):
-    one, other = H200_RUNS / "gpu-tests-and-resnet26-bs32-rows" / "paper.json", H200_RUNS / "xdist-tests-partitioned-and-mixed-rows" / "paper.json"
+    one, other = DATA / "gpu-tests-h200-a" / "paper.json", DATA / "xdist-tests-h200-b" / "paper.json"
     assert cli.main(["table", str(one)]) == 0
     single = capsys.readouterr().out
     assert single.splitlines()[0].startswith("| scenario") and "resnet26_cifar10[mps-7-32]" in single
@@ -326,7 +326,7 @@ def test_cli_table_of_several_runs_says_which_run_and_gpu_each_row_is_from(capsy
     assert len(gpus) == 2  # two different physical GPUs
     for gpu in gpus:
         assert any(row.startswith(("gpu-tests-", "xdist-tests-")) and f"on {gpu}" in row for row in merged[2:])
-    assert len(merged) == 2 + 7 + 8  # header, rule, the rows of both files
+    assert len(merged) == 2 + 3 + 2  # header, rule, the rows of both files
 
 
 # --- validity by configuration, fresh-process repeats, where the noise lives -------------------------
@@ -422,19 +422,14 @@ def dataclass_replace(sample, **changes):
 
 # --- cuDNN's algorithm choice, and a test id whose jobs changed ------------------------------------------
 
-CUDNN_HISTORY = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-12-01-h200-gate-cudnn-heuristics" / "history.tar.gz"
+CUDNN_HISTORY = DATA / "cudnn-history"
 
 
 @pytest.fixture(scope="module")
-def cudnn_history(tmp_path_factory):
-    """Seven runs saved on an H200: graphed ResNet26 bs128 x1 and x7, cuDNN autotuning on and off; runs 1-5 the
-    baseline, 6 an A/A run, 7 one extra step every 33."""
-    import tarfile
-
-    root = tmp_path_factory.mktemp("cudnn")
-    with tarfile.open(CUDNN_HISTORY) as archive:
-        archive.extractall(root, filter="data")
-    return load(root)
+def cudnn_history():
+    """Seven runs saved on an H200: graphed ResNet26 bs128 x1 with cuDNN autotuning, x7 with its heuristics; runs
+    1-5 the baseline, 6 an A/A run, 7 one extra step every 33."""
+    return load(CUDNN_HISTORY)
 
 
 def test_h200_graphed_jobs_are_gated_at_two_percent_when_cudnn_chooses_the_same_algorithms(cudnn_history):

@@ -11,8 +11,8 @@ import pytest
 from pytest_gpucolloc import cli
 from pytest_gpucolloc.history import read_run
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
-H200_RUN = RESULTS / "2026-12-01-h200-default-run-before-after" / "default-run.json"
+DATA = Path(__file__).resolve().parent / "data"  # cut from real runs: data/README.md
+H200_RUN = DATA / "default-run.json"
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -35,7 +35,7 @@ def _answer(page: str) -> list[str]:
 
 def test_the_page_answers_first_and_links_each_figure_once(runs, tmp_path):
     out = tmp_path / "report"
-    assert cli.main(["report", *map(str, runs), "--storage", str(RESULTS / "2026-11-30-h200"), "--out", str(out)]) == 0
+    assert cli.main(["report", *map(str, runs), "--storage", str(DATA / "aa-history"), "--out", str(out)]) == 0
     page = (out / "index.html").read_text()
     assert len(page) < 100_000  # figures are linked, not embedded
     linked = re.findall(r"<img [^>]*src='([^']+)'", page)

@@ -11,9 +11,9 @@ from pytest_gpucolloc.history import load, read_run
 from pytest_gpucolloc.scenario import MeasuredWorker, ScenarioResult
 from pytest_gpucolloc.workloads import Workload
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "2026-11-30-h200"
-EARLY_V1 = RESULTS / "gpu-tier-fidelity-overhead-aa-runs" / "history"  # the first saved runs (no gpu, foreign_pids or start-up fields)
-LATE_V1 = RESULTS / "memory-tests-and-missing-matrix-rows" / "paper.json"  # MPS partitions: the mode's facts beside the fields
+DATA = Path(__file__).resolve().parent / "data"  # cut from real runs: data/README.md
+EARLY_V1 = DATA / "aa-history"  # the first saved runs (no gpu, foreign_pids or start-up fields)
+LATE_V1 = DATA / "v1-partitioned-run.json"  # MPS partitions: the mode's facts beside the fields
 
 
 def measured(mode_facts=None) -> ScenarioResult:

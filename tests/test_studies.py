@@ -51,7 +51,7 @@ def test_mode_ab_alternates_two_modes_and_compares_them(tmp_path):
 
 
 def test_gate_levels_judges_every_unchanged_run_and_the_slowed_one(tmp_path):
-    template = json.loads(next((ROOT / "docs" / "results" / "2026-11-30-h200").rglob("history/*/0001_*.json")).read_text())
+    template = json.loads(next((ROOT / "tests" / "data" / "aa-history").rglob("0001_*.json")).read_text())
     root = tmp_path / "history" / "Linux"
     root.mkdir(parents=True)
     rng = random.Random(3)

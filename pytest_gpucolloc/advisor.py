@@ -1,5 +1,5 @@
-"""How should these jobs share this GPU? Ranks the ways a job mix was measured to run (sequential, naive, mps,
-mps-partitioned, MIG layouts, graphed variants) from saved scenarios; never invents a number: a mix that was not
+"""How should these jobs share this GPU? Ranks the ways a job mix was measured to run (each sharing mode, MIG
+layouts, graphed variants) from saved scenarios; never invents a number: a mix that was not
 measured is answered from the closest measured mixes only with that said, and what was not measured is named with
 the command that would measure it.
 """
@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 from .history import SavedRun, short_name
 from .modes import MODES
+from .modes.mig import MigMode
 from .record import ScenarioRecord
 
 MIN_FAIR_SHARE = 0.5  # below this a job runs at less than half its alone speed: said as a warning
+SHARING = [name for name, mode in MODES.items() if not mode.alone]  # the ways jobs share the GPU, to measure
 
 
 class AdviceError(ValueError):
@@ -95,7 +97,7 @@ def option_of(name: str, run: SavedRun, scenario: ScenarioRecord, alone: dict[st
     total = run.machine.get("gpu_memory_total_bytes")
     used = [w.device_memory_bytes for w in scenario.workers]
     headroom = (total - sum(used)) / 1e9 if total and all(used) else None
-    instances = scenario.mode_facts.get("mig_layout") if scenario.mode == "mig" else None
+    instances = scenario.mode_facts.get("mig_layout")  # recorded by the mig mode only
     layout = ",".join(str(i.get("profile")) for i in instances) if isinstance(instances, list) else None
     return Option(short_name(name), run.run_id, scenario.mode, all(_graphed(w.workload) for w in scenario.workers),
                   sum(shares) if complete else None,
@@ -133,7 +135,7 @@ def advise(jobs: Counter, runs: list[SavedRun]) -> dict:
     options, exact = options_for(jobs, runs)
     if not options:
         raise AdviceError("no measured GPU scenario runs any of these jobs; measure them first, e.g. a test with "
-                          f"collocate([...]) of {', '.join(sorted(jobs))} and pytest --gpu-mode=naive,mps,mps-partitioned,mig")
+                          f"collocate([...]) of {', '.join(sorted(jobs))} and pytest --gpu-mode={','.join(SHARING)}")
     ranked = rank(options)
     best = ranked[0]
     words = [f"{'Recommended' if exact else 'Closest measured, not this mix'}: {best.way} "
@@ -150,8 +152,8 @@ def advise(jobs: Counter, runs: list[SavedRun]) -> dict:
     measured_modes = {option.mode for option in options}
     missing = [mode for mode in MODES if mode not in measured_modes]
     cannot_exist = next((o.mig_cannot_exist for o in options if o.mig_cannot_exist), None) if exact else None
-    if cannot_exist and "mig" in missing:  # nothing to measure: say why instead
-        missing.remove("mig")
+    if cannot_exist and MigMode.name in missing:  # nothing to measure: say why instead
+        missing.remove(MigMode.name)
         words.append(f"MIG is no way for this mix here: its layout {cannot_exist}")
     return {
         "jobs": dict(jobs), "exact": exact, "recommendation": "; ".join(words), "options": ranked,

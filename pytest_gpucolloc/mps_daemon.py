@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from .logs import tail
+from .mode_errors import ModeFailed
 
 CONTROL = "nvidia-cuda-mps-control"
 MAX_CLIENTS = 48  # per GPU on Volta and newer; the 49th client fails at context creation
@@ -21,8 +22,8 @@ SOCKET_PATH_LIMIT = 107
 SOCKET_NAME_RESERVE = len("/control_privileged")
 
 
-class MpsError(RuntimeError):
-    pass
+class MpsError(ModeFailed):
+    """The MPS daemon could not be set up, used or stopped (the test fails)."""
 
 
 def control_binary() -> str | None:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from . import gate
 from .cpu_affinity import CpuListError, parse_cpu_policy
-from .modes import parse_modes
+from .modes import MODES, parse_modes
 
 
 # The gate's options, shared with the console command: a threshold of 100% would be a drop to nothing.
@@ -157,8 +157,8 @@ class Option:
 
 
 OPTIONS = [
-    Option("gpu_mode", "sharing modes to run scenarios under, comma-separated "
-           "(sequential, naive, mps, mps-partitioned, mig); default: mps on a GPU, naive in CPU smoke mode",
+    Option("gpu_mode", f"sharing modes to run scenarios under, comma-separated ({', '.join(MODES)}); "
+           "default: mps on a GPU, naive in CPU smoke mode",
            parse_modes, None, "mps", "naive"),
     Option("colloc_device", "auto (GPU if NVML sees one, else CPU smoke mode), cuda, or cpu",
            parse_device, "auto"),

@@ -29,10 +29,10 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 from .history import History, SavedRun, series_gpu, short_name
-from .modes import MODES
+from .modes import MODE_COLOURS, MODES
+from .modes.mig import MigMode
 from .record import ScenarioRecord
 
-MODE_COLOURS = dict(zip(MODES, ["tab:grey", "tab:blue", "tab:green", "tab:purple", "tab:orange"]))
 # a regressed run, in every figure
 REGRESSED: dict[str, Any] = {"marker": "v", "color": "tab:red", "s": 70, "zorder": 4}
 PANELS = 9  # small multiples per scaling figure
@@ -81,6 +81,11 @@ def jobs(scenario: ScenarioRecord) -> str:
 
 def regressed(scenario: ScenarioRecord) -> bool:
     return (scenario.gate or {}).get("verdict") == "regressed"
+
+
+def _alone(mode: str) -> bool:
+    """The mode's scenarios are the jobs alone (the baseline): nothing shared to show."""
+    return mode in MODES and MODES[mode].alone
 
 
 def _mode_order(mode: str) -> int:
@@ -210,7 +215,7 @@ def _row_order(key: tuple[str, int]) -> tuple:
 def mixes(kind: str, entries: Entries) -> list[Figure]:
     """Mixed scenarios (different jobs together): each mode's speedup, a row per mix; a mix whose MIG layout cannot
     exist on this GPU says so in its row, and under the figure with the planner's reason."""
-    mixed = [(name, s) for name, s in entries if not s.homogeneous and s.n_workers > 1 and s.mode != "sequential"]
+    mixed = [(name, s) for name, s in entries if not s.homogeneous and s.n_workers > 1 and not _alone(s.mode)]
     rows = _medians(mixed, lambda s: s.speedup)
     impossible = {jobs(s): s.mig_cannot_exist for _, s in mixed if s.mig_cannot_exist}
     if not rows:
@@ -260,7 +265,7 @@ def _rows_figure(section: str, stem: str, caption: str, title: str, keys: list, 
             for row, key in enumerate(chunk):
                 if flagged and key in flagged:
                     axes.text(0.99, row, flagged[key], transform=axes.get_yaxis_transform(), ha="right",
-                              va="center", fontsize=7, color=MODE_COLOURS["mig"])
+                              va="center", fontsize=7, color=MODE_COLOURS[MigMode.name])
             axes.set_xlabel(xlabel, fontsize=8)
             axes.tick_params(labelsize=7)
             axes.grid(alpha=0.3)
@@ -283,13 +288,13 @@ def per_job(kind: str, entries: Entries) -> list[Figure]:
     shares: dict[tuple[str, int], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     most: dict[str, int] = defaultdict(int)
     for _, scenario in entries:
-        if scenario.mode != "sequential" and scenario.n_workers > 1:
+        if not _alone(scenario.mode) and scenario.n_workers > 1:
             most[jobs(scenario)] = max(most[jobs(scenario)], scenario.n_workers)
     for _, scenario in entries:
         alone = [scenario.alone_of(i) for i in range(scenario.n_workers)]
         values = [w.throughput / a for w, a in zip(scenario.workers, alone) if a]
         key = (jobs(scenario), scenario.n_workers)
-        if scenario.mode != "sequential" and len(values) > 1 and most[key[0]] == key[1]:
+        if not _alone(scenario.mode) and len(values) > 1 and most[key[0]] == key[1]:
             shares[key][scenario.mode].append(values)
     if not shares:
         return []

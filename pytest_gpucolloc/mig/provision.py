@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from ..mode_errors import ModeFailed, ModeUnavailable
 from .planner import Plan
 from .profiles import ProfileTable
 from .state import Checkpoint, GpuInstance, MigBackend, MigBackendError
@@ -17,11 +18,11 @@ from .state import Checkpoint, GpuInstance, MigBackend, MigBackendError
 IN_USE_RETRIES = 20  # a worker that just exited can hold its instance for a moment
 
 
-class MigUnavailable(RuntimeError):
+class MigUnavailable(ModeUnavailable):
     """MIG cannot be used for this scenario here (skip with this reason)."""
 
 
-class MigError(RuntimeError):
+class MigError(ModeFailed):
     """Provisioning or restoring failed."""
 
 

@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
 from .. import protocol
+from ..mode_errors import ModeFailed, ModeUnavailable
 from ..nvml import GpuInfo
 from ..pool import WorkerSlot
 from ..workloads import Workload
 
+__all__ = ["ModeFailed", "ModeUnavailable", "ModeConfigError", "WorkerCheckFailed", "SharingMode", "Target"]
 
-class ModeConfigError(ValueError):
+
+class ModeConfigError(ModeFailed, ValueError):
     """The scenario cannot run in this mode as configured; raised before any GPU state is touched."""
 
 
@@ -67,8 +70,23 @@ class Provision:
 
 
 class SharingMode(ABC):
+    """A mode also says what the fixture, the report and the advisor need to know about it. Its errors subclass
+    ``ModeUnavailable`` (the test is skipped) or ``ModeFailed`` (the test fails)."""
+
     name: ClassVar[str]
     summary: ClassVar[str]
+    # Its scenario is each job alone, one after another: the fixture builds it from the alone measurements, and
+    # the report compares the other modes with it.
+    alone: ClassVar[bool] = False
+    # A one-job scenario (without per-job limits) is, by construction, a measurement already taken: "alone", or
+    # another mode's name. It is reused, not taken again.
+    same_with_one_job: ClassVar[str | None] = None
+    # It decides itself whether the jobs fit in the device memory (MIG's planner): the fixture does not skip by
+    # what the jobs used alone.
+    plans_memory_itself: ClassVar[bool] = False
+    # Its colour in every figure (a matplotlib colour), set on its own class (a subclass does not inherit it);
+    # None: one is derived from the registry order.
+    colour: ClassVar[str | None] = None
 
     def unavailable_reason(self, target: Target) -> str | None:
         """Why this mode cannot run on ``target`` (the test is skipped), or None."""

@@ -34,6 +34,8 @@ class _MigProvision(Provision):
 class MigMode(SharingMode):
     name = "mig"
     summary = "each workload in its own MIG instance (planned placements; reconfigures only when allowed)"
+    plans_memory_itself = True  # the planner places each job in an instance of its own memory
+    colour = "tab:orange"
 
     def unavailable_reason(self, target: Target) -> str | None:
         if target.gpu is None:

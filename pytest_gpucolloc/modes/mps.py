@@ -86,6 +86,7 @@ def _other_arm(pipe_dir: str | None) -> bool:
 class MpsMode(SharingMode):
     name = "mps"
     summary = "all workloads as clients of a private MPS daemon"
+    colour = "tab:green"
 
     def unavailable_reason(self, target: Target) -> str | None:
         if target.gpu is None:
@@ -124,6 +125,8 @@ class MpsMode(SharingMode):
 class PartitionedMpsMode(MpsMode):
     name = "mps-partitioned"
     summary = "MPS with per-client SM and memory limits (default: equal shares, as Kubernetes does)"
+    same_with_one_job = "mps"  # one client's equal share is the whole GPU
+    colour = "tab:purple"
 
     def validate(self, workloads, target: Target) -> None:
         super().validate(workloads, target)

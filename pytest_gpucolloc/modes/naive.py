@@ -8,6 +8,8 @@ from .base import SharingMode, Target, isolated_from_mps, no_setup
 class NaiveMode(SharingMode):
     name = "naive"
     summary = "all workloads at once as separate processes (driver time-slicing)"
+    same_with_one_job = "alone"  # one job time-sliced with nobody is the job alone
+    colour = "tab:blue"
 
     def provision(self, workloads, target: Target):
         env = isolated_from_mps(target)

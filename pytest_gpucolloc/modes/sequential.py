@@ -8,6 +8,8 @@ from .base import SharingMode, Target, isolated_from_mps, no_setup
 class SequentialMode(SharingMode):
     name = "sequential"
     summary = "one workload at a time, alone on the GPU (the baseline)"
+    alone = True
+    colour = "tab:grey"
 
     def provision(self, workloads, target: Target):
         env = isolated_from_mps(target)

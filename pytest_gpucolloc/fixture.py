@@ -15,7 +15,7 @@ from typing import Iterable
 
 import pytest
 
-from . import benchmark_api, distributed, interleave, measure, record
+from . import benchmark_api, distributed, interleave, measure, progress, record
 from .device import release
 from .mig.provision import MigError, MigUnavailable
 from .modes import MODES, ModeConfigError
@@ -51,9 +51,11 @@ class CollocateFixture:
             raise RuntimeError("collocate can run one scenario per test (one benchmark record each)")
         self.used = True
         began = time.monotonic()
+        progress.begin(self.node.nodeid)
         try:
             return self._scenario(workloads, ideal)
         finally:  # passed, failed or skipped, the next run's estimate of its time; not when cut short by Ctrl-C
+            progress.end()
             if not isinstance(sys.exc_info()[1], KeyboardInterrupt):
                 self.session.seconds[self.node.nodeid] = time.monotonic() - began
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import process_marks, protocol
+from . import process_marks, progress, protocol
 from .logs import tail
 from .protocol import MSG_FD_ENV
 from .workloads import Workload
@@ -204,6 +204,7 @@ class WorkerPool:
                         + "".join(f"\n--- last lines of {w.label} ---\n{tail(w.log_path, 10)}"
                                   for i, w in enumerate(self.workers) if i not in results)
                     )
+                progress.tick(len(results))  # a terminal's progress line, about once a second
                 ready = selector.select(timeout=min(remaining, 1.0))
                 for key, _ in ready:
                     self._receive(key.data, event, results, selector)

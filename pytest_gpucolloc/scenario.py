@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import forkserver, machine, measure, protocol
+from . import forkserver, machine, measure, progress, protocol
 from .cpu_affinity import CpuPolicy, assign_cpus
 from .interleave import Link
 from .modes.base import SharingMode, Target, WorkerCheckFailed
@@ -235,10 +235,13 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
     with WorkerPool(slots, device=target.device, warmup_s=settings.warmup_s,
                     warmup_steps=settings.warmup_steps, log_dir=log_dir, image_size=settings.image_size,
                     label_offset=label_offset, forkserver=server) as pool:
+        progress.phase("start-up and warm-up", workers=len(slots))
         try:
             ready = pool.wait_ready(settings.timeout_s)
             facts = {"fixed_cost_s": time.monotonic() - began}  # spawn to every worker warm
             check(slots, ready)
+            if paired:
+                progress.phase(f"ab block {pairing.block + 1}: windows in turns with the other arm")
             served = pairing.link.serve(pairing.test, pool, settings.timeout_s) if paired else None
             if served is not None:
                 results, facts["stopped"] = served
@@ -268,6 +271,8 @@ def measure_until_precise(pool: WorkerPool, start: float, settings: Settings) ->
     batch = settings.rounds if settings.precision > 0 else longest
     merged: list[protocol.Result] = []
     while True:
+        progress.rounds(start, settings.round_s, len(merged[0].rounds) + 1 if merged else 1,
+                        (len(merged[0].rounds) if merged else 0) + batch, longest)
         results = pool.measure(start, settings.round_s, batch, timeout_s=batch * settings.round_s + settings.timeout_s)
         merged = results if not merged else [protocol.joined(old, new) for old, new in zip(merged, results)]
         aggregate = measure.concurrent_aggregate([measure.WorkerStats(list(r.rounds), 1) for r in merged])
@@ -287,6 +292,7 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
     began = time.monotonic()
     workloads = [settings.adapt(w) for w in workloads]
     mode.validate(workloads, target)
+    progress.stage(f"{mode.name}: {' + '.join(w.label for w in workloads)}")
     Path(log_dir).mkdir(parents=True, exist_ok=True)
     by_key: dict[tuple, MeasuredWorker] = {}
     records: list[MeasuredWorker] = []

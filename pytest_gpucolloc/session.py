@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import pytest
 
-from . import benchmark_api, distributed, forkserver, machine, process_marks, record, report, telemetry, timings
+from . import benchmark_api, distributed, forkserver, machine, process_marks, progress, record, report, telemetry, timings
 from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
 from .modes.base import ModeOptions, Target
@@ -129,6 +129,7 @@ class CollocSession:
 
     def stop(self) -> None:
         forkserver.close_shared()
+        progress.stop()
         if self.invited and self._previous_sigterm is not None:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
 
@@ -332,6 +333,9 @@ class CollocSession:
             estimate = timings.expected([item.nodeid for item in scenarios], last, each)
             if estimate:
                 lines.append(estimate)
+            if self.xdist_index is None:  # the live progress of these scenarios (xdist workers write nothing)
+                progress.start(config.pluginmanager.get_plugin("terminalreporter"), [i.nodeid for i in scenarios],
+                               last)
         if self.deselected_full:
             lines.append(f"gpucolloc: {self.deselected_full} scenarios of the full matrix (marker gpucolloc_full) "
                          "deselected; --colloc-full runs them")

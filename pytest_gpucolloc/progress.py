@@ -1,0 +1,154 @@
+"""Live progress while scenarios run: the scenario, its phase (start-up and warm-up, round k of n, an ``ab`` block's
+windows), time elapsed and an estimate of what is left (each scenario's time from its last run here, kept in
+pytest's cache by ``timings.py``; scenarios never timed here are counted, not guessed).
+
+On a terminal one line is rewritten about once a second, and a scenario's last line stays. In a log (no TTY) a line
+is written only when the phase changes, never a carriage return. ``-q`` shows one line per scenario, ``-qq``
+nothing; xdist workers write nothing (the session does not start it there). The places where phases change call the
+module functions below; they do nothing while no progress is shown."""
+from __future__ import annotations
+
+import math
+import time
+
+from .report import duration
+
+_current: Progress | None = None
+
+
+class Progress:
+    def __init__(self, reporter, tests: list[str], last: dict[str, float]):
+        self.reporter = reporter
+        self.tty = bool(getattr(reporter, "isatty", False))
+        self.verbosity = reporter.config.option.verbose
+        self.waiting = list(tests)  # scenarios not begun yet, in run order
+        self.last = last
+        self.total = len(tests)
+        self.test: str | None = None
+        self.began = 0.0
+        self.stage = ""  # what is being measured: mode and jobs
+        self.phase = ""
+        self.rounds: tuple[float, float, int, int, int] | None = None  # start, round s, first, last, most
+        self.ready = (0, 0)  # workers warm, of
+        self._shown = ""
+
+    def left(self) -> str:
+        """What is left of the run going by each scenario's last run here; scenarios never timed here are
+        counted, not guessed (their time depends on what the settings cannot say: start-up, jobs measured alone)."""
+        known, unknown = 0.0, 0
+        for test in self.waiting:
+            if test in self.last:
+                known += self.last[test]
+            else:
+                unknown += 1
+        if self.test is not None:
+            if self.test in self.last:
+                known += max(self.last[self.test] - (time.monotonic() - self.began), 0.0)
+            else:
+                unknown += 1
+        text = f"about {duration(known)} left" if known or not unknown else ""
+        if unknown:
+            text += (" + " if text else "") + f"{unknown} scenario{'s' if unknown > 1 else ''} never timed here"
+        return text
+
+    def line(self) -> str:
+        done = self.total - len(self.waiting)
+        where = f"[{done}/{self.total}] " if self.total else ""
+        phase = self.phase
+        if self.rounds is not None and self.tty:  # a log says which rounds, once
+            start, round_s, first, last, most = self.rounds
+            k = min(max(math.floor((time.monotonic() - start) / round_s) + 1, first), last) if round_s > 0 else first
+            phase = f"round {k} of {last}" + (f" (at most {most})" if most > last else "")
+        elif self.ready[1] and self.tty:
+            phase += f" ({self.ready[0]} of {self.ready[1]} workers warm)"
+        parts = [self.stage, phase] if self.verbosity >= 0 else []
+        elapsed = time.monotonic() - self.began
+        said = "; ".join(p for p in parts if p)
+        return f"gpucolloc {where}{self.test}{': ' + said if said else ''} [{elapsed:.0f} s, {self.left()}]"
+
+    def show(self, changed: bool) -> None:
+        if self.test is None or self.verbosity < -1:
+            return
+        if self.tty:
+            text = self.line()[: max(self.reporter._tw.fullwidth - 1, 20)]
+            self.reporter.rewrite(text, erase=True)
+        elif changed and (self.verbosity >= 0 or not self._shown):
+            text = self.line()
+            if getattr(self.reporter._tw, "width_of_current_line", 0):  # -q: pytest's dots have no file name
+                self.reporter.write("\n")
+            self.reporter.write_line(text)
+            self._shown = text
+
+    def begin(self, test: str) -> None:
+        if test in self.waiting:  # tests before it that never began were skipped
+            del self.waiting[: self.waiting.index(test) + 1]
+        self.test, self.began, self.stage, self.phase, self.rounds, self._shown = test, time.monotonic(), "", "", None, ""
+        if self.tty and self.verbosity >= -1:
+            self.reporter.ensure_newline()
+        self.set_phase("starting")
+
+    def end(self) -> None:
+        test, self.test = self.test, None
+        if test is None:
+            return
+        if self.tty and self.verbosity >= -1:
+            if self.verbosity >= 0:  # the scenario's last line stays
+                self.reporter.rewrite(f"gpucolloc {test}: done in {time.monotonic() - self.began:.0f} s; "
+                                      + self.left().replace(" left", " left of the run", 1), erase=True)
+                self.reporter.write("\n")
+            else:
+                self.reporter.rewrite("", erase=True)
+                self.reporter.write("\r")
+            self.reporter.currentfspath = None  # pytest starts its next result on a fresh line
+
+    def set_phase(self, phase: str, rounds=None, ready=(0, 0)) -> None:
+        self.phase, self.rounds, self.ready = phase, rounds, ready
+        self.show(changed=True)
+
+
+def start(reporter, tests: list[str], last: dict[str, float]) -> None:
+    """Progress of the session's scenarios from now on (``reporter``: pytest's terminal reporter, or None;
+    ``last``: test id -> seconds it took when it last ran here)."""
+    global _current
+    _current = Progress(reporter, tests, last) if reporter is not None and tests else None
+
+
+def stop() -> None:
+    global _current
+    _current = None
+
+
+def begin(test: str) -> None:
+    if _current is not None:
+        _current.begin(test)
+
+
+def end() -> None:
+    if _current is not None:
+        _current.end()
+
+
+def stage(text: str) -> None:
+    """What is measured next (a mode and its jobs): its phases follow."""
+    if _current is not None:
+        _current.stage = text
+
+
+def phase(text: str, *, workers: int = 0) -> None:
+    if _current is not None:
+        _current.set_phase(text, ready=(0, workers))
+
+
+def rounds(start: float, round_s: float, first: int, last: int, most: int) -> None:
+    """Rounds ``first``..``last`` (counted from 1) are measured from ``start``, each ``round_s`` long."""
+    if _current is not None:
+        _current.set_phase(f"rounds {first}-{last}" + (f" of at most {most}" if most > last else ""),
+                           rounds=(start, round_s, first, last, most))
+
+
+def tick(ready: int | None = None) -> None:
+    """About once a second while waiting for workers: the terminal's line again (a log gets nothing)."""
+    if _current is not None and _current.tty:
+        if ready is not None and _current.ready[1]:
+            _current.ready = (ready, _current.ready[1])
+        _current.show(changed=False)

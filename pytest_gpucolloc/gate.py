@@ -12,7 +12,8 @@ Method (all in log throughput, so changes are ratios):
   *and* run-to-run noise (on the H200 machine runs of one job differed by 18% while rounds differed by 5-7%);
 - the current run is a regression when it falls below the one-sided (1 - alpha) *prediction bound* of the
   kept runs (Student t, K - 1 degrees of freedom: an A/A run fails with probability alpha, checked by simulation
-  with disturbed runs injected: ``gatesim``) **and** the drop is at least the threshold (minimum effect size);
+  with disturbed runs injected: tests/doubles/gatesim.py) **and** the drop is at least the threshold (minimum
+  effect size);
 - the minimum detectable effect (MDE) at ``power`` follows from the same spread; when it exceeds the
   threshold the verdict says so, and what would help (more rounds, or more baseline runs, or neither when
   run-to-run noise alone is too large).

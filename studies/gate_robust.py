@@ -7,6 +7,7 @@ the saved H200 histories in docs/results.
 import argparse
 import contextlib
 import math
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -14,8 +15,10 @@ from pathlib import Path
 from tabulate import tabulate
 
 from pytest_gpucolloc import gate
-from pytest_gpucolloc.gatesim import detection_rate
 from pytest_gpucolloc.history import load
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic histories: tests/doubles
+from doubles.gatesim import detection_rate  # noqa: E402
 
 PROFILES = [  # name, round CV, run-to-run CV
     ("user's bf16 transformer x2 (GPU-bound)", 0.004, 0.002),

@@ -7,11 +7,14 @@ runs of one job 18% apart, i.e. a between-run CV near 9%).
 """
 import argparse
 import sys
+from pathlib import Path
 
 from tabulate import tabulate
 
 from pytest_gpucolloc.gate import Policy
-from pytest_gpucolloc.gatesim import detection_rate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic histories: tests/doubles
+from doubles.gatesim import detection_rate  # noqa: E402
 
 PROFILES = [
     ("gpu-bound", 0.01, 0.0),

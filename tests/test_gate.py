@@ -5,9 +5,9 @@ import random
 from pathlib import Path
 
 import pytest
+from doubles.gatesim import detection_rate, synthetic_run
 
 from pytest_gpucolloc import cli, gate
-from pytest_gpucolloc.gatesim import detection_rate, synthetic_run
 from pytest_gpucolloc.benchmark_api import storage_path
 from pytest_gpucolloc.history import load, read_run
 
@@ -488,7 +488,7 @@ def test_runs_of_other_jobs_under_the_same_test_id_are_never_its_baseline():
 def test_one_disturbed_run_does_not_blind_the_gate_and_is_named():
     """The H200 case: steady runs 0.1-0.4% apart, one run -9% with a 5% round spread and the power cap for 4% of
     the window; a -3.8% change must still be caught, and the disturbed run named."""
-    from pytest_gpucolloc.gatesim import DISTURBED, disturbed_run
+    from doubles.gatesim import DISTURBED, disturbed_run
 
     rng = random.Random(4)
     steady = [synthetic_run(rng, f"b{i}", 3560.0, 0.004, 0.002, 10, cap=(0.88, 1.0)) for i in range(4)]
@@ -508,7 +508,7 @@ def test_one_disturbed_run_does_not_blind_the_gate_and_is_named():
 
 
 def test_a_cold_first_run_is_left_out_by_its_power_cap_share():
-    from pytest_gpucolloc.gatesim import COLD, disturbed_run
+    from doubles.gatesim import COLD, disturbed_run
 
     rng = random.Random(9)
     history = [disturbed_run(rng, "a-cold", 1000.0, 0.05, 0.0, 10, COLD)]
@@ -520,7 +520,7 @@ def test_a_cold_first_run_is_left_out_by_its_power_cap_share():
 def test_a_disturbed_current_run_is_named_but_still_judged():
     """A signature that persists is the code's, not the machine's: the verdict names it (the pytest gate measures
     it again) and still judges the level: an injected slowdown also widens the rounds."""
-    from pytest_gpucolloc.gatesim import DISTURBED, disturbed_run
+    from doubles.gatesim import DISTURBED, disturbed_run
 
     rng = random.Random(2)
     history = [synthetic_run(rng, f"b{i}", 1000.0, 0.003, 0.001, 10, cap=(0.88, 1.0)) for i in range(5)]

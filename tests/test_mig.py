@@ -4,12 +4,12 @@ import json
 from pathlib import Path
 
 import pytest
+from doubles.mig_simulator import SimulatedMig
 
 from pytest_gpucolloc import Workload
 from pytest_gpucolloc.mig import planner
 from pytest_gpucolloc.mig.profiles import NAMED_TABLES, named_table, table_from_dict
 from pytest_gpucolloc.mig.provision import MigError, MigProvisioner, MigUnavailable
-from pytest_gpucolloc.mig.simulator import SimulatedMig
 from pytest_gpucolloc.mig.state import Checkpoint, MigBackendError
 from pytest_gpucolloc.modes.base import ModeOptions, Target
 from pytest_gpucolloc.modes.mig import MigMode

@@ -1,6 +1,6 @@
 """``MigBackend`` on a real GPU, through NVML.
 
-The NVML library is injected: ``nvml.library()`` (pynvml) on a GPU, ``fake_pynvml.FakePynvml`` in tests, so
+The NVML library is injected: ``nvml.library()`` (pynvml) on a GPU, ``FakePynvml`` in tests (tests/doubles/), so
 this module's own calls run in CI against the simulator's rules. Every NVML error becomes a
 ``MigBackendError`` with a code.
 """

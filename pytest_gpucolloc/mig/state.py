@@ -1,7 +1,7 @@
 """MIG state as plain data, and the small backend interface that reads and changes it.
 
 Two backends implement ``MigBackend``: ``nvml_backend.NvmlMigBackend`` (a real GPU, or the simulator behind
-``fake_pynvml`` in tests) and ``simulator.SimulatedMig`` (tests; it enforces NVIDIA's rules). The provisioner
+``FakePynvml`` in tests) and ``SimulatedMig`` (tests; it enforces NVIDIA's rules); both live in tests/doubles/. The provisioner
 only ever talks to this interface.
 """
 from __future__ import annotations

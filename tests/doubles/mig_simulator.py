@@ -9,8 +9,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from .profiles import ProfileTable
-from .state import FULL_CI_PROFILE_INDEX, ComputeInstance, GpuInstance, MigBackendError
+from pytest_gpucolloc.mig.profiles import ProfileTable
+from pytest_gpucolloc.mig.state import FULL_CI_PROFILE_INDEX, ComputeInstance, GpuInstance, MigBackendError
 
 
 class SimulatedMig:

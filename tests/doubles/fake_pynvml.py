@@ -1,4 +1,4 @@
-"""A stand-in for the ``pynvml`` module's MIG calls, driven by ``simulator.SimulatedMig``.
+"""A stand-in for the ``pynvml`` module's MIG calls, driven by ``mig_simulator.SimulatedMig``.
 
 ``nvml_backend.NvmlMigBackend(uuid, lib=FakePynvml(simulated))`` runs the backend's real NVML code in CI:
 ctypes arrays and ``byref`` counts filled as NVML fills them, profile *index* vs profile *id*, sparse MIG device
@@ -9,9 +9,10 @@ from __future__ import annotations
 import ctypes
 from types import SimpleNamespace
 
-from .nvml_backend import ERROR_CODES
-from .simulator import SimulatedMig
-from .state import MigBackendError
+from pytest_gpucolloc.mig.nvml_backend import ERROR_CODES
+from pytest_gpucolloc.mig.state import MigBackendError
+
+from .mig_simulator import SimulatedMig
 
 _RETURN_CODES = {code: value for value, code in ERROR_CODES.items()}
 

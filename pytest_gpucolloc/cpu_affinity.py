@@ -96,7 +96,8 @@ def assign_cpus(n_workers: int, policy: CpuPolicy, available: list[int] | None =
         counts = [max(1, len(cores) * want // sum(wants)) for want in wants]
         while sum(counts) > len(cores):  # the floor of 1 overshot: take from the largest share
             counts[counts.index(max(counts))] -= 1
-    sets, start = [], 0
+    sets: list[tuple[int, ...] | None] = []
+    start = 0
     for count in counts:
         sets.append(tuple(cores[start:start + count]))
         start += count

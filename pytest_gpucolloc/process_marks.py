@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 MARK_ENV = "GPUCOLLOC_WORKER_MARK"
@@ -102,14 +103,14 @@ def _kill(pids: list[int]) -> list[int]:
     return killed
 
 
-def _in_groups(groups: set[int]) -> list[int]:
+def _in_groups(groups: Collection[int]) -> list[int]:
     if not groups:
         return []
     return [int(entry.name) for entry in Path("/proc").iterdir()
             if entry.name.isdigit() and (fields := _stat(int(entry.name))) and int(fields[2]) in groups]
 
 
-def kill_marked(marks: set[str], groups: set[int] = frozenset()) -> list[int]:
+def kill_marked(marks: set[str], groups: Collection[int] = frozenset()) -> list[int]:
     """SIGKILL every process carrying one of ``marks`` or in one of the process ``groups`` (a worker's, which
     its children join unless they leave it), and wait until they are gone; returns their pids."""
     found = {pid for pid, mark in _marks().items() if mark in marks} | set(_in_groups(groups))

@@ -180,5 +180,5 @@ def decode_event(line: bytes) -> Ready | Result | Error:
         raise ProtocolError(f"not a protocol message ({type(error).__name__}): {line[:120]!r}") from None
     _check(event)
     if isinstance(event, Result):
-        event = dataclasses.replace(event, rounds=[tuple(r) for r in event.rounds])
+        event = dataclasses.replace(event, rounds=[(seconds, samples) for seconds, samples in event.rounds])
     return event

@@ -9,8 +9,9 @@ import dataclasses
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 
 class WorkloadError(ValueError):
@@ -70,7 +71,8 @@ _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 def autotunes_convolutions(params: Mapping[str, Any]) -> bool:
     """A saved workload (``Workload.to_dict()``) is a named convolutional model whose algorithms cuDNN times in
     each process (``cudnn_autotune``, on by default): two processes may pick different ones."""
-    shape = NAMED_WORKLOADS.get(ALIASES.get(params.get("model"), params.get("model")))
+    model = params.get("model")
+    shape = NAMED_WORKLOADS.get(ALIASES.get(model, model)) if isinstance(model, str) else None
     return isinstance(shape, ModelShape) and (params.get("options") or {}).get("cudnn_autotune", True) is not False
 
 
@@ -128,7 +130,8 @@ class Workload:
             if isinstance(self.memory_limit_mb, bool) or not isinstance(self.memory_limit_mb, int) \
                     or self.memory_limit_mb < 1:
                 raise WorkloadError(f"memory_limit_mb must be a positive integer, got {self.memory_limit_mb!r}")
-        if self.mig is not None and (not isinstance(self.mig, str) or not re.match(r"^\d+g(\.\d+gb)?(\+me)?$", self.mig, re.ASCII)):
+        if self.mig is not None and (not isinstance(self.mig, str)
+                                     or not re.match(r"^\d+g(\.\d+gb)?(\+me)?$", self.mig, re.ASCII)):
             raise WorkloadError(f"mig profile must look like '1g' or '1g.18gb', got {self.mig!r}")
         if not isinstance(self.cuda_graph, bool):
             raise WorkloadError(f"cuda_graph must be True or False, got {self.cuda_graph!r}")
@@ -167,7 +170,7 @@ class Workload:
         return self.model in NAMED_WORKLOADS
 
     @property
-    def shape(self) -> ModelShape | None:
+    def shape(self) -> ModelShape | LanguageModelShape | None:
         return NAMED_WORKLOADS.get(self.model)
 
     @property
@@ -207,7 +210,7 @@ class Workload:
         key = (self.model, self.batch_size, self.precision, _canonical(self.options), self.cuda_graph)
         return key + (("loader", self.loader_workers),) if self.uses_loader else key
 
-    def with_batch_size(self, batch_size: int) -> "Workload":
+    def with_batch_size(self, batch_size: int) -> Workload:
         return dataclasses.replace(self, batch_size=batch_size)
 
     def to_dict(self) -> dict[str, Any]:
@@ -218,7 +221,7 @@ class Workload:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Workload":
+    def from_dict(cls, data: Mapping[str, Any]) -> Workload:
         return cls(**data)
 
 

@@ -1,5 +1,5 @@
 """Hostile saved runs: the ways a file in a benchmark storage can hold something a record is not. Used by
-tests/test_reliability.py and ci/fault-suite (which counts them)."""
+tests/test_reliability.py and research/fault-suite (which counts them)."""
 import copy
 import json
 

@@ -155,7 +155,7 @@ def test_a_corrupt_or_hostile_history_is_named_skipped_and_the_gated_run_still_s
     hostile_files, base = [], json.loads(json.dumps(good))
     base["benchmarks"][0]["extra_info"]["gpu"] = {"name": "another GPU"}  # what is read is never a baseline here
     variants = hostile.variants(base)
-    for number, name in enumerate(hostile.one_of_each(variants), 8):  # each class once (all: ci/fault-suite)
+    for number, name in enumerate(hostile.one_of_each(variants), 8):  # each class once (all: research/fault-suite)
         text = variants[name]
         hostile_files.append(storage / f"{number:04d}_{name}.json")
         hostile_files[-1].write_text(text)

@@ -1,4 +1,4 @@
-"""The zoo (zoo/): user-written training steps that ci/zoo-bench gates and A/Bs. On the CPU: each one trains, the
+"""The zoo (zoo/): user-written training steps that research/zoo-bench gates and A/Bs. On the CPU: each one trains, the
 zoo's scenarios run through `collocate` in a project laid out as a user's, and the injected slowdown adds work."""
 import json
 import shutil
@@ -81,7 +81,7 @@ def zoo_bench(*args, **env):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, str(ZOO.parent / "ci" / "zoo-bench"), *map(str, args)],
+    return subprocess.run([sys.executable, str(ZOO.parent / "research" / "zoo-bench"), *map(str, args)],
                           capture_output=True, text=True, env={**os.environ, **env})
 
 
@@ -120,7 +120,7 @@ def test_zoo_bench_names_what_its_call_left_and_not_what_others_run(tmp_path, mo
     import importlib.util
     import subprocess
 
-    loader = importlib.machinery.SourceFileLoader("zoo_bench", str(ZOO.parent / "ci" / "zoo-bench"))
+    loader = importlib.machinery.SourceFileLoader("zoo_bench", str(ZOO.parent / "research" / "zoo-bench"))
     bench_module = importlib.util.module_from_spec(importlib.util.spec_from_loader("zoo_bench", loader))
     loader.exec_module(bench_module)
     monkeypatch.setenv("ZOO_BENCH_CPU", "1")

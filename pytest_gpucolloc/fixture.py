@@ -15,7 +15,7 @@ from typing import Iterable
 
 import pytest
 
-from . import benchmark_api, distributed, interleave, measure, progress, record
+from . import benchmark_api, distributed, interleave, measure, progress, record, run_warnings
 from .device import release
 from .mig.provision import MigError, MigUnavailable
 from .modes import MODES, ModeConfigError
@@ -249,6 +249,8 @@ class CollocateFixture:
         """Into pytest-benchmark: timing = seconds per sample of aggregate throughput per round (so
         --benchmark-compare-fail sees a throughput loss), the record in extra_info. An xdist worker's
         pytest-benchmark is off: the controller records it (distributed.py)."""
+        result.warnings = run_warnings.of(result, verdict)
+        progress.warn(result.warnings)  # said as soon as known, and in the summary and the record
         benchmark = self.benchmark
         benchmark.extra_info.update(record.write(result, verdict))
         seconds = measure.seconds_per_sample(result.aggregate_rounds)

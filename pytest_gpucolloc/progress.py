@@ -79,6 +79,19 @@ class Progress:
             self.reporter.write_line(text)
             self._shown = text
 
+    def note(self, text: str) -> None:
+        """A line that stays (a warning), whatever the verbosity short of -qq."""
+        if self.verbosity < -1:
+            return
+        if self.tty:
+            self.reporter.rewrite(text, erase=True)
+            self.reporter.write("\n")
+            self.reporter.currentfspath = None
+        else:
+            if getattr(self.reporter._tw, "width_of_current_line", 0):
+                self.reporter.write("\n")
+            self.reporter.write_line(text)
+
     def begin(self, test: str) -> None:
         if test in self.waiting:  # tests before it that never began were skipped
             del self.waiting[: self.waiting.index(test) + 1]
@@ -152,3 +165,10 @@ def tick(ready: int | None = None) -> None:
         if ready is not None and _current.ready[1]:
             _current.ready = (ready, _current.ready[1])
         _current.show(changed=False)
+
+
+def warn(texts: list[str]) -> None:
+    """The current scenario's warnings (``run_warnings.py``), each on a line of its own."""
+    if _current is not None and _current.test is not None:
+        for text in texts:
+            _current.note(f"gpucolloc warning: {_current.test}: {text}")

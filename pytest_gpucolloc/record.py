@@ -31,6 +31,9 @@ read only the ``ScenarioRecord`` it returns.
                          measurement taken once in the session: "alone" for sequential scenarios and one job under
                          naive, "mps" for one mps-partitioned client; its fixed_cost_s and wall_s are 0)
     gate                 the gate's verdict when the run was gated, else absent
+    warnings             what makes its numbers doubtful, one sentence each (run_warnings.py): unstable rounds,
+                         more workers than CPU cores, an impossible speedup, xdist on one machine, a gate that
+                         cannot resolve its threshold; absent before 2026-12-03
     workers              one dict per worker, in scenario order:
         workload, params (Workload.to_dict()), throughput, round_throughputs, cv, step_time_median_s,
         step_time_cv, measured_s, peak_memory_bytes, reserved_memory_bytes, device_memory_bytes, cpus, pid,
@@ -64,7 +67,7 @@ _WORKER_FIELDS = ("workload", "params", "throughput", "round_throughputs", "cv",
 _SCENARIO_FIELDS = ("mode", "device", "gpu", "workloads", "n_workers", "aggregate_round_throughputs", "repeats",
                     "aggregate_throughput", "aggregate_cv", "speedup_vs_sequential", "ideal_throughput",
                     "efficiency", "cpu_affinity", "samples_per_joule", "throttled", "foreign_pids", "telemetry",
-                    "gate", "workers", "measurement")
+                    "gate", "workers", "measurement", "warnings")
 
 
 class RecordError(ValueError):
@@ -110,6 +113,7 @@ class ScenarioRecord:
     mode_facts: dict = field(default_factory=dict)
     repeats: tuple[tuple[float, ...], ...] = ()  # rounds of each fresh-process repeat; one entry without repeats
     measurement: dict = field(default_factory=dict)  # fixed_cost_s, rounds, stopped (absent before 2026-12-01)
+    warnings: tuple[str, ...] = ()  # what makes its numbers doubtful (absent before 2026-12-03)
 
     @property
     def config(self) -> dict:
@@ -194,6 +198,7 @@ def write(result, gate: dict | None = None) -> dict[str, Any]:
         "telemetry": result.telemetry,
         "mode_facts": dict(result.mode_facts),
         "measurement": dict(result.measurement),
+        "warnings": list(result.warnings),
         "workers": [{**_write_worker(w), "alone_throughput": alone} for w, alone in
                     zip(result.workers, result.alone_throughputs or [None] * len(result.workers))],
     }
@@ -355,6 +360,7 @@ _SCENARIO = {
     "speedup_vs_sequential": _finite, "ideal_throughput": _finite, "efficiency": _finite,
     "samples_per_joule": _finite, "throttled": _flag, "foreign_pids": _list(_count), "telemetry": _list(_PHASE),
     "cpu_affinity": _text, "cpu_placement": _text, "gate": _GATE, "measurement": _MEASUREMENT,
+    "warnings": _list(_text),
 }
 
 
@@ -487,4 +493,5 @@ def read(info: Any) -> ScenarioRecord:
         gate=checked["gate"],
         mode_facts=_MODE_FACTS(facts, "mode_facts"),
         measurement=checked["measurement"] or {},
+        warnings=tuple(checked["warnings"] or ()),
     )

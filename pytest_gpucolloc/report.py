@@ -3,6 +3,7 @@ report's summary (per workload and mode, the best way to share and the answer it
 (``record.ScenarioRecord``)."""
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,6 +19,13 @@ HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate sam
 
 def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _rate(value: float | None) -> str:
+    """A throughput: whole numbers with separators, but at least two significant digits (0.42, not 0)."""
+    if value is None or value == 0 or not math.isfinite(value) or abs(value) >= 10:
+        return _num(value)
+    return f"{value:.{1 - math.floor(math.log10(abs(value)))}f}"
 
 
 def _bound(value: float) -> str:
@@ -88,8 +96,8 @@ def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
     for name, scenario in entries:
         table.append([
             name, scenario.mode, describe_workers(list(scenario.workloads)),
-            ", ".join(_num(w.throughput) for w in scenario.workers),
-            _num(scenario.throughput) + _tokens(scenario), _pct(scenario.cv),
+            ", ".join(_rate(w.throughput) for w in scenario.workers),
+            _rate(scenario.throughput) + _tokens(scenario), _pct(scenario.cv),
             "-" if scenario.speedup is None else f"{scenario.speedup:.2f}x",
             _pct(scenario.efficiency),
             _sm_activity(scenario.telemetry),
@@ -170,7 +178,7 @@ def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
             mde += f" (noise: {v['mde_noise']:.1%})"
         why = "; ".join([v.get("reason", "")] + list(v.get("notes", [])))
         lever = ((v.get("noise") or {}).get("lever")) or "-"
-        table.append([name, v["verdict"], _num(v.get("baseline")), _num(v.get("current")), change, interval, mde,
+        table.append([name, v["verdict"], _rate(v.get("baseline")), _rate(v.get("current")), change, interval, mde,
                       str(len(v.get("baseline_runs", []))), _noise(v.get("noise")), lever, why])
     return table
 

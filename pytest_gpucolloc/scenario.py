@@ -98,6 +98,7 @@ class ScenarioResult:
     repeats: list[list[float]] = field(default_factory=list)  # aggregate rounds of each fresh-process repeat
     measurement: dict = field(default_factory=dict)  # how it was measured: fixed cost, rounds, why it stopped
     extra_phases: list[dict] = field(default_factory=list)  # telemetry of the repeats after the first
+    warnings: list[str] = field(default_factory=list)  # what makes its numbers doubtful (run_warnings.py)
 
     @property
     def aggregate_throughput(self) -> float:

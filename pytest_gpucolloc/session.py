@@ -423,6 +423,9 @@ class CollocSession:
         entries += [(name, record.read(info)) for name, info in self.forwarded]
         if entries:
             terminalreporter.write_line(report.table(entries))
+        for name, scenario in entries:
+            for warning in scenario.warnings:
+                terminalreporter.write_line(f"warning: {name}: {warning}", yellow=True)
         terminalreporter.write_line(
             "alone: each distinct job measured alone once per session (the sequential mode's results and every "
             "speedup's reference); speedup: sum of each job's throughput relative to running alone; CV: "

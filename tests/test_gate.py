@@ -401,7 +401,7 @@ def test_noise_no_number_of_repeats_can_fix_is_said_so():
     history = [repeated_run(f"b{i}", rng, process_cv=0.12) for i in range(5)]
     verdict = gate.decide(repeated_run("now", rng, process_cv=0.12), history)
     assert verdict.noise["dominant"] == "processes"
-    assert "more than 1000 fresh-process repeats per run" in verdict.noise["lever"]
+    assert "fresh-process repeats per run (over 50): this scenario cannot be gated" in verdict.noise["lever"]
 
 
 def test_round_noise_is_named_and_needs_no_lever_when_the_threshold_is_resolved():

@@ -83,8 +83,8 @@ def alone_references(runs: list[SavedRun]) -> dict[str, float]:
     for run in runs:
         for scenario in run.scenarios.values():
             for index, worker in enumerate(scenario.workers):
-                if scenario.alone_of(index):
-                    found.setdefault(worker.workload, scenario.alone_of(index))
+                if alone := scenario.alone_of(index):
+                    found.setdefault(worker.workload, alone)
     return found
 
 
@@ -95,8 +95,8 @@ def option_of(name: str, run: SavedRun, scenario: ScenarioRecord, alone: dict[st
     shares = [w.throughput / a for w, a in zip(scenario.workers, references) if a]
     complete = len(shares) == scenario.n_workers
     total = run.machine.get("gpu_memory_total_bytes")
-    used = [w.device_memory_bytes for w in scenario.workers]
-    headroom = (total - sum(used)) / 1e9 if total and all(used) else None
+    used = [w.device_memory_bytes for w in scenario.workers if w.device_memory_bytes]
+    headroom = (total - sum(used)) / 1e9 if total and len(used) == len(scenario.workers) else None
     instances = scenario.mode_facts.get("mig_layout")  # recorded by the mig mode only
     layout = ",".join(str(i.get("profile")) for i in instances) if isinstance(instances, list) else None
     return Option(short_name(name), run.run_id, scenario.mode, all(_graphed(w.workload) for w in scenario.workers),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import json
+import math
 import os
 import select
 import shutil
@@ -47,7 +48,7 @@ class ForkServerError(RuntimeError):
 class ForkedProcess:
     """A worker forked by the server, with the part of ``subprocess.Popen``'s interface the pool uses."""
 
-    def __init__(self, server: "ForkServer", pid: int, stdin):
+    def __init__(self, server: ForkServer, pid: int, stdin):
         self.server, self.pid, self.stdin = server, pid, stdin
         self.returncode: int | None = None
 
@@ -59,12 +60,12 @@ class ForkedProcess:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
             time.sleep(0.01)
-        return self.returncode
+        return code
 
 
 class ForkServer:

@@ -6,6 +6,7 @@ record (``record.read``), is reported by name and skipped.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,7 +63,7 @@ class History:
     runs: list[SavedRun] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # "path: why it was skipped"
 
-    def samples(self, fullname: str, exclude: set[str] = frozenset()) -> list[RunSample]:
+    def samples(self, fullname: str, exclude: Collection[str] = frozenset()) -> list[RunSample]:
         found = (run.sample(fullname) for run in self.runs if run.run_id not in exclude)
         return [s for s in found if s is not None]
 

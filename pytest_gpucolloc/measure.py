@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 Round = tuple[float, int]
 
@@ -73,9 +73,10 @@ def sequential_aggregate(workers: Sequence[WorkerStats]) -> list[float]:
 def weighted_speedup(collocated: Sequence[float], alone: Sequence[float | None]) -> float | None:
     """Sum of each job's progress relative to running alone; for N identical jobs this is
     aggregate / single-job throughput. None when any job's alone throughput is unknown."""
-    if not collocated or any(a is None or a <= 0 for a in alone):
+    known = [a for a in alone if a is not None and a > 0]
+    if not collocated or len(known) < len(alone):
         return None
-    return sum(c / a for c, a in zip(collocated, alone))
+    return sum(c / a for c, a in zip(collocated, known))
 
 
 def seconds_per_sample(aggregate_rounds: Sequence[float]) -> list[float]:

@@ -2,6 +2,8 @@
 ``session.CollocSession``, registered here as a plugin; one scenario's path is ``fixture.CollocateFixture``."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from . import benchmark_api
@@ -97,7 +99,7 @@ def gpu_mode(request) -> str:
 
 
 @pytest.fixture
-def collocate(request, gpu_mode, benchmark, tmp_path) -> CollocateFixture:
+def collocate(request, gpu_mode, benchmark, tmp_path) -> Iterator[CollocateFixture]:
     """Run workloads together under the test's sharing mode, measure, and record into ``benchmark``.
 
     ``collocate([Workload("resnet26", batch_size=128)] * 2)`` returns a ``ScenarioResult``.

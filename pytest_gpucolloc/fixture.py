@@ -17,20 +17,14 @@ import pytest
 
 from . import benchmark_api, distributed, interleave, measure, progress, record, run_warnings
 from .device import release
-from .mig.provision import MigError, MigUnavailable
-from .modes import MODES, ModeConfigError
+from .modes import MODES, ModeFailed, ModeUnavailable
 from .modes.sequential import SequentialMode
-from .mps_daemon import MpsError
 from .scenario import (Pairing, ScenarioFailed, ScenarioResult, combine_repeats, run_scenario, sequential_of,
                        taken_once)
 from .session import CollocSession, ScenarioContext
 from .workloads import Workload, WorkloadError, as_workloads
 
 diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, attached to its report
-
-# A one-job scenario of these modes is the same measurement as the one named: one job time-sliced with
-# nobody is the job alone; one client's equal share is the whole GPU. It is reused, not taken again.
-SAME_WITH_ONE_JOB = {"naive": "alone", "mps-partitioned": "mps"}
 
 
 def _memory_alone(result: ScenarioResult | None) -> int | None:
@@ -44,6 +38,7 @@ class CollocateFixture:
 
     def __init__(self, session: CollocSession, node, mode: str, benchmark, log_dir: Path):
         self.session, self.node, self.mode, self.benchmark, self.log_dir = session, node, mode, benchmark, log_dir
+        self.mode_class = MODES[mode]  # what the mode says about itself (base.SharingMode's class attributes)
         self.used = False
 
     def __call__(self, workloads: Iterable[Workload | str], *, ideal: bool | None = None) -> ScenarioResult:
@@ -65,12 +60,12 @@ class CollocateFixture:
         context = self.session.context(self.node)
         try:
             with self._outcome():
-                reason = MODES[self.mode]().unavailable_reason(context.target)
+                reason = self.mode_class().unavailable_reason(context.target)
                 if reason:
                     pytest.skip(f"{self.mode}: {reason}")
                 alone = self._alone(jobs, context)
                 fresh = False  # measured by this scenario itself: it can be measured again
-                if self.mode == SequentialMode.name:
+                if self.mode_class.alone:
                     result = sequential_of([alone[job.key()] for job in self._adapted(jobs, context)])
                 else:
                     self._skip_what_does_not_fit(jobs, alone, context)
@@ -101,8 +96,8 @@ class CollocateFixture:
 
     def _skip_what_cannot_run_here(self, jobs: list[Workload]) -> None:
         device = self.session.device()
-        if self.mode == SequentialMode.name and len(jobs) > 1 and len({job.key() for job in jobs}) == 1:
-            pytest.skip("sequential: the same job run again one after another is the job alone, measured once per "
+        if self.mode_class.alone and len(jobs) > 1 and len({job.key() for job in jobs}) == 1:
+            pytest.skip(f"{self.mode}: the same job run again one after another is the job alone, measured once per "
                         "session; this scenario adds nothing to it")
         if device.gpu is None and any(job.cuda_graph for job in jobs):
             pytest.skip(f"{device.reason}: cuda_graph=True needs a CUDA GPU")
@@ -113,9 +108,10 @@ class CollocateFixture:
 
     def _skip_what_does_not_fit(self, jobs: list[Workload], alone: dict, context: ScenarioContext) -> None:
         """Jobs sharing the whole GPU whose memory alone adds up to more than it has cannot all start: skipped
-        before any worker starts, saying what each used alone (as NVML saw it). Under MIG the planner decides."""
+        before any worker starts, saying what each used alone (as NVML saw it). A mode that plans memory itself (MIG's
+        planner) decides for itself."""
         gpu = context.target.gpu
-        if gpu is None or self.mode == "mig" or len(jobs) < 2:
+        if gpu is None or self.mode_class.plans_memory_itself or len(jobs) < 2:
             return
         adapted = self._adapted(jobs, context)
         used = [_memory_alone(alone.get(job.key())) for job in adapted]
@@ -133,9 +129,9 @@ class CollocateFixture:
         """What can go wrong becomes the test's outcome: a skip (cannot run here) or a failure (with why)."""
         try:
             yield
-        except MigUnavailable as exc:  # e.g. the layout does not fit: the summary lists it with the skips
+        except ModeUnavailable as exc:  # e.g. a MIG layout that does not fit: the summary lists it with the skips
             pytest.skip(f"{self.mode}: {exc}")
-        except (ModeConfigError, MpsError, MigError) as exc:
+        except ModeFailed as exc:  # a bad configuration, or a daemon or MIG layout that could not be set up
             pytest.fail(f"{self.mode}: {exc}", pytrace=False)
         except ScenarioFailed as exc:
             if exc.diagnostics:
@@ -162,10 +158,10 @@ class CollocateFixture:
 
     def _measured_before(self, jobs: list[Workload], context: ScenarioContext) -> ScenarioResult | None:
         """A one-job scenario that is, by construction, a measurement already taken in this session under another
-        mode: that measurement, recorded under this mode and saying so. One job under naive time-slicing shares the
-        GPU with nobody (it is the job alone); one mps-partitioned client with the default share has the whole GPU
-        (it is the mps client)."""
-        same_as = SAME_WITH_ONE_JOB.get(self.mode)
+        mode: that measurement, recorded under this mode and saying so. The mode names it
+        (``SharingMode.same_with_one_job``): e.g. one job under naive time-slicing shares the GPU with nobody (it is
+        the job alone)."""
+        same_as = self.mode_class.same_with_one_job
         if len(jobs) != 1 or same_as is None or jobs[0].sm_percent is not None or jobs[0].memory_limit_mb is not None:
             return None
         key = self._one_job_key(jobs, context)
@@ -183,12 +179,12 @@ class CollocateFixture:
         """Each distinct job's measurement alone on this GPU: taken once per session, by the first scenario that
         needs it, and reused by every later one (their speedups, and the sequential mode)."""
         cache, device = self.session.baselines.alone, self.session.device().key
-        if not self.session.options["colloc_alone"] and self.mode != SequentialMode.name:
+        if not self.session.options["colloc_alone"] and not self.mode_class.alone:
             return {}  # --colloc-alone=off: no speedups
         reason = SequentialMode().unavailable_reason(context.target)
         if reason:  # e.g. a GPU in MIG mode: no whole GPU to run a job alone on; speedups stay unknown
-            if self.mode == SequentialMode.name:
-                pytest.skip(f"sequential: {reason}")
+            if self.mode_class.alone:
+                pytest.skip(f"{self.mode}: {reason}")
             return {}
         missing = list({job.key(): job for job in self._adapted(jobs, context)
                         if (job.key(), device) not in cache}.values())
@@ -206,7 +202,7 @@ class CollocateFixture:
         alone_runs = [baselines.alone.get((w.workload.key(), device)) for w in result.workers]
         alone = [run.workers[0].stats.throughput if run else None for run in alone_runs]
         result.alone_throughputs = alone
-        if result.mode == SequentialMode.name:
+        if MODES[result.mode].alone:
             result.speedup = 1.0
         else:
             result.speedup = measure.weighted_speedup([w.stats.throughput for w in result.workers], alone)

@@ -20,7 +20,8 @@ INTERRUPTED = 130
 FORMATS = ["table", "markdown", "csv", "json"]
 EXIT_CODES = """exit codes (every command):
   0  done; no regression
-  1  the answer is no: a scenario regressed (gate, compare, ab), a MIG layout does not fit (mig plan)
+  1  the answer is no: a scenario regressed (gate, compare, ab), a MIG layout does not fit (mig plan),
+     the machine would make numbers unsteady (check)
   2  usage error or bad input (an option, a file that cannot be read as a run)
   3  nothing to read: storage that does not exist or holds no saved runs, runs without scenarios, no GPU
   4  an output (--out, --markdown, --json) cannot be written
@@ -48,6 +49,20 @@ def cmd_info(args) -> int:
                          "mig_mode": g.mig_mode, **g.extra} for g in nvml.gpus()]
     print(json.dumps(info, indent=2))
     return 0
+
+
+def cmd_check(args) -> int:
+    """What would make a benchmark's numbers unsteady here; exit 1 when anything would (checkup.py)."""
+    from . import checkup
+
+    findings = checkup.check()
+    rows = [[f.severity, f.check, f.finding, f.fix or "-"] for f in findings]
+    print(_tabular(rows, ["severity", "check", "finding", "what to do"], args.format))
+    unsteady = sum(f.severity == checkup.UNSTEADY for f in findings)
+    if args.format in ("table", "markdown"):
+        print(f"\n{unsteady} finding(s) that make numbers unsteady" if unsteady
+              else "\nnothing found that makes numbers unsteady")
+    return NEGATIVE if unsteady else OK
 
 
 def _read_runs(paths) -> list:
@@ -452,6 +467,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("info", help="GPUs, driver and sharing modes as this machine reports them").set_defaults(run_command=cmd_info)
+    check = commands.add_parser("check", help="what on this machine would make numbers unsteady, before a benchmark: "
+                                "GPU persistence, power limit, clocks, other processes, MIG; MPS daemons, CPU "
+                                "governor and load (read-only; exit 1: something would)")
+    _format_argument(check)
+    check.set_defaults(run_command=cmd_check)
     mig = commands.add_parser("mig", help="MIG profiles and layout plans (read-only unless 'restore')")
     mig_commands = mig.add_subparsers(dest="mig_command", required=True)
     for name, run, text in (("profiles", cmd_mig_profiles, "the GPU's MIG profile table"),

@@ -169,6 +169,31 @@ def gpu_processes(uuid: str) -> dict[int, dict]:
     return found
 
 
+def steadiness(uuid: str) -> dict:
+    """Read-only facts that decide whether measurements on a GPU are steady (``checkup.py``); None where the
+    GPU does not say."""
+    h = _handle(uuid)
+    sm = pynvml.NVML_CLOCK_SM
+    watts = lambda milliwatts: milliwatts / 1000 if milliwatts else None  # noqa: E731
+    limits = try_call(pynvml.nvmlDeviceGetPowerManagementLimitConstraints, h)
+    mig = try_call(pynvml.nvmlDeviceGetMigMode, h)
+    processes = gpu_processes(uuid)
+    for pid, facts in processes.items():
+        facts["name"] = as_text(try_call(pynvml.nvmlSystemGetProcessName, pid, default="")) or None
+    return {
+        "persistence_mode": try_call(pynvml.nvmlDeviceGetPersistenceMode, h),
+        "power_limit_w": watts(try_call(pynvml.nvmlDeviceGetEnforcedPowerLimit, h)),
+        "default_power_limit_w": watts(try_call(pynvml.nvmlDeviceGetPowerManagementDefaultLimit, h)),
+        "max_power_limit_w": watts(limits[1]) if limits else None,
+        "application_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetApplicationsClock, h, sm),
+        "default_application_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetDefaultApplicationsClock, h, sm),
+        "max_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetMaxClockInfo, h, sm),
+        "mig_mode": mig[0] if mig else None,
+        "mig_pending": mig[1] if mig else None,
+        "processes": processes,
+    }
+
+
 # --- telemetry -------------------------------------------------------------------------------
 
 def instant_sample(uuid: str) -> dict:

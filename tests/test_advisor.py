@@ -19,7 +19,7 @@ def test_the_measured_ways_are_ranked_against_the_jobs_as_asked(capsys):
     assert ways[0] == ("mps", True) and advice["options"][0]["speedup"] == pytest.approx(99408 / 12201, rel=0.01)
     assert ("naive", False) in ways and advice["exact"] is True
     assert advice["recommendation"].startswith("Recommended: mps, CUDA graphs")
-    assert advice["not_measured"] == ["sequential", "mps-partitioned", "mig"]
+    assert advice["not_measured"] == ["sequential", "mps-partitioned", "mps-half", "mig"]
 
 
 def test_a_mix_never_measured_is_answered_from_the_closest_saying_so(capsys):

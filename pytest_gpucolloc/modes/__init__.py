@@ -5,11 +5,12 @@ from __future__ import annotations
 from .base import ModeConfigError, ModeFailed, ModeUnavailable, SharingMode, Target, WorkerCheckFailed
 from .mig import MigMode
 from .mps import MpsMode, PartitionedMpsMode
+from .mps_half import HalfMpsMode
 from .naive import NaiveMode
 from .sequential import SequentialMode
 
 MODES: dict[str, type[SharingMode]] = {
-    mode.name: mode for mode in (SequentialMode, NaiveMode, MpsMode, PartitionedMpsMode, MigMode)
+    mode.name: mode for mode in (SequentialMode, NaiveMode, MpsMode, PartitionedMpsMode, HalfMpsMode, MigMode)
 }
 
 # Colours for modes that name none, in registry order (tab:red is left out: it marks regressions).

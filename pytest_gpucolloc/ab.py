@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import history, interleave, machine
+from .outcome import Outcome
 
 # What may differ between two interpreters' runs: the stack is the change being compared.
 STACK_KEYS = {"python", "torch", "torchvision", "cuda_runtime", "cudnn", "plugin_version"}
@@ -141,9 +142,9 @@ def checked_out(arms: list[Arm], here: Path):
     removed afterwards, whatever happens."""
     made: list[Path] = []
     try:
-        top = Path(_git(here, "rev-parse", "--show-toplevel")) if any(a.kind == "revision" for a in arms) else None
+        top = Path(_git(here, "rev-parse", "--show-toplevel")) if any(a.kind == "revision" for a in arms) else here
         for arm in arms:
-            if arm.kind != "revision":
+            if arm.kind != "revision" or arm.revision is None:
                 continue
             folder = Path(tempfile.mkdtemp(prefix="gc-ab-")) / arm.label
             _git(here, "worktree", "add", "--detach", "--quiet", str(folder), arm.revision)
@@ -174,10 +175,10 @@ def unexpected_differences(arms: list[Arm], a: dict, b: dict) -> list[str]:
     return machine.differences({k: v for k, v in a.items() if k in keys}, {k: v for k, v in b.items() if k in keys})
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Judgement:
     scenario: str
-    verdict: str  # regressed | improved | unchanged | inconclusive
+    verdict: Outcome  # regressed | improved | unchanged | inconclusive
     pairs: int
     change: float | None = None  # candidate vs baseline, fraction (+ faster)
     ci: tuple[float, float] | None = None
@@ -198,7 +199,8 @@ def judge(scenario: str, ratios: list[float], threshold: float, alpha: float) ->
 
     n = len(ratios)
     if n < 2:  # one unit shows a change but no spread to judge it by
-        return Judgement(scenario, "inconclusive", n, math.exp(ratios[0]) - 1 if ratios else None, log_ratios=ratios,
+        return Judgement(scenario=scenario, verdict="inconclusive", pairs=n,
+                         change=math.exp(ratios[0]) - 1 if ratios else None, log_ratios=ratios,
                          reason="one unit has no spread to judge it by")
     mean, spread = statistics.fmean(ratios), statistics.stdev(ratios)
     error = spread / math.sqrt(n)
@@ -210,6 +212,7 @@ def judge(scenario: str, ratios: list[float], threshold: float, alpha: float) ->
         p_slower, p_faster = float(mean >= 0), float(mean <= 0)
     change = math.exp(mean) - 1
     bound = math.log(1 + threshold)
+    verdict: Outcome
     if p_slower < alpha and -change >= threshold:
         verdict = "regressed"
     elif p_faster < alpha and change >= threshold:
@@ -218,8 +221,9 @@ def judge(scenario: str, ratios: list[float], threshold: float, alpha: float) ->
         verdict = "unchanged"
     else:
         verdict = "inconclusive"
-    return Judgement(scenario, verdict, n, change, (math.exp(low) - 1, math.exp(high) - 1), float(p_slower),
-                     1 - math.exp(-critical * error), ratios)
+    return Judgement(scenario=scenario, verdict=verdict, pairs=n, change=change,
+                     ci=(math.exp(low) - 1, math.exp(high) - 1), p_slower=float(p_slower),
+                     detectable=1 - math.exp(-critical * error), log_ratios=ratios)
 
 
 def judge_blocks(scenario: str, blocks: list[list[float]], threshold: float, alpha: float) -> Judgement:
@@ -379,7 +383,7 @@ class Coordinator:
 
     def _windows(self) -> list[float]:
         baseline, candidate = self.labels
-        ratios = []
+        ratios: list[float] = []
         for _ in range(self.settings.pairs_per_block):
             order = list(self.labels)
             self.random.shuffle(order)
@@ -461,7 +465,8 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
         path = out / f"{label}.json"
         code = processes[label].returncode
         if code not in (0, 1) or not path.exists():
-            raise ABError(f"the {label} arm's pytest exited {code}; its output ends:\n{logs[label].read_text()[-1500:]}")
+            raise ABError(f"the {label} arm's pytest exited {code}; its output ends:\n"
+                          f"{logs[label].read_text()[-1500:]}")
         runs.append(ArmRun(label, path, logs[label], code, history.read_run(path).machine))
     changes = unexpected_differences([baseline, candidate], runs[0].machine, runs[1].machine)
     if changes:

@@ -26,6 +26,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from .outcome import Outcome
+
 # scipy is imported where a decision is computed: the option defaults below load with every pytest session.
 
 DEFAULT_THRESHOLD = 0.02
@@ -104,7 +106,7 @@ class RunSample:
 
 @dataclass(kw_only=True)
 class Verdict:
-    verdict: str  # regressed | improved | unchanged | inconclusive | no baseline | not comparable
+    verdict: Outcome
     reason: str = ""
     baseline: float | None = None
     current: float | None = None
@@ -178,7 +180,8 @@ def machine_levels(current: RunSample, references) -> dict[str, MachineLevel]:
         for gpu, means in by_gpu.items():
             if len(means) >= 2:  # its own spread is needed to know how well it places the GPU
                 noise = _variance_of(means)
-                found.setdefault(gpu, []).append((here.log_mean - statistics.fmean(means), noise * (1 + 1 / len(means))))
+                found.setdefault(gpu, []).append((here.log_mean - statistics.fmean(means),
+                                                  noise * (1 + 1 / len(means))))
     return {gpu: MachineLevel(statistics.fmean(d for d, _ in pairs),
                               statistics.fmean(v for _, v in pairs) / len(pairs), len(pairs))
             for gpu, pairs in found.items()}
@@ -201,10 +204,11 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
         return sorted(calm, key=lambda r: r.datetime), notes, None, fleet
     unplaced = len(calm) - len(same_gpu) - len(adjusted)
     if unplaced:
-        notes.append(f"{unplaced} run(s) on GPUs that share no scenario with this one left out (their level is unknown)")
+        notes.append(f"{unplaced} run(s) on GPUs that share no scenario with this one left out "
+                     "(their level is unknown)")
     used = {r.gpu_uuid for r in calm if r.gpu_uuid in levels}
     runs = [r for r in calm if r.gpu_uuid in used]
-    mean_offset = statistics.fmean(levels[r.gpu_uuid].offset for r in runs)
+    mean_offset = statistics.fmean(levels[g].offset for r in runs if (g := r.gpu_uuid) is not None)
     shared = min(levels[g].scenarios for g in used)
     fleet = (f"other GPUs of this model ({len(used)}), level adjusted by {math.exp(mean_offset) - 1:+.1%} from "
              f"{shared}{'+' if any(levels[g].scenarios > shared for g in used) else ''} shared scenario(s)")
@@ -237,7 +241,7 @@ class Usual:
     cap: float | None
 
     @classmethod
-    def of(cls, runs: list[RunSample]) -> "Usual":
+    def of(cls, runs: list[RunSample]) -> Usual:
         spreads = [r.log_sd for r in runs if r.log_sd > 0]
         spread = statistics.median(spreads) if len(spreads) >= 2 else None
         # the usual share at the cap, of the runs whose rounds were usual (a disturbed run is rarely capped)
@@ -263,9 +267,8 @@ def level_outliers(means: list[float], alpha: float = OUTLIER_ALPHA, keep: int =
     spread of the others (its externally studentised residual: Student t with k - 2 degrees of freedom when the
     runs are alike), Bonferroni over the k runs at ``alpha``; the most extreme is removed first and the rest
     tested again, while more than ``keep`` runs remain and the others have a spread to judge by."""
-    from scipy import stats
-
     import numpy as np
+    from scipy import stats
 
     kept = list(range(len(means)))
     found: dict[int, float] = {}
@@ -277,7 +280,8 @@ def level_outliers(means: list[float], alpha: float = OUTLIER_ALPHA, keep: int =
         sd = np.sqrt(np.maximum(((values ** 2).sum() - values ** 2 - (k - 1) * others ** 2) / (k - 2), 0.0))
         deviation = values - others
         with np.errstate(divide="ignore", invalid="ignore"):
-            t = np.where(sd > 0, np.abs(deviation) / (sd * math.sqrt(1 + 1 / (k - 1))), np.where(deviation != 0, np.inf, 0.0))
+            t = np.where(sd > 0, np.abs(deviation) / (sd * math.sqrt(1 + 1 / (k - 1))),
+                         np.where(deviation != 0, np.inf, 0.0))
         p = 2 * stats.t.sf(t, k - 2)
         worst = int(np.argmin(p))
         if p[worst] * k >= alpha:
@@ -299,8 +303,10 @@ def robust_baseline(current: RunSample, chosen: list[RunSample], policy: Policy
     steady = [r for r in chosen if r.run_id not in left_out]
     start = changepoints.level_start([r.log_mean for r in steady], min_runs=max(policy.min_runs, 2))
     if start:
+        before, after = steady[:start], steady[start:]
+        shift = statistics.fmean(r.log_mean for r in after) - statistics.fmean(r.log_mean for r in before)
         notes.append(f"{start} run(s) before the level shift at {steady[start].run_id} left out "
-                     f"({math.exp(statistics.fmean(r.log_mean for r in steady[start:]) - statistics.fmean(r.log_mean for r in steady[:start])) - 1:+.1%})")
+                     f"({math.exp(shift) - 1:+.1%})")
     level = steady[start:]
     if len(level) > policy.runs:
         notes.append(f"{len(level) - policy.runs} older run(s) of this level left out (at most {policy.runs})")
@@ -371,7 +377,8 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
     if same_model and all(_config_differs(r, current) for r in same_model):
         result.verdict = "not comparable"
         result.reason = (f"the GPU's configuration differs from every baseline run's "
-                         f"({'; '.join(_config_changes(same_model, current))}); compare runs made under one configuration")
+                         f"({'; '.join(_config_changes(same_model, current))}); "
+                         "compare runs made under one configuration")
         return result
     if current.contaminated:
         result.verdict, result.reason = "not comparable", "other processes used the GPU during this run"
@@ -487,14 +494,16 @@ def noise_levels(baseline: list[RunSample], spread: float, policy: Policy, too_n
     round_var = statistics.fmean(r.log_sd ** 2 for r in baseline)
     per_run = [_variance([statistics.fmean(math.log(x) for x in s) for s in r.process_sets]) for r in baseline]
     process_var = None
-    if all(v is not None for v in per_run):
-        process_var = max(statistics.fmean(per_run) - round_var / n, 0.0)
+    measured_runs = [v for v in per_run if v is not None]
+    if len(measured_runs) == len(per_run):
+        process_var = max(statistics.fmean(measured_runs) - round_var / n, 0.0)
     run_var = max(spread ** 2 - (process_var or 0.0) / sets - round_var / (sets * n), 0.0)
     parts = {"rounds": round_var / (sets * n), "processes": None if process_var is None else process_var / sets,
              "runs": run_var}
     total = sum(v for v in parts.values() if v) or 1.0
     shares = {level: None if v is None else v / total for level, v in parts.items()}
-    dominant = max((level for level in parts if parts[level] is not None), key=lambda level: parts[level])
+    known = {level: v for level, v in parts.items() if v is not None}
+    dominant = max(known, key=known.__getitem__)
     if dominant == "runs" and process_var is None:
         dominant = "processes or runs"  # without repeats the two cannot be told apart
     result = {"dominant": dominant, "shares": shares, "rounds_per_set": n, "sets_per_run": sets, "lever": None}
@@ -528,7 +537,8 @@ def noise_levels(baseline: list[RunSample], spread: float, policy: Policy, too_n
                  if mde(spread / _c4(k) * _c4(m), m, policy, with_threshold=False) <= policy.threshold), None)
     if runs:
         levers.append(f"{runs} baseline runs")
-    result["lever"] = " or ".join(levers) if levers else "steady the machine (CPU pinning, clocks) or raise the threshold"
+    result["lever"] = (" or ".join(levers) if levers
+                       else "steady the machine (CPU pinning, clocks) or raise the threshold")
     return result
 
 

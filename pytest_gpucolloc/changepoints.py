@@ -24,7 +24,7 @@ class Point:
     log_throughput: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChangePoint:
     scenario: str
     gpu: str  # physical GPU (UUID), or "CPU smoke"
@@ -50,7 +50,7 @@ def series(history: History) -> dict[tuple[str, str], list[Point]]:
     for run in history.runs:
         for name in run.scenarios:
             sample = run.sample(name)
-            if sample.throttled or sample.contaminated:
+            if sample is None or sample.throttled or sample.contaminated:
                 continue
             found.setdefault((name, series_gpu(run, run.scenarios[name])), []).append(Point(run, sample.log_mean))
     return found
@@ -122,9 +122,10 @@ def detect(points: list[Point], scenario: str, gpu: str, alpha: float = DEFAULT_
         before, after = values[bounds[i]:start], values[start:bounds[i + 2]]
         run = points[start].run
         level_before, level_after = math.exp(statistics.fmean(before)), math.exp(statistics.fmean(after))
-        found.append(ChangePoint(scenario, gpu, run.run_id, run.commit, run.machine.get("driver_version"),
-                                 run.datetime, level_before, level_after, level_after / level_before - 1,
-                                 _robust_p(before, after), len(before), len(after)))
+        found.append(ChangePoint(scenario=scenario, gpu=gpu, run_id=run.run_id, commit=run.commit,
+                                 driver=run.machine.get("driver_version"), datetime=run.datetime,
+                                 before=level_before, after=level_after, change=level_after / level_before - 1,
+                                 p_value=_robust_p(before, after), runs_before=len(before), runs_after=len(after)))
     return found
 
 

@@ -22,7 +22,8 @@ class SelectionError(ValueError):
 
 
 def select(history: History, *, runs: list[str] | None = None, commits: list[str] | None = None,
-           group_by: str | None = None, groups: list[str] | None = None) -> tuple[list[SavedRun], list[SavedRun], str, str]:
+           group_by: str | None = None,
+           groups: list[str] | None = None) -> tuple[list[SavedRun], list[SavedRun], str, str]:
     """Two sets of runs (before, after) and their labels."""
     if runs:
         if len(runs) != 2:
@@ -86,10 +87,10 @@ def paired(timeline: list[tuple[int, SavedRun]], policy: gate.Policy) -> list[Ro
     rows = []
     names = list(dict.fromkeys(name for side, run in timeline if side == 1 for name in run.scenarios))
     for name in names:
-        levels = [(side, run.sample(name)) for side, run in timeline]
+        levels = [(side, run.sample(name)) for side, run in timeline]  # None: not in that run
         ratios, befores, afters = [], [], []
         for i, (side, sample) in enumerate(levels):
-            around = [levels[j][1] for j in (i - 1, i + 1) if 0 <= j < len(levels) and levels[j][1] is not None]
+            around = [s for j in (i - 1, i + 1) if 0 <= j < len(levels) and (s := levels[j][1]) is not None]
             if side == 1 and sample is not None and around:
                 ratios.append(sample.log_mean - statistics.fmean(s.log_mean for s in around))
                 afters.append(sample.log_mean)
@@ -116,7 +117,7 @@ def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) 
     rows = []
     names = list(dict.fromkeys(name for run in after for name in run.scenarios))
     for name in names:
-        current = next(run.sample(name) for run in reversed(after) if run.sample(name))
+        current = next(s for run in reversed(after) if (s := run.sample(name)) is not None)
         baseline = [s for s in (run.sample(name) for run in before) if s is not None]
         verdict = gate.decide(current, baseline, dataclasses.replace(policy, runs=max(len(baseline), 2))).to_dict()
         if verdict["verdict"] == "no baseline" and verdict["baseline_runs"]:

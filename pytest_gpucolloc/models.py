@@ -65,7 +65,7 @@ class SupervisedStep(TrainingStep):
         self.samples_per_step = batch_size
         self.autocast = precision == "bf16"
         memory_format = torch.channels_last if device.type == "cuda" else torch.contiguous_format
-        self.model = model.to(device=device, memory_format=memory_format).train()
+        self.model = model.to(device).to(memory_format=memory_format).train()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
         self.loss = nn.CrossEntropyLoss()
         generator = torch.Generator(device="cpu").manual_seed(0)
@@ -174,7 +174,7 @@ class GraphedStep:
         self.fetch = fetch or (lambda: None)
         self.loader = loader
         self.steps = 0
-        self.graph = None
+        self.graph: torch.cuda.CUDAGraph | None = None  # capture() makes it
 
     def capture(self) -> None:
         self.fetch()
@@ -196,12 +196,15 @@ class GraphedStep:
         self.graph = graph
 
     def train_step(self) -> None:
+        graph = self.graph
+        if graph is None:
+            raise RuntimeError("GraphedStep.capture() must come before train_step()")
         self.fetch()
-        self.graph.replay()
+        graph.replay()
         self.steps += 1
         if self.extra_step_every and self.steps % self.extra_step_every == 0:
             self.fetch()
-            self.graph.replay()  # uncounted extra work (a known slowdown)
+            graph.replay()  # uncounted extra work (a known slowdown)
 
 
 def build_named(workload: Workload, device: torch.device, image_size: int | None = None):
@@ -209,9 +212,11 @@ def build_named(workload: Workload, device: torch.device, image_size: int | None
     if device.type == "cuda":  # one job per process: the flag is the job's
         torch.backends.cudnn.benchmark = workload.options.get("cudnn_autotune", True)
     extra = None if workload.cuda_graph else workload.options.get("extra_step_every")
+    step: LanguageModelStep | SupervisedStep
     if isinstance(shape, LanguageModelShape):
         shape = SMOKE_LANGUAGE_MODEL if image_size is not None else shape  # CPU smoke mode
-        step = LanguageModelStep(shape, workload.batch_size, workload.tokens_per_sample, device, workload.precision,
+        seq_len = workload.tokens_per_sample or shape.seq_len  # a language model always has one
+        step = LanguageModelStep(shape, workload.batch_size, seq_len, device, workload.precision,
                                  extra, graph_safe=workload.cuda_graph)
     else:
         loader = None

@@ -37,7 +37,7 @@ def levels(loaded: history.History, name: str, policy: gate.Policy) -> dict:
     between_processes = [_cv([statistics.fmean(s) for s in sample.process_sets]) for sample in samples
                          if len(sample.process_sets) > 1]
     baseline = samples[-policy.runs:]
-    verdict = gate.decide(samples[-1], samples[-policy.runs - 1:-1], policy) if len(samples) > policy.runs else None
+    verdict = gate.decide(samples[-1], samples[:-1][-policy.runs:], policy) if len(samples) > policy.min_runs else None
     aa = [gate.decide(s, [o for o in samples if o is not s][-policy.runs:], policy).verdict for s in samples]
     judged_slowed = [(r.run_id, gate.decide(r.sample(name), samples[-policy.runs:], policy).to_dict())
                      for r in runs if slowed(r, name)]

@@ -158,7 +158,7 @@ class NvmlMigBackend:
         raise MigBackendError("not_found", f"no MIG device for GPU instance {gi_id}")
 
     def processes(self) -> list[int]:
-        pids = set()
+        pids: set[int] = set()
         for device in [self._h] + self._mig_devices():
             for query in (self.lib.nvmlDeviceGetComputeRunningProcesses,
                           self.lib.nvmlDeviceGetMPSComputeRunningProcesses):

@@ -151,7 +151,8 @@ def _place(table: ProfileTable, profiles: list[Profile]) -> list[Placement] | No
 
 def _alternative(table: ProfileTable, profiles: list[Profile]) -> list[str] | None:
     """A nearby layout that fits: shrink instances (largest first) by whole profiles, fewest changes."""
-    smaller = {p.name: sorted((q for q in table.profiles if q.slice_count < p.slice_count and not q.name.endswith("+me")),
+    smaller = {p.name: sorted((q for q in table.profiles
+                               if q.slice_count < p.slice_count and not q.name.endswith("+me")),
                               key=lambda q: -q.slice_count)
                for p in profiles}
     for changes in range(1, len(profiles) + 1):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from ..mode_errors import ModeFailed, ModeUnavailable
 from .planner import Plan
@@ -73,8 +73,9 @@ class MigProvisioner:
     def _describe(self, instances: list[GpuInstance]) -> str:
         if not instances:
             return "no instances"
-        return ", ".join(f"{self.table.by_id(i.profile_id).name if self.table.by_id(i.profile_id) else i.profile_id}"
-                         f"@{i.start}" for i in instances)
+        names = {i.profile_id: profile.name if (profile := self.table.by_id(i.profile_id)) else i.profile_id
+                 for i in instances}
+        return ", ".join(f"{names[i.profile_id]}@{i.start}" for i in instances)
 
     def _instances_for(self, plan: Plan, current: list[GpuInstance]) -> list[MigInstance]:
         """Instances in the plan's order (one per worker)."""

@@ -1,8 +1,8 @@
 """MIG state as plain data, and the small backend interface that reads and changes it.
 
 Two backends implement ``MigBackend``: ``nvml_backend.NvmlMigBackend`` (a real GPU, or the simulator behind
-``FakePynvml`` in tests) and ``SimulatedMig`` (tests; it enforces NVIDIA's rules); both live in tests/doubles/. The provisioner
-only ever talks to this interface.
+``FakePynvml`` in tests) and ``SimulatedMig`` (tests; it enforces NVIDIA's rules); the test doubles live in
+tests/doubles/. The provisioner only ever talks to this interface.
 """
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
-
 
 # NVML_COMPUTE_INSTANCE_PROFILE_*_SLICE: the full-size compute-instance profile index of a GPU instance with
 # this many compute slices.
@@ -71,7 +70,7 @@ class Checkpoint:
         tmp.replace(path)  # atomic: a crash leaves the old file or the new one, never half of one
 
     @classmethod
-    def load(cls, path: Path) -> "Checkpoint":
+    def load(cls, path: Path) -> Checkpoint:
         data = json.loads(path.read_text())
         instances = [GpuInstance(i["gi_id"], i["profile_id"], i["start"], i["size"],
                                  tuple(ComputeInstance(**c) for c in i["compute_instances"]))

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 from .. import protocol
 from ..mode_errors import ModeFailed, ModeUnavailable
@@ -49,6 +50,13 @@ class Target:
     options: ModeOptions = field(default_factory=ModeOptions)
     mig_backend: Any = None  # a mig.state.MigBackend to use instead of the GPU's own (the simulator in tests)
     mig_table: Any = None  # the GPU's MIG profile table, once read (mig.profiles.ProfileTable)
+
+    @property
+    def cuda_gpu(self) -> GpuInfo:
+        """The GPU, for a mode that runs on one only (its ``unavailable_reason`` says so before it gets here)."""
+        if self.gpu is None:
+            raise ModeUnavailable("this mode needs a GPU (running in CPU smoke mode)")
+        return self.gpu
 
     @property
     def gpu_sm_count(self) -> int | None:
@@ -92,7 +100,7 @@ class SharingMode(ABC):
         """Why this mode cannot run on ``target`` (the test is skipped), or None."""
         return None
 
-    def validate(self, workloads: list[Workload], target: Target) -> None:
+    def validate(self, workloads: list[Workload], target: Target) -> None:  # noqa: B027 (optional; most modes need none)
         """Raise ModeConfigError for a configuration that cannot work; touches nothing."""
 
     @abstractmethod

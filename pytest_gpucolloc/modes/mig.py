@@ -7,8 +7,8 @@ pure (``mig.planner``); the GPU is changed only with ``--mig-reconfigure``, and 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from .. import protocol
 from ..mig import planner
@@ -46,7 +46,7 @@ class MigMode(SharingMode):
 
     def table(self, target: Target) -> ProfileTable:
         if target.mig_table is None:
-            target.mig_table = live_table(target.gpu.uuid, target.gpu.name)
+            target.mig_table = live_table(target.cuda_gpu.uuid, target.cuda_gpu.name)
         return target.mig_table
 
     def layout(self, workloads, target: Target) -> list[str]:
@@ -73,11 +73,11 @@ class MigMode(SharingMode):
     @contextlib.contextmanager
     def provision(self, workloads, target: Target) -> Iterator[Provision]:
         plan = self.plan(workloads, target)
-        backend = target.mig_backend or NvmlMigBackend(target.gpu.uuid)
+        backend = target.mig_backend or NvmlMigBackend(target.cuda_gpu.uuid)
         provisioner = MigProvisioner(
-            backend, self.table(target), target.gpu.uuid, target.gpu.index,
+            backend, self.table(target), target.cuda_gpu.uuid, target.cuda_gpu.index,
             allow_reconfigure=target.options.mig_reconfigure,
-            checkpoint_dir=target.options.mig_checkpoint_dir or DEFAULT_CHECKPOINT_DIR,
+            checkpoint_dir=Path(target.options.mig_checkpoint_dir or DEFAULT_CHECKPOINT_DIR),
         )
         with provisioner.provision(plan) as instances:
             slots = []

@@ -8,13 +8,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from .. import interleave, protocol
 from .. import mps_daemon as mps
-from ..scratch import OWNER_FILE
 from ..pool import WorkerSlot
+from ..scratch import OWNER_FILE
 from .base import ModeConfigError, Provision, SharingMode, Target, WorkerCheckFailed
 
 
@@ -57,12 +57,12 @@ def _foreign_daemon_reason(target: Target) -> str | None:
     """An MPS server of someone else's on this GPU would mix its clients into our measurement."""
     from .. import nvml
 
-    on_gpu = nvml.gpu_processes(target.gpu.uuid)
+    on_gpu = nvml.gpu_processes(target.cuda_gpu.uuid)
     for pid, info in mps.mps_processes().items():
         if pid in on_gpu and info["name"].startswith("nvidia-cuda-mps") and not _other_arm(info["pipe_dir"]):
             where = info["pipe_dir"] or "a pipe directory this user cannot read"
-            return (f"another MPS daemon (server pid {pid}, {where}) already serves GPU {target.gpu.index} "
-                    f"({target.gpu.uuid}); stop it or select another GPU")
+            return (f"another MPS daemon (server pid {pid}, {where}) already serves GPU {target.cuda_gpu.index} "
+                    f"({target.cuda_gpu.uuid}); stop it or select another GPU")
     return None
 
 
@@ -106,7 +106,7 @@ class MpsMode(SharingMode):
 
     @contextlib.contextmanager
     def provision(self, workloads, target: Target) -> Iterator[Provision]:
-        daemon = mps.MpsDaemon(target.scratch / "mps", target.gpu.uuid)
+        daemon = mps.MpsDaemon(target.scratch / "mps", target.cuda_gpu.uuid)
         try:
             daemon.start()
             slots = []
@@ -133,7 +133,7 @@ class PartitionedMpsMode(MpsMode):
         self.limits(workloads, target)
 
     def limits(self, workloads, target: Target) -> list[dict]:
-        total_mb = target.gpu.memory_total_bytes // 2**20 if target.gpu else None
+        total_mb = target.cuda_gpu.memory_total_bytes // 2**20 if target.gpu else None
         oversubscribe = target.options.mps_oversubscribe
         given_sm = [w.sm_percent for w in workloads]
         given_mem = [w.memory_limit_mb for w in workloads]

@@ -13,8 +13,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 DEFAULT_LIMIT_S = 60.0
 MAX_LIMIT_S = 600.0
@@ -40,7 +40,8 @@ class WarmUp:
                   if self.power_w is not None and self.sm_clock_mhz is not None else "power and SM clock")
         if self.steady:
             return f"machine warm-up: {self.seconds:.0f} s of GPU load until steady ({levels})"
-        return f"machine warm-up: stopped at its {self.seconds:.0f} s limit before power and clock were steady ({levels})"
+        return (f"machine warm-up: stopped at its {self.seconds:.0f} s limit before power and clock were steady "
+                f"({levels})")
 
 
 def _window_means(samples: list[dict], start: float, end: float) -> tuple[float, float] | None:

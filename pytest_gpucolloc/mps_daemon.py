@@ -110,7 +110,7 @@ class MpsDaemon:
         return env
 
     def start(self, active_thread_percentage: float | None = None,
-              pinned_mem_limit_mb: int | None = None) -> "MpsDaemon":
+              pinned_mem_limit_mb: int | None = None) -> MpsDaemon:
         binary = control_binary()
         if binary is None:
             raise MpsError(f"{CONTROL} is not on PATH (it ships with the NVIDIA driver's CUDA utilities)")
@@ -120,8 +120,8 @@ class MpsDaemon:
                 raise MpsError(f"{directory} belongs to another user; refusing to use it")
         started = subprocess.run([binary, "-d"], env=self._env(), capture_output=True, text=True, timeout=30)
         if started.returncode != 0:
-            raise MpsError(f"{CONTROL} -d failed ({started.returncode}): {started.stderr.strip() or started.stdout.strip()}"
-                           f"\n{self.log_tail()}")
+            said = started.stderr.strip() or started.stdout.strip()
+            raise MpsError(f"{CONTROL} -d failed ({started.returncode}): {said}\n{self.log_tail()}")
         self.running = True
         # Defaults apply to servers started later, and the server starts at the first client: set them now.
         if active_thread_percentage is not None:
@@ -186,7 +186,7 @@ class MpsDaemon:
         _wait_gone(pids, 5.0)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> "MpsDaemon":
+    def __enter__(self) -> MpsDaemon:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from . import gate
 from .cpu_affinity import CpuListError, parse_cpu_policy
 from .modes import MODES, parse_modes
-
 
 # The gate's options, shared with the console command: a threshold of 100% would be a drop to nothing.
 MAX_THRESHOLD = 99.0
@@ -199,7 +199,8 @@ OPTIONS = [
     Option("colloc_cpu_full", "in CPU smoke mode, run every scenario instead of only the quick tier",
            parse_flag, "false", flag=True),
     Option("colloc_extra_step_every", "inject a known slowdown to check a regression gate: every built-in "
-           "workload runs one extra, uncounted step after every K steps (K=20 costs 1/21 of the throughput); default off",
+           "workload runs one extra, uncounted step after every K steps (K=20 costs 1/21 of the throughput); "
+           "default off",
            _optional_int("--colloc-extra-step-every", 1, 10**6), "0"),
     Option("colloc_cudnn", "how the named convolutional workloads choose their cuDNN convolution algorithms when "
            "their options do not say: autotune (each worker times them in its first steps, "
@@ -235,7 +236,8 @@ OPTIONS = [
            number_option("--colloc-gate-alpha", MIN_ALPHA, MAX_ALPHA), f"{gate.DEFAULT_ALPHA:g}"),
     Option("colloc_gate_remeasure", "when a gated scenario's run looks disturbed (its round spread far above the "
            "scenario's usual, its power-cap share far below), measure it again, at most N times, before it is judged "
-           f"(default {gate.DEFAULT_REMEASURE}; 0: never)", number_option("--colloc-gate-remeasure", 0, 10, integer=True),
+           f"(default {gate.DEFAULT_REMEASURE}; 0: never)",
+           number_option("--colloc-gate-remeasure", 0, 10, integer=True),
            str(gate.DEFAULT_REMEASURE)),
     Option("colloc_machine_warmup", "before the first measurement of a session on a GPU, load the GPU until its power "
            "and SM clock are steady, at most this many seconds (default auto: 60 when gating on a GPU, else off; "

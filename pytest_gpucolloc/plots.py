@@ -363,7 +363,7 @@ def _history_figure(name: str, gpu: str, points: list, shifts: list) -> Figure:
             seen.add(key)
             handles.append(handle)
 
-    for x, (run, scenario) in zip(xs, points):
+    for x, (_, scenario) in zip(xs, points):
         gate = scenario.gate or {}
         verdict = str(gate.get("verdict") or "")
         mark = dict(VERDICT_MARKS.get(verdict, RUN_MARK))

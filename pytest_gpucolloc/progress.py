@@ -95,7 +95,8 @@ class Progress:
     def begin(self, test: str) -> None:
         if test in self.waiting:  # tests before it that never began were skipped
             del self.waiting[: self.waiting.index(test) + 1]
-        self.test, self.began, self.stage, self.phase, self.rounds, self._shown = test, time.monotonic(), "", "", None, ""
+        self.test, self.began, self.stage, self.phase = test, time.monotonic(), "", ""
+        self.rounds, self._shown = None, ""
         if self.tty and self.verbosity >= -1:
             self.reporter.ensure_newline()
         self.set_phase("starting")

@@ -14,7 +14,8 @@ from tabulate import tabulate
 from .record import ScenarioRecord
 
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
-           "speedup", "efficiency", "SM activity", "mem/worker GB", "data wait", "samples/J", "rounds", "start-up s", "flags"]
+           "speedup", "efficiency", "SM activity", "mem/worker GB", "data wait", "samples/J", "rounds", "start-up s",
+           "flags"]
 
 
 def _num(value: float | None, digits: int = 0) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import nvml
 
@@ -120,7 +120,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpucolloc-telemetry", daemon=True)
 
-    def __enter__(self) -> "Sampler":
+    def __enter__(self) -> Sampler:
         self._thread.start()
         return self
 
@@ -155,7 +155,8 @@ class Sampler:
             firsts = {gi: nvml.GpmSample(self.uuid, gi) for gi in self.instance_ids} if use_gpm else {}
             self._sample()
             next_memory = time.monotonic()
-            while time.monotonic() < self.end and self._wait_until(min(self.end, time.monotonic() + INSTANT_INTERVAL_S)):
+            while (time.monotonic() < self.end
+                   and self._wait_until(min(self.end, time.monotonic() + INSTANT_INTERVAL_S))):
                 self._sample()
                 if time.monotonic() >= next_memory:
                     self._sample_memory()

@@ -26,7 +26,7 @@ PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 # Variables a worker must never inherit: the mode decides them.
 _CONTROLLED_PREFIXES = ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_", "NVIDIA_VISIBLE_DEVICES", MSG_FD_ENV,
                         process_marks.MARK_ENV)
-_LIVE_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
+_LIVE_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 _WORKER_NUMBERS = itertools.count()
 
 
@@ -90,7 +90,10 @@ class _Worker:
         finally:
             os.close(mark_fd)
         os.close(write_fd)
-        self.messages_fd = read_fd
+        self.messages_fd = read_fd  # -1 once closed
+        stdin = self.process.stdin
+        assert stdin is not None  # a pipe: Popen(stdin=PIPE), or the fork server's
+        self.stdin = stdin
         self._buffer = b""
         self.send(spec)
 
@@ -100,8 +103,8 @@ class _Worker:
 
     def send(self, command: protocol.Command) -> None:
         try:
-            self.process.stdin.write(protocol.encode_command(command))
-            self.process.stdin.flush()
+            self.stdin.write(protocol.encode_command(command))
+            self.stdin.flush()
         except (BrokenPipeError, ValueError):
             pass  # it died; the message loop reports why
 
@@ -123,11 +126,13 @@ class _Worker:
             code = self.process.wait(timeout=1 if summary else 5 if error else 10)
         except subprocess.TimeoutExpired:
             code = None
-        if summary is None and error is not None:
+        if summary is not None:
+            pass
+        elif error is not None:
             summary = f"{error.type}: {error.message}"
-        elif summary is None and code is None:
+        elif code is None:
             summary = "closed its message pipe but kept running"
-        elif summary is None:
+        else:
             summary = f"exited with code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
         return WorkerFailed(self.label, summary, tail(self.log_path), error)
 
@@ -146,12 +151,12 @@ class _Worker:
             except subprocess.TimeoutExpired:
                 continue
         try:
-            self.process.stdin.close()
+            self.stdin.close()
         except OSError:
             pass
-        if self.messages_fd is not None:
+        if self.messages_fd >= 0:
             os.close(self.messages_fd)
-            self.messages_fd = None
+            self.messages_fd = -1
 
 
 class WorkerPool:
@@ -161,12 +166,13 @@ class WorkerPool:
                  log_dir: Path, image_size: int | None = None, label_offset: int = 0, forkserver=None):
         self.slots = slots
         self.forkserver = forkserver  # forkserver.ForkServer, or None: each worker a fresh interpreter
-        self.spec = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps, image_size=image_size)
+        self.spec: dict[str, Any] = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps,
+                                         image_size=image_size)  # what every worker's Spec shares
         self.log_dir = Path(log_dir)
         self.label_offset = label_offset
         self.workers: list[_Worker] = []
 
-    def __enter__(self) -> "WorkerPool":
+    def __enter__(self) -> WorkerPool:
         _LIVE_POOLS.add(self)
         try:
             for i, slot in enumerate(self.slots):
@@ -224,7 +230,7 @@ class WorkerPool:
         try:
             messages = worker.read_messages()
         except protocol.ProtocolError as error:
-            raise worker.failure(summary=f"wrote on its message channel what is not a message: {error}")
+            raise worker.failure(summary=f"wrote on its message channel what is not a message: {error}") from error
         if messages is None:
             raise worker.failure()
         for message in messages:

@@ -5,9 +5,9 @@ import contextlib
 import dataclasses
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from . import forkserver, machine, measure, progress, protocol
 from .cpu_affinity import CpuPolicy, assign_cpus
@@ -122,8 +122,8 @@ class ScenarioResult:
     def samples_per_joule(self) -> float | None:
         """Aggregate samples per joule of GPU energy; for sequential, equal work per job (like the
         aggregate): N samples cost sum(power_i / throughput_i) joules."""
-        powers = [w.phase_telemetry.get("avg_power_w") for w in self.workers]
-        if not powers or any(p is None or p <= 0 for p in powers):
+        powers = [p for w in self.workers if (p := w.phase_telemetry.get("avg_power_w")) is not None and p > 0]
+        if not powers or len(powers) < len(self.workers):
             return None
         if len(self.telemetry) - len(self.extra_phases) > 1:  # one phase per job (sequential)
             return len(self.workers) / sum(p / w.stats.throughput for p, w in zip(powers, self.workers))
@@ -231,7 +231,7 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
         slot.cpus = cpus
     telemetry: dict = {}
     server = forkserver.shared() if settings.spawn == "forkserver" else None
-    paired = pairing is not None and pairing.link.start(pairing.test, pairing.block, phase)
+    paired = pairing if pairing is not None and pairing.link.start(pairing.test, pairing.block, phase) else None
     began = time.monotonic()
     with WorkerPool(slots, device=target.device, warmup_s=settings.warmup_s,
                     warmup_steps=settings.warmup_steps, log_dir=log_dir, image_size=settings.image_size,
@@ -239,11 +239,11 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
         progress.phase("start-up and warm-up", workers=len(slots))
         try:
             ready = pool.wait_ready(settings.timeout_s)
-            facts = {"fixed_cost_s": time.monotonic() - began}  # spawn to every worker warm
+            facts: dict[str, float | str] = {"fixed_cost_s": time.monotonic() - began}  # spawn to every worker warm
             check(slots, ready)
             if paired:
-                progress.phase(f"ab block {pairing.block + 1}: windows in turns with the other arm")
-            served = pairing.link.serve(pairing.test, pool, settings.timeout_s) if paired else None
+                progress.phase(f"ab block {paired.block + 1}: windows in turns with the other arm")
+            served = paired.link.serve(paired.test, pool, settings.timeout_s) if paired else None
             if served is not None:
                 results, facts["stopped"] = served
                 return list(zip(ready, results)), assignment.note, telemetry, facts

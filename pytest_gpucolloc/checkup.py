@@ -6,6 +6,7 @@ Severities: ``unsteady`` (numbers vary, or are not comparable with earlier runs,
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def mps_daemons(proc_root: Path = Path("/proc")) -> list[Finding]:
                     "serves the GPU", "stop it as its owner: echo quit | nvidia-cuda-mps-control")]
 
 
-def gpu(index: int, name: str, facts: dict, own_pids: set[int] = frozenset()) -> list[Finding]:
+def gpu(index: int, name: str, facts: dict, own_pids: Collection[int] = frozenset()) -> list[Finding]:
     """Findings on one GPU from ``nvml.steadiness``'s facts."""
     where = f"GPU {index} ({name})"
     found = []

@@ -127,13 +127,13 @@ def cmd_table(args) -> int:
         # Speedups are against the sequential run of the same session and GPU: rows of several files say which.
         sources += [f"{path.parent.name}/{path.name} on {(scenario.gpu_uuid or 'cpu')[:12]}"
                     for scenario in run.scenarios.values()]
-    sources = sources if len(args.files) > 1 else None
+    shown = sources if len(args.files) > 1 else None
     if args.format in ("csv", "json"):
         rows = report.rows(entries)
-        headers = report.HEADERS if sources is None else ["run", *report.HEADERS]
-        print(_tabular(rows if sources is None else [[s, *row] for s, row in zip(sources, rows)], headers, args.format))
+        headers = report.HEADERS if shown is None else ["run", *report.HEADERS]
+        print(_tabular(rows if shown is None else [[s, *row] for s, row in zip(shown, rows)], headers, args.format))
     else:
-        print(report.table(entries, fmt="github" if args.format == "markdown" else "simple", sources=sources))
+        print(report.table(entries, fmt="github" if args.format == "markdown" else "simple", sources=shown))
     return OK
 
 
@@ -170,7 +170,8 @@ def cmd_mig_profiles(args) -> int:
              p.multiprocessor_count, "{" + ",".join(map(str, p.starts)) + "}:" + str(p.size)] for p in table.profiles]
     headers = ["profile", "id", "nvml index", "compute slices", "instances", "memory MB", "SMs", "placements"]
     if args.format != "csv":
-        print(f"{table.gpu} ({table.source}): {table.compute_slices} compute slices, {table.memory_slices} memory slices")
+        print(f"{table.gpu} ({table.source}): {table.compute_slices} compute slices, "
+              f"{table.memory_slices} memory slices")
     print(_tabular(rows, headers, args.format))
     return OK
 
@@ -197,7 +198,8 @@ def cmd_mig_restore(args) -> int:
 
     gpu = _gpu(args.gpu)
     provisioner = MigProvisioner(NvmlMigBackend(gpu.uuid), live_table(gpu.uuid, gpu.name), gpu.uuid, gpu.index,
-                                 allow_reconfigure=True, checkpoint_dir=Path(args.checkpoint_dir or DEFAULT_CHECKPOINT_DIR))
+                                 allow_reconfigure=True,
+                                 checkpoint_dir=Path(args.checkpoint_dir or DEFAULT_CHECKPOINT_DIR))
     print("restored the saved MIG layout" if provisioner.recover() else "no saved MIG layout to restore")
     return 0
 
@@ -293,7 +295,8 @@ def cmd_history(args) -> int:
                           "series": [{"scenario": s, "gpu": g, "runs": n} for s, g, n in looked]}, indent=2))
         return 0
     rows = [[short_name(p.scenario), p.gpu[:16], p.run_id, (p.commit or "-")[:10], p.driver or "-", p.datetime[:19],
-             f"{p.before:,.0f}", f"{p.after:,.0f}", f"{p.change:+.1%}", f"{p.p_value:.2g}", f"{p.runs_before}/{p.runs_after}"]
+             f"{p.before:,.0f}", f"{p.after:,.0f}", f"{p.change:+.1%}", f"{p.p_value:.2g}",
+             f"{p.runs_before}/{p.runs_after}"]
             for p in points]
     headers = ["scenario", "GPU", "starts at run", "commit", "driver", "date", "before samples/s",
                "after samples/s", "change", "p", "runs before/after"]
@@ -443,7 +446,8 @@ def _judging_arguments(parser) -> None:
     from .options import MAX_ALPHA, MAX_THRESHOLD, MIN_ALPHA
 
     _storage_argument(parser)
-    parser.add_argument("--threshold", type=_checked("--threshold", 0, MAX_THRESHOLD), default=100 * gate.DEFAULT_THRESHOLD,
+    parser.add_argument("--threshold", type=_checked("--threshold", 0, MAX_THRESHOLD),
+                        default=100 * gate.DEFAULT_THRESHOLD,
                         help=f"smallest drop in percent that counts (default {100 * gate.DEFAULT_THRESHOLD:g})")
     parser.add_argument("--alpha", type=_checked("--alpha", MIN_ALPHA, MAX_ALPHA), default=gate.DEFAULT_ALPHA,
                         help=f"false-alarm rate per scenario (default {gate.DEFAULT_ALPHA:g})")
@@ -457,7 +461,8 @@ def _gate_arguments(parser) -> None:
     parser.add_argument("--runs", type=_checked("--runs", 2, MAX_RUNS, integer=True), default=gate.DEFAULT_RUNS,
                         help=f"baseline: most recent N comparable runs (default {gate.DEFAULT_RUNS})")
     parser.add_argument("--min-runs", type=_checked("--min-runs", 1, MAX_RUNS, integer=True),
-                        default=gate.DEFAULT_MIN_RUNS, help=f"fewest baseline runs to decide (default {gate.DEFAULT_MIN_RUNS})")
+                        default=gate.DEFAULT_MIN_RUNS,
+                        help=f"fewest baseline runs to decide (default {gate.DEFAULT_MIN_RUNS})")
     _format_argument(parser)
 
 
@@ -466,7 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser("info", help="GPUs, driver and sharing modes as this machine reports them").set_defaults(run_command=cmd_info)
+    commands.add_parser("info", help="GPUs, driver and sharing modes as this machine reports them"
+                        ).set_defaults(run_command=cmd_info)
     check = commands.add_parser("check", help="what on this machine would make numbers unsteady, before a benchmark: "
                                 "GPU persistence, power limit, clocks, other processes, MIG; MPS daemons, CPU "
                                 "governor and load (read-only; exit 1: something would)")
@@ -524,7 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
     ab_cmd = commands.add_parser("ab", help="paired A/B in one job: two interpreters, environments or git revisions "
                                  "of the scenario code, both warm at once and measured in alternating short windows "
                                  "(exit 0 no regression, 1 regression, 2 usage error)")
-    ab_cmd.add_argument("--baseline", required=True, help="a Python interpreter, a virtual environment or a git revision")
+    ab_cmd.add_argument("--baseline", required=True,
+                        help="a Python interpreter, a virtual environment or a git revision")
     ab_cmd.add_argument("--candidate", required=True, help="the same kinds as --baseline")
     ab_cmd.add_argument("--ab-min-blocks", type=_checked("--ab-min-blocks", 2, 1000, integer=True), default=3,
                         help="blocks (fresh processes in each arm) per scenario at least (default 3)")
@@ -586,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as done:  # --help, --version (0) or a usage error (2), already said: its code is returned
-        return done.code
+        return done.code if isinstance(done.code, int) else int(done.code is not None)
     if getattr(args, "format", None) == "text":
         args.format = "table"
     try:

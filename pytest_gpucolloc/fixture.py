@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import pytest
 
@@ -19,8 +19,7 @@ from . import benchmark_api, distributed, interleave, measure, progress, record,
 from .device import release
 from .modes import MODES, ModeFailed, ModeUnavailable
 from .modes.sequential import SequentialMode
-from .scenario import (Pairing, ScenarioFailed, ScenarioResult, combine_repeats, run_scenario, sequential_of,
-                       taken_once)
+from .scenario import Pairing, ScenarioFailed, ScenarioResult, combine_repeats, run_scenario, sequential_of, taken_once
 from .session import CollocSession, ScenarioContext
 from .workloads import Workload, WorkloadError, as_workloads
 
@@ -69,11 +68,14 @@ class CollocateFixture:
                     result = sequential_of([alone[job.key()] for job in self._adapted(jobs, context)])
                 else:
                     self._skip_what_does_not_fit(jobs, alone, context)
-                    result = self._measured_before(jobs, context)
-                    if result is None:
+                    before = self._measured_before(jobs, context)
+                    if before is None:
                         result, fresh = self._run(jobs, context), True
+                    else:
+                        result = before
                     if len(jobs) == 1:
-                        self.session.baselines.one_job[(self.mode, *self._one_job_key(jobs, context))] = result
+                        key = (self.mode, *self._one_job_key(jobs, context))
+                        self.session.baselines.one_job[key] = result
                 ideal = self.session.options["colloc_ideal"] if ideal is None else ideal
                 self._add_baselines(result, context, ideal)
                 verdict = None
@@ -114,8 +116,8 @@ class CollocateFixture:
         if gpu is None or self.mode_class.plans_memory_itself or len(jobs) < 2:
             return
         adapted = self._adapted(jobs, context)
-        used = [_memory_alone(alone.get(job.key())) for job in adapted]
-        if None in used or sum(used) <= gpu.memory_total_bytes:
+        used = [size for job in adapted if (size := _memory_alone(alone.get(job.key()))) is not None]
+        if len(used) < len(adapted) or sum(used) <= gpu.memory_total_bytes:
             return  # unknown (no telemetry), or it fits: one that still runs out fails with the worker's error
         each: dict[str, list] = {}
         for job, size in zip(adapted, used):
@@ -146,7 +148,8 @@ class CollocateFixture:
         if link is None or mode_name is not None:  # an arm of an A/B pairs its scenarios, not their references
             return combine_repeats([run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{k}",
                                                  context.sampler_factory) for k in range(context.repeats)])
-        blocks, test = [], self.node.nodeid
+        blocks: list[ScenarioResult] = []
+        test = self.node.nodeid
         while not blocks or link.more.get(test):  # fresh processes for each block, as long as the A/B wants more
             pairing = Pairing(link, test, len(blocks))
             blocks.append(run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{len(blocks)}",
@@ -222,13 +225,16 @@ class CollocateFixture:
         level when it has no history of its own (``gate.machine_levels``)."""
         from . import gate, history  # scipy loads only when the run is gated
 
-        saved = self.session.history.samples(self.node.nodeid)
-        references = [(sample, self.session.history.samples(nodeid)) for nodeid, sample in self.session.judged]
+        loaded = self.session.history
+        assert loaded is not None  # the session loads it before the first gated scenario
+        saved = loaded.samples(self.node.nodeid)
+        references = [(sample, loaded.samples(nodeid)) for nodeid, sample in self.session.judged]
         remeasured: list[str] = []
         while True:
             current = history.sample_of(record.read(record.write(result)), "current")  # judged as it will be saved
             verdict = gate.decide(current, saved, context.policy, references)
-            if not verdict.disturbed or jobs is None or len(remeasured) >= self.session.options["colloc_gate_remeasure"]:
+            if (not verdict.disturbed or jobs is None
+                    or len(remeasured) >= self.session.options["colloc_gate_remeasure"]):
                 break
             remeasured.append(verdict.disturbed)
             result = self._run(jobs, context)

@@ -374,9 +374,11 @@ def read_run_fields(data: dict) -> tuple[str, str | None, dict]:
     from .machine import BOUNDING
 
     when = _text(data.get("datetime") or "", "datetime")
-    commit_info = data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {}
+    commit_info = data.get("commit_info")
+    commit_info = commit_info if isinstance(commit_info, dict) else {}
     commit = None if commit_info.get("id") is None else _text(commit_info["id"], "commit_info.id")
-    machine_info = data.get("machine_info") if isinstance(data.get("machine_info"), dict) else {}
+    machine_info = data.get("machine_info")
+    machine_info = machine_info if isinstance(machine_info, dict) else {}
     identity = machine_info.get("gpucolloc") if isinstance(machine_info.get("gpucolloc"), dict) else {}
     if too_deep(identity):
         raise RecordError(f"machine_info is nested more than {MAX_DEPTH} lists or objects deep")

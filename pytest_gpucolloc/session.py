@@ -6,13 +6,25 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import benchmark_api, distributed, forkserver, machine, process_marks, progress, record, report, telemetry, timings
+from . import (
+    benchmark_api,
+    distributed,
+    forkserver,
+    machine,
+    process_marks,
+    progress,
+    record,
+    report,
+    telemetry,
+    timings,
+)
 from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
 from .modes.base import ModeOptions, Target
@@ -23,6 +35,9 @@ from .scratch import clean_stale_scratch
 # CPU smoke mode: real processes and real training, small enough for a laptop or a CI runner.
 CPU_IMAGE_SIZE = 32
 CPU_BATCH_CAP = 4
+if TYPE_CHECKING:  # loaded when first used: scipy comes with the gate
+    from . import history, machine_warmup
+
 SCENARIO_OVERHEAD_S = 5.0  # start-up before warm-up (spawn, import torch, CUDA context, build), for time estimates
 PLUGIN_FIXTURES = {"collocate", "gpu_mode", "mps_daemon"}
 
@@ -67,8 +82,8 @@ class CollocSession:
         self.skipped: list[tuple[str, str]] = []  # (scenario, why it was skipped): said in the summary
         self.verdicts: list[tuple[str, dict]] = []  # (test, gate verdict)
         self.judged: list[tuple[str, Any]] = []  # (test id, gate.RunSample) gated so far: they place this GPU's level
-        self.machine_warmup = None  # machine_warmup.WarmUp, once the GPU was warmed
-        self.history = None  # history.History, loaded before this run saved anything
+        self.machine_warmup: machine_warmup.WarmUp | None = None  # once the GPU was warmed
+        self.history: history.History | None = None  # loaded before this run saved anything
         self.stale_removed: list[str] = []
         self.orphans_killed: list[int] = []  # processes that workers of killed runs had started
         self.save_problems: list[str] = []  # runs that could not be saved, and where they went
@@ -80,7 +95,7 @@ class CollocSession:
         self._device: DeviceChoice | None = None
         self._settings: Settings | None = None
         self._values: dict[str, Any] | None = None
-        self._previous_sigterm = None
+        self._previous_sigterm: Callable | int | None = None
         self.invited = False  # a gpucolloc option was given, or a collected test uses the plugin
         self.deselected_full = 0  # scenarios of the full matrix left out (no --colloc-full)
 
@@ -227,7 +242,8 @@ class CollocSession:
             return self.options["colloc_repeats"]
         value = marker.args[0] if marker.args else marker.kwargs.get("k")
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-            pytest.fail(f"gpucolloc_repeats(K) takes a whole number of repeats from 1 to 1000, got {value!r}", pytrace=False)
+            pytest.fail(f"gpucolloc_repeats(K) takes a whole number of repeats from 1 to 1000, got {value!r}",
+                        pytrace=False)
         return value
 
     def context(self, node) -> ScenarioContext:
@@ -256,10 +272,11 @@ class CollocSession:
 
     def warm_up_machine(self) -> None:
         """Once per session, before anything is measured on the GPU."""
-        if self.machine_warmup is None and self.machine_warmup_limit() > 0:
+        gpu = self.device().gpu
+        if gpu is not None and self.machine_warmup is None and self.machine_warmup_limit() > 0:
             from . import machine_warmup
 
-            self.machine_warmup = machine_warmup.run(self.device().gpu.uuid, self.machine_warmup_limit())
+            self.machine_warmup = machine_warmup.run(gpu.uuid, self.machine_warmup_limit())
 
     def _machine_warmup_line(self) -> str:
         if self.device().gpu is None:
@@ -310,7 +327,7 @@ class CollocSession:
             return
         named = [arg for arg in config.args if "::" in arg]  # tests named one by one are asked for
         full = [item for item in ours if item.get_closest_marker("gpucolloc_full")
-                and not any(item.nodeid == arg or item.nodeid.startswith(arg + "[") or item.nodeid.startswith(arg + "::")
+                and not any(item.nodeid == arg or item.nodeid.startswith((arg + "[", arg + "::"))
                             for arg in named)]
         if full:
             self.deselected_full = len(full)
@@ -325,8 +342,10 @@ class CollocSession:
         lines = []
         if scenarios:
             settings = self.settings()
-            each = SCENARIO_OVERHEAD_S + settings.warmup_s + max(settings.max_rounds, settings.rounds) * settings.round_s
-            lines.append(f"gpucolloc: {len(scenarios)} scenarios, at most about {report.duration(len(scenarios) * each)} "
+            rounds = max(settings.max_rounds, settings.rounds)
+            each = SCENARIO_OVERHEAD_S + settings.warmup_s + rounds * settings.round_s
+            total = report.duration(len(scenarios) * each)
+            lines.append(f"gpucolloc: {len(scenarios)} scenarios, at most about {total} "
                          f"({each:.0f} s each at the longest warm-up and the most rounds), plus each distinct job "
                          "measured alone once")
             last = timings.last_seconds(config, self._machine_kind(), settings) if self.xdist_index is None else {}
@@ -430,9 +449,9 @@ class CollocSession:
             "alone: each distinct job measured alone once per session (the sequential mode's results and every "
             "speedup's reference); speedup: sum of each job's throughput relative to running alone; CV: "
             "round-to-round spread of aggregate throughput; rounds: taken until the mean was known within "
-            "--colloc-precision (or the most rounds, or while it was within reach); start-up s: spawn to every worker warm "
-            "('= alone': a sequential scenario, or one job under naive, '= mps': one mps-partitioned client has the whole "
-            "GPU; each records that measurement, taken once)"
+            "--colloc-precision (or the most rounds, or while it was within reach); start-up s: spawn to every worker "
+            "warm ('= alone': a sequential scenario, or one job under naive, '= mps': one mps-partitioned client has "
+            "the whole GPU; each records that measurement, taken once)"
         )
         spent = report.time_spent([scenario for _, scenario in entries], self.settings().round_s)
         if spent:
@@ -449,7 +468,7 @@ class CollocSession:
     def _gate_summary(self, terminalreporter) -> None:
         regressed = [name for name, v in self.verdicts if v["verdict"] == "regressed"]
         terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(self.verdicts)}")
-        for problem in self.history.problems:
+        for problem in self.history.problems if self.history else []:
             terminalreporter.write_line(f"history: {problem}")
         for name, verdict in self.verdicts:
             if verdict.get("remeasured"):

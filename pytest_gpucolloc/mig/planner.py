@@ -168,7 +168,7 @@ def _alternative(table: ProfileTable, profiles: list[Profile]) -> list[str] | No
     return None
 
 
-def why_it_cannot_exist(gpu_name: str, sizes: list) -> str | None:
+def why_it_cannot_exist(gpu_name: str | None, sizes: list) -> str | None:
     """Why one MIG instance of each of these sizes (the jobs' ``mig`` settings) cannot exist on this GPU model,
     by the planner on the model's in-repo profile table; None when it fits, when a job names no size, or when there
     is no table for the model."""

@@ -5,7 +5,6 @@ import json
 import pytest
 
 from pytest_gpucolloc import benchmark_api
-
 from test_plugin import FAST, TINY
 
 ONE = '''

@@ -85,7 +85,7 @@ def test_history_command_lists_shifts_per_physical_gpu(storage, capsys):
 
 def test_throttled_runs_are_not_part_of_a_level(storage):
     history = load(storage)
-    for (name, gpu), series in changepoints.series(history).items():
+    for (name, _), series in changepoints.series(history).items():
         assert all(not p.run.sample(name).throttled for p in series)
 
 

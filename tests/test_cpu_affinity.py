@@ -1,6 +1,6 @@
 import pytest
 
-from pytest_gpucolloc.cpu_affinity import CpuPolicy, CpuListError, assign_cpus, parse_cpu_policy
+from pytest_gpucolloc.cpu_affinity import CpuListError, CpuPolicy, assign_cpus, parse_cpu_policy
 
 
 def test_auto_gives_disjoint_cores_and_keeps_one_for_the_controller():

@@ -5,13 +5,12 @@ import multiprocessing
 import pytest
 import torch
 
+from processes import left_behind
 from pytest_gpucolloc import Workload, record, report
 from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.image_data import JpegImages, LoaderFeed
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
-
-from processes import left_behind
 from test_workers import FAST
 
 SMOKE = Settings(rounds=2, round_s=0.3, warmup_s=0.2, warmup_steps=2, timeout_s=120, image_size=32, batch_cap=4)

@@ -5,7 +5,6 @@ import pytest
 
 from pytest_gpucolloc.distributed import check_workers_per_gpu
 from pytest_gpucolloc.nvml import GpuInfo
-
 from test_plugin import FAST, SCENARIOS, TINY
 
 GPUS = [GpuInfo(i, f"GPU-{i}", "NVIDIA H200", 141 * 2**30, 0) for i in range(2)]

@@ -14,7 +14,6 @@ from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.pool import WorkerPool, WorkerSlot
 from pytest_gpucolloc.scenario import ScenarioFailed, run_scenario
-
 from test_workers import FAST, tiny
 
 FORKED = dataclasses.replace(FAST, spawn="forkserver")
@@ -112,7 +111,8 @@ def test_an_unknown_spawn_method_is_a_usage_error(pytester):
 
 def test_a_session_with_the_fork_server_measures_and_leaves_no_process_behind(pytester):
     from processes import plugin_processes
-    from test_plugin import FAST as FAST_ARGS, SCENARIOS, TINY
+    from test_plugin import FAST as FAST_ARGS
+    from test_plugin import SCENARIOS, TINY
 
     pytester.makepyfile(tiny_workload=TINY, test_scenarios=SCENARIOS.format(sleep=0.0))
     out = pytester.path / "run.json"

@@ -5,8 +5,8 @@ import random
 from pathlib import Path
 
 import pytest
-from doubles.gatesim import detection_rate, synthetic_run
 
+from doubles.gatesim import detection_rate, synthetic_run
 from pytest_gpucolloc import cli, gate
 from pytest_gpucolloc.benchmark_api import storage_path
 from pytest_gpucolloc.history import load, read_run

@@ -25,8 +25,8 @@ def test_live_profile_table_matches_nvidia_smi(gpu):
     table = live_table(gpu.uuid, gpu.name)
     listing = subprocess.run(["nvidia-smi", "mig", "-i", str(gpu.index), "-lgipp"], capture_output=True, text=True)
     for profile in table.profiles:
-        line = next(l for l in listing.stdout.splitlines() if f"Profile ID {profile.profile_id:>2} " in l
-                    or f"Profile ID {profile.profile_id} " in l)
+        line = next(text for text in listing.stdout.splitlines() if f"Profile ID {profile.profile_id:>2} " in text
+                    or f"Profile ID {profile.profile_id} " in text)
         assert "{" + ",".join(map(str, profile.starts)) + "}:" + str(profile.size) in line
     path = os.environ.get("GPUCOLLOC_EVIDENCE")
     if path:

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from pytest_gpucolloc import Workload, record, report, telemetry
+from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.modes.mps import MpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
-from pytest_gpucolloc.device import standalone_target
 
 pytestmark = pytest.mark.gpucolloc_gpu
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucolloc import nvml
-
 from test_gpu_mps import our_mps_processes
 
 pytestmark = pytest.mark.gpucolloc_gpu

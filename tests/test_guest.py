@@ -1,8 +1,8 @@
 """The plugin is a guest in every pytest session of its environment: it acts only where a test (or an option)
 invites it. Another project's tests, with markers named like ours used to be, run exactly as without it."""
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path

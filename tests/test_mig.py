@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
-from doubles.mig_simulator import SimulatedMig
 
+from doubles.mig_simulator import SimulatedMig
 from pytest_gpucolloc import Workload
 from pytest_gpucolloc.mig import planner
 from pytest_gpucolloc.mig.profiles import NAMED_TABLES, named_table, table_from_dict

@@ -1,9 +1,9 @@
 """The real NVML MIG backend (``mig/nvml_backend.py``) against a fake pynvml driven by the simulator: its own
 ctypes calls, profile index/id handling, sparse MIG device indexes and error codes run here, on a GPU-less CI."""
 import pytest
+
 from doubles.fake_pynvml import FakePynvml
 from doubles.mig_simulator import SimulatedMig
-
 from pytest_gpucolloc.mig import planner
 from pytest_gpucolloc.mig.nvml_backend import NvmlMigBackend, read_profiles
 from pytest_gpucolloc.mig.profiles import named_table, table_from_dict

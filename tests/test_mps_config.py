@@ -18,20 +18,20 @@ def target(tmp_path=Path("/tmp/gc-x"), **options):
 
 def test_default_partition_is_kubernetes_equal_shares():
     limits = PartitionedMpsMode().limits([Workload("resnet26")] * 4, target())
-    assert [l["sm_percent"] for l in limits] == [25] * 4
-    assert {l["memory_limit_mb"] for l in limits} == {141 * 1024 // 4}
+    assert [limit["sm_percent"] for limit in limits] == [25] * 4
+    assert {limit["memory_limit_mb"] for limit in limits} == {141 * 1024 // 4}
 
 
 def test_explicit_shares_stay_and_the_rest_split_the_remainder():
     jobs = [Workload("resnet152", sm_percent=60), Workload("resnet26"), Workload("resnet26")]
-    assert [l["sm_percent"] for l in PartitionedMpsMode().limits(jobs, target())] == [60, 20, 20]
+    assert [limit["sm_percent"] for limit in PartitionedMpsMode().limits(jobs, target())] == [60, 20, 20]
 
 
 def test_shares_above_100_percent_need_an_explicit_opt_in():
     jobs = [Workload("resnet26", sm_percent=70), Workload("resnet26", sm_percent=50)]
     with pytest.raises(ModeConfigError, match="add up to 120"):
         PartitionedMpsMode().validate(jobs, target())
-    assert [l["sm_percent"] for l in PartitionedMpsMode().limits(jobs, target(mps_oversubscribe=True))] == [70, 50]
+    assert [limit["sm_percent"] for limit in PartitionedMpsMode().limits(jobs, target(mps_oversubscribe=True))] == [70, 50]
 
 
 def test_memory_caps_above_the_gpu_are_rejected():

@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_gpucolloc import advisor, gate, history, record, report
-
 from test_record import EARLY_V1, LATE_V1, measured
 
 FIELDS = record._SCENARIO_FIELDS + ("gpucolloc", "mode_facts", "cpu_placement")
@@ -77,7 +76,7 @@ def use(scenario: record.ScenarioRecord) -> None:
     assert math.isfinite(sample.log_mean) and math.isfinite(sample.log_sd)
     gate.decide(sample, [sample] * 3, gate.Policy())
     assert isinstance(scenario.eager_on_gpu, bool) and isinstance(scenario.autotuned_on_gpu, bool)
-    scenario.mig_cannot_exist
+    assert scenario.mig_cannot_exist is None or isinstance(scenario.mig_cannot_exist, str)
     run = history.SavedRun(Path("0001_x.json"), "0001_x", "", None, {}, {"t": scenario})
     advisor.option_of("t", run, scenario, advisor.alone_references([run]))
     advisor.rank(advisor.options_for(Counter(scenario.workloads), [run])[0])

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
+import hostile
 from pytest_gpucolloc import cli, protocol, record
 from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.history import load
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
 from pytest_gpucolloc.workloads import Workload
-
-import hostile
 from test_plugin import FAST, SCENARIOS, TINY
 
 QUICK = Settings(rounds=2, round_s=0.2, warmup_s=0.2, warmup_steps=2, timeout_s=120)

@@ -5,7 +5,6 @@ import pytest
 
 from pytest_gpucolloc import Workload
 from pytest_gpucolloc.workloads import WorkloadError
-
 from test_plugin import FAST, TINY
 
 REPEATED = '''

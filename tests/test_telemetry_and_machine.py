@@ -1,6 +1,5 @@
 import time
 
-
 from pytest_gpucolloc import machine, nvml, telemetry
 
 

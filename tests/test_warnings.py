@@ -1,6 +1,5 @@
 """Warnings on a measured scenario (what makes its numbers doubtful): each rule on real results and a real gate
 verdict, the record that keeps them, the summary's numbers, and a real CPU run that says them."""
-import dataclasses
 import json
 import math
 import random

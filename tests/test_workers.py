@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from processes import worker_processes
 from pytest_gpucolloc import Workload, forkserver, record
+from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.modes.sequential import SequentialMode
 from pytest_gpucolloc.scenario import ScenarioFailed, Settings, run_scenario
-from pytest_gpucolloc.device import standalone_target
-from processes import worker_processes
 
 FAST = Settings(rounds=3, round_s=0.2, warmup_s=0.1, warmup_steps=2, timeout_s=60)
 

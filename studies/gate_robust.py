@@ -72,6 +72,7 @@ SAVED = [
     ("2026-12-02-h200-gate-gpu-bound-heuristics/history.tar.gz", range(0, 6), [6], "-2.9%"),
     ("2026-12-02-h200-ab-and-change-points/step-history.tar.gz", range(0, 4), [4, 5, 6, 7], "-2.9%"),
     ("2026-11-30-h200/xdist-two-gpus-and-gpu-bound-overhead/xdist-history.tar.gz", range(0, 3), [], ""),
+    ("2026-12-02-h200-zoo-gate-and-ab/gate-history.tar.gz", range(0, 6), [6], "-3.8%"),  # user-written jobs
 ]
 
 

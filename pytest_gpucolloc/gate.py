@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from .outcome import Outcome
 
@@ -70,6 +70,7 @@ class RunSample:
 
     run_id: str
     rounds: tuple[float, ...]  # aggregate throughput per round
+    _: KW_ONLY  # the rest by name: many same-typed fields, a wrong position would pass silently
     gpu_name: str | None = None
     gpu_uuid: str | None = None
     throttled: bool | None = None

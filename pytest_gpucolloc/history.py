@@ -40,11 +40,11 @@ def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | 
     run_machine = run_machine or {}
     gpu = scenario.gpu or {}
     config = scenario.config or {k: run_machine[k] for k in machine.BOUNDING if k in run_machine}
-    return RunSample(run_id, scenario.rounds, gpu.get("name", run_machine.get("gpu_name")),
-                     gpu.get("uuid", run_machine.get("gpu_uuid")), scenario.throttled, datetime, commit,
-                     bool(scenario.foreign_pids), config, scenario.repeats, scenario.eager_on_gpu,
-                     scenario.autotuned_on_gpu, tuple(sorted(scenario.workloads)),
-                     power_cap_share(scenario.telemetry))
+    return RunSample(run_id, scenario.rounds, gpu_name=gpu.get("name", run_machine.get("gpu_name")),
+                     gpu_uuid=gpu.get("uuid", run_machine.get("gpu_uuid")), throttled=scenario.throttled,
+                     datetime=datetime, commit=commit, contaminated=bool(scenario.foreign_pids), config=config,
+                     repeats=scenario.repeats, eager=scenario.eager_on_gpu, autotuned=scenario.autotuned_on_gpu,
+                     jobs=tuple(sorted(scenario.workloads)), power_capped_share=power_cap_share(scenario.telemetry))
 
 
 def series_gpu(run: SavedRun, scenario: record.ScenarioRecord) -> str:

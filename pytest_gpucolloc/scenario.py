@@ -6,7 +6,7 @@ import dataclasses
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from . import forkserver, machine, measure, progress, protocol
@@ -86,6 +86,7 @@ class ScenarioResult:
 
     mode: str
     workloads: list[Workload]
+    _: KW_ONLY  # the rest by name: many same-typed fields, a wrong position would pass silently
     workers: list[MeasuredWorker]  # one per workload, in scenario order
     aggregate_rounds: list[float]
     device: str
@@ -178,9 +179,10 @@ def sequential_of(alone: list[ScenarioResult]) -> ScenarioResult:
     workers = [result.workers[0] for result in alone]
     facts = [result.measurement for result in alone]
     return ScenarioResult(
-        SequentialMode.name, [w.workload for w in workers], workers,
-        measure.sequential_aggregate([w.stats for w in workers]), alone[0].device,
-        "; ".join(dict.fromkeys(r.cpu_note for r in alone)), dict(alone[0].mode_facts), alone[0].gpu,
+        SequentialMode.name, [w.workload for w in workers], workers=workers,
+        aggregate_rounds=measure.sequential_aggregate([w.stats for w in workers]), device=alone[0].device,
+        cpu_note="; ".join(dict.fromkeys(r.cpu_note for r in alone)), mode_facts=dict(alone[0].mode_facts),
+        gpu=alone[0].gpu,
         extra_phases=[phase for r in alone for phase in r.extra_phases],
         measurement={"fixed_cost_s": 0.0, "wall_s": 0.0, "rounds": min(f.get("rounds", 0) for f in facts),
                      "stopped": "the jobs' alone measurements, taken once per session", "same_as": "alone"})
@@ -334,5 +336,6 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
     measurement = {"fixed_cost_s": sum(p["fixed_cost_s"] for p in phases), "rounds": len(aggregate),
                    "stopped": "; ".join(dict.fromkeys(p["stopped"] for p in phases)),
                    "wall_s": time.monotonic() - began}
-    return ScenarioResult(mode.name, workloads, workers, aggregate, target.device,
-                          "; ".join(dict.fromkeys(notes)), dict(prov.mode_facts), gpu, measurement=measurement)
+    return ScenarioResult(mode.name, workloads, workers=workers, aggregate_rounds=aggregate, device=target.device,
+                          cpu_note="; ".join(dict.fromkeys(notes)), mode_facts=dict(prov.mode_facts), gpu=gpu,
+                          measurement=measurement)

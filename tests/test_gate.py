@@ -16,7 +16,7 @@ H200_HISTORY = DATA / "aa-history"
 
 
 def run(rounds, run_id="r", gpu="NVIDIA H200", uuid="GPU-sim", throttled=False):
-    return gate.RunSample(run_id, tuple(rounds), gpu, uuid, throttled, datetime=run_id)
+    return gate.RunSample(run_id, tuple(rounds), gpu_name=gpu, gpu_uuid=uuid, throttled=throttled, datetime=run_id)
 
 
 def steady_history(level=1000.0, spread=0.01, runs=5):
@@ -289,11 +289,12 @@ def test_a_run_that_cannot_be_saved_is_kept_elsewhere_and_reported(tmp_path, mon
 def test_contaminated_runs_are_not_comparable_flagged_and_left_out_of_baselines(tmp_path):
     from pytest_gpucolloc import record, report
 
-    dirty = gate.RunSample("now", (1000.0,) * 10, "NVIDIA H200", "GPU-a", False, "now", contaminated=True)
+    dirty = gate.RunSample("now", (1000.0,) * 10, gpu_name="NVIDIA H200", gpu_uuid="GPU-a", throttled=False,
+                           datetime="now", contaminated=True)
     verdict = gate.decide(dirty, steady_history())
     assert verdict.verdict == "not comparable" and "other processes used the GPU" in verdict.reason
-    history = steady_history() + [gate.RunSample("zz-dirty", (500.0,) * 10, "NVIDIA H200", "GPU-a", False, "zz-dirty",
-                                                 contaminated=True)]
+    history = steady_history() + [gate.RunSample("zz-dirty", (500.0,) * 10, gpu_name="NVIDIA H200", gpu_uuid="GPU-a",
+                                                 throttled=False, datetime="zz-dirty", contaminated=True)]
     assert "zz-dirty" not in gate.decide(run([1000.0] * 10, "zzz"), history).baseline_runs
     # In a saved run the flag comes from the foreign pids the sampler saw, and the summary shows them.
     saved = json.loads(next(H200_HISTORY.rglob("0001_*.json")).read_text())
@@ -371,8 +372,8 @@ def repeated_run(run_id, rng, process_cv, round_cv=0.002, repeats=3, rounds=5, l
     for _ in range(repeats):
         process_level = level * math.exp(rng.gauss(0, process_cv))
         sets.append(tuple(process_level * math.exp(rng.gauss(0, round_cv)) for _ in range(rounds)))
-    return gate.RunSample(run_id, tuple(x for s in sets for x in s), "NVIDIA H200", "GPU-a", False, run_id,
-                          repeats=tuple(sets), eager=True)
+    return gate.RunSample(run_id, tuple(x for s in sets for x in s), gpu_name="NVIDIA H200", gpu_uuid="GPU-a",
+                          throttled=False, datetime=run_id, repeats=tuple(sets), eager=True)
 
 
 def test_each_repeat_of_processes_weighs_the_same_in_a_run():

@@ -25,9 +25,9 @@ def measured(mode_facts=None) -> ScenarioResult:
     worker = MeasuredWorker(job, measure.WorkerStats(list(result.rounds), 32), ready, result, (1, 2),
                             {"sm_percent": 50.0, "throughput": "a fact must not shadow a field"},
                             {"memory_bytes_by_pid": {"11": 10**9}, "avg_power_w": 300.0, "throttled": False})
-    return ScenarioResult("mps-partitioned", [job], [worker], [3200.0, 3168.0], "cuda", "auto: 2 core(s) per worker",
-                          mode_facts or {"mps_daemon": "/tmp/gc-x/mps"}, {"index": 0, "uuid": "GPU-a", "name": "H200"},
-                          speedup=0.98)
+    return ScenarioResult("mps-partitioned", [job], workers=[worker], aggregate_rounds=[3200.0, 3168.0], device="cuda",
+                          cpu_note="auto: 2 core(s) per worker", mode_facts=mode_facts or {"mps_daemon": "/tmp/gc-x/mps"},
+                          gpu={"index": 0, "uuid": "GPU-a", "name": "H200"}, speedup=0.98)
 
 
 def test_what_is_written_reads_back_as_measured():

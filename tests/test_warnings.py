@@ -20,8 +20,8 @@ def measured(n=2, rounds=(3200.0, 3168.0), speedup=1.6, mode="naive", device="cu
         result = protocol.Result(rounds=[(1.0, r / n * throughput_scale) for r in rounds], peak_memory_bytes=10**9,
                                  reserved_memory_bytes=10**8)
         workers.append(MeasuredWorker(job, measure.WorkerStats(list(result.rounds), 32), ready, result, None, {}))
-    return ScenarioResult(mode, [job] * n, workers, [r * throughput_scale for r in rounds], device, "", {},
-                          speedup=speedup)
+    return ScenarioResult(mode, [job] * n, workers=workers, aggregate_rounds=[r * throughput_scale for r in rounds],
+                          device=device, cpu_note="", mode_facts={}, speedup=speedup)
 
 
 def test_a_steady_scenario_on_enough_cores_has_no_warnings():
@@ -58,8 +58,8 @@ def repeated_run(run_id, rng, process_cv, repeats=3, rounds=5):
     for _ in range(repeats):
         level = 1000.0 * math.exp(rng.gauss(0, process_cv))
         sets.append(tuple(level * math.exp(rng.gauss(0, 0.002)) for _ in range(rounds)))
-    return gate.RunSample(run_id, tuple(x for s in sets for x in s), "NVIDIA H200", "GPU-a", False, run_id,
-                          repeats=tuple(sets), eager=False)
+    return gate.RunSample(run_id, tuple(x for s in sets for x in s), gpu_name="NVIDIA H200", gpu_uuid="GPU-a",
+                          throttled=False, datetime=run_id, repeats=tuple(sets), eager=False)
 
 
 def test_a_gate_lever_no_one_can_pull_is_capped_and_warned_of():

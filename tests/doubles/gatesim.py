@@ -30,7 +30,7 @@ def synthetic_run(rng: random.Random, run_id: str, level: float, within_cv: floa
                   rounds: int, *, cap: tuple[float, float] | None = None, uuid: str = "GPU-sim") -> RunSample:
     run_level = level * math.exp(rng.gauss(0, between_cv))
     values = tuple(run_level * math.exp(rng.gauss(0, within_cv)) for _ in range(rounds))
-    return RunSample(run_id, values, "NVIDIA H200", uuid, False, datetime=run_id,
+    return RunSample(run_id, values, gpu_name="NVIDIA H200", gpu_uuid=uuid, throttled=False, datetime=run_id,
                      power_capped_share=rng.uniform(*cap) if cap else None)
 
 

@@ -263,6 +263,7 @@ class _Arms:
         self.lines: dict[str, collections.deque] = {label: collections.deque() for label in processes}
         self.ended: set[str] = set()
         self.unnamed: dict[socket.socket, bytes] = {}  # connected, not yet said which arm they are
+        self.tests: dict[str, list[str]] = {}  # each arm's tests in its session's order, as its hello said
 
     def send(self, label: str, message: dict) -> None:
         with contextlib.suppress(OSError, KeyError):
@@ -293,10 +294,12 @@ class _Arms:
             self.unnamed[ready] += chunk
             if b"\n" in self.unnamed[ready] or not chunk:
                 hello, _, rest = self.unnamed.pop(ready).partition(b"\n")
-                label = json.loads(hello or b"{}").get("arm")
+                said = json.loads(hello or b"{}")
+                label = said.get("arm")
                 if label not in self.processes or label in self.sockets:
                     ready.close()
                     return
+                self.tests[label] = list(said.get("tests", []))
                 self.sockets[label], self.buffers[label] = ready, rest
                 self._split(label, b"")
             return
@@ -324,8 +327,9 @@ class Coordinator:
         self.began = time.monotonic()
 
     def run(self) -> None:
+        waiting: dict[str, tuple] = {}  # an arm's start held until the other arm reaches that test
         while True:
-            keys = {label: self._next_start(label) for label in self.labels}
+            keys = {label: waiting.pop(label, None) or self._next_start(label) for label in self.labels}
             if all(key is None for key in keys.values()):
                 return
             first, second = keys.values()
@@ -339,10 +343,22 @@ class Coordinator:
             if first is not None and first == second:
                 self._pair(first)
                 continue
+            for label, key in keys.items():  # a new test the other arm has ahead waits for it
+                other = next(name for name in self.labels if name != label)
+                if key is not None and key[1:] == (0, 0) and self._ahead(other, key[0], keys[other]):
+                    waiting[label] = key
+            if len(waiting) == len(self.labels):  # each has the other's test ahead (tests in different orders)
+                waiting.clear()
             for label, key in keys.items():  # a scenario only one arm has (or reached): measured as usual
-                if key is not None:
+                if key is not None and label not in waiting:
                     self.arms.send(label, {"do": "solo"})
                     self.unpaired.append(f"{key[0]} ({label} only)")
+
+    def _ahead(self, label: str, test: str, current: tuple | None) -> bool:
+        """Whether arm ``label``, now starting ``current``, will start ``test`` later in its session."""
+        order = self.arms.tests.get(label, [])
+        return current is not None and test in order and current[0] in order \
+            and order.index(test) > order.index(current[0])
 
     def _next_start(self, label: str) -> tuple | None:
         while (message := self.arms.receive(label)) is not None:

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -22,6 +23,9 @@ from .modes.sequential import SequentialMode
 from .scenario import Pairing, ScenarioFailed, ScenarioResult, combine_repeats, run_scenario, sequential_of, taken_once
 from .session import CollocSession, ScenarioContext
 from .workloads import Workload, WorkloadError, as_workloads
+
+if TYPE_CHECKING:  # loaded when first used: the gate runs only when asked for
+    from . import gate
 
 diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, attached to its report
 
@@ -144,7 +148,7 @@ class CollocateFixture:
         """The scenario, its workers started ``context.repeats`` times afresh."""
         mode = MODES[mode_name or self.mode]()
         log_dir = self.log_dir / mode.name
-        link = interleave.link()
+        link = interleave.link([item.nodeid for item in self.node.session.items])
         if link is None or mode_name is not None:  # an arm of an A/B pairs its scenarios, not their references
             return combine_repeats([run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{k}",
                                                  context.sampler_factory) for k in range(context.repeats)])
@@ -218,7 +222,7 @@ class CollocateFixture:
             result.ideal_throughput = baselines.ideal[key]
 
     def _judge(self, result: ScenarioResult, context: ScenarioContext, jobs: list[Workload] | None,
-               ideal: bool) -> tuple[ScenarioResult, dict]:
+               ideal: bool) -> tuple[ScenarioResult, gate.Verdict]:
         """The gate's verdict. A run that looks disturbed by its own signature (``gate.signature``) is measured
         again first, --colloc-gate-remeasure times at most, when this scenario measured it (``jobs``); the verdict
         says why each earlier measurement was not judged. Scenarios judged earlier in the session place this GPU's
@@ -244,10 +248,10 @@ class CollocateFixture:
             verdict.notes.insert(0, f"measured {len(remeasured) + 1} times, judged on the last: the earlier run(s) "
                                     f"looked disturbed ({'; '.join(remeasured)})")
         self.session.judged.append((self.node.nodeid, current))
-        self.session.verdicts.append((self.node.name, verdict.to_dict()))
-        return result, verdict.to_dict()
+        self.session.verdicts.append((self.node.name, verdict))
+        return result, verdict
 
-    def _record(self, result: ScenarioResult, verdict: dict | None) -> None:
+    def _record(self, result: ScenarioResult, verdict: gate.Verdict | None) -> None:
         """Into pytest-benchmark: timing = seconds per sample of aggregate throughput per round (so
         --benchmark-compare-fail sees a throughput loss), the record in extra_info. An xdist worker's
         pytest-benchmark is off: the controller records it (distributed.py)."""

@@ -10,7 +10,7 @@ processes is measured, not assumed away).
 
 Messages are JSON lines on a Unix socket named by ``GPUCOLLOC_AB_SOCKET``:
 
-    arm -> {"arm": label}                             once, on connecting
+    arm -> {"arm": label, "tests": [nodeid, ...]}     once, on connecting: the session's tests in order
     arm -> {"event": "start", "key": [test, block, phase]}
     <- {"do": "go"} | {"do": "solo"} | {"do": "skip", "why": ...}   solo: no partner for this key, measure as
                                                       usual; skip: the A/B's budget is spent
@@ -38,11 +38,11 @@ LEAD_S = 0.5  # workers train this long after idling before their window opens (
 class Link:
     """This session's connection to the ``ab`` controller."""
 
-    def __init__(self, path: str, arm: str):
+    def __init__(self, path: str, arm: str, tests: list[str]):
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket.connect(path)
         self._file = self._socket.makefile("rw", buffering=1)
-        self._send({"arm": arm})
+        self._send({"arm": arm, "tests": tests})  # the controller pairs a test only with one the other arm will reach
         self.more: dict[str, bool] = {}  # test -> whether the controller wants another block of it
 
     def _send(self, message: dict) -> None:
@@ -89,10 +89,11 @@ class Link:
 _link: Link | None = None
 
 
-def link() -> Link | None:
-    """The connection when this session is an arm of ``ab`` (made on first use), else None."""
+def link(tests: list[str]) -> Link | None:
+    """The connection when this session is an arm of ``ab`` (made on first use, saying the session's ``tests`` in
+    order), else None."""
     global _link
     path = os.environ.get(SOCKET_ENV)
     if _link is None and path:
-        _link = Link(path, os.environ.get(ARM_ENV, "arm"))
+        _link = Link(path, os.environ.get(ARM_ENV, "arm"), tests)
     return _link

@@ -173,3 +173,21 @@ def test_an_arm_expects_the_other_arms_mps_daemon_and_no_one_elses(tmp_path):
     finally:
         sibling.kill()
         sibling.wait()
+
+
+def test_a_scenario_only_the_candidate_has_leaves_the_next_one_paired(repo, tmp_path, capsys):
+    """The candidate adds a test between two both arms have: it is measured in that arm alone, and the test after it
+    still pairs (the baseline waits for the candidate to reach it)."""
+    extra = "def test_extra(collocate):\n    collocate([Workload(\"workload:factory\", batch_size=4)])\n\n\n"
+    source = (repo / "test_scenario.py").read_text()
+    (repo / "test_scenario.py").write_text(source.replace("def test_same", extra + "def test_same"))
+    git(repo, "commit", "-qam", "extra")
+    code = cli.main(["ab", "--baseline", "HEAD~1", "--candidate", "HEAD", "--threshold", "50", "--ab-min-blocks", "2",
+                     "--ab-max-blocks", "2", "--ab-pairs", "1", "--ab-window-seconds", "0.1", "--out",
+                     str(tmp_path / "arms"), "--storage", str(tmp_path / "storage"), "--json", str(tmp_path / "ab.json"),
+                     *ARGS, "-k", "not tiny"])
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    judged = {j["scenario"]: j["blocks"] for j in json.loads((tmp_path / "ab.json").read_text())["judgements"]}
+    assert judged == {"test_same[cpu-naive]": 2}, out.err
+    assert "measured in one arm only (no verdict): test_scenario.py::test_extra[cpu-naive] (candidate only)" in out.err

@@ -115,6 +115,31 @@ def resolve(spec: str, label: str, here: Path) -> Arm:
     return Arm(label, spec, "revision", sys.executable, here, revision, probe(sys.executable, label, spec))
 
 
+def check_pytest_args(pytest_args: list[str]) -> None:
+    """An arm is one pytest session on one GPU, measured in turns with the other: pytest-xdist would split it."""
+    if any(arg in ("-n", "--numprocesses", "--dist") or arg.startswith(("-n", "--numprocesses=", "--dist="))
+           for arg in pytest_args):
+        raise ABError("each arm is one pytest session measured in turns with the other: pytest-xdist (-n, --dist) "
+                      "cannot run inside an arm; run one A/B per GPU instead")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM (a CI job cancelled) unwinds like Ctrl-C: the arms are stopped, worktrees and sockets removed."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def check_clean(here: Path) -> None:
     """Revision arms check out committed code: uncommitted changes would be in neither arm."""
     changed = _git(here, "status", "--porcelain", "--untracked-files=no")
@@ -450,8 +475,10 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
             for label, arm in arms.items():
                 env = {**os.environ, interleave.SOCKET_ENV: str(folder / "ab.sock"), interleave.ARM_ENV: label}
                 with open(logs[label], "w") as log:
+                    # a session of their own: a Ctrl-C reaches the controller only, which stops them once
                     processes[label] = subprocess.Popen(_arm_command(arm, pytest_args, settings, out, storage, tag),
-                                                        cwd=arm.cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+                                                        cwd=arm.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                                        start_new_session=True)
             coordinator = Coordinator(_Arms(server, processes), (baseline.label, candidate.label), settings, say)
             coordinator.run()
         for process in processes.values():

@@ -325,11 +325,12 @@ def cmd_ab(args) -> int:
                            window_s=args.ab_window_seconds, scenario_budget_s=60 * args.ab_scenario_minutes,
                            budget_s=60 * args.ab_budget_minutes, alone=args.ab_alone)
     try:
+        ab.check_pytest_args(pytest_args)
         arms = [ab.resolve(args.baseline, "baseline", here), ab.resolve(args.candidate, "candidate", here)]
         if any(arm.kind == "revision" for arm in arms):
             ab.check_clean(here)
         ab.check_gpu_idle(pytest_args)
-        with ab.checked_out(arms, here):
+        with ab.sigterm_as_interrupt(), ab.checked_out(arms, here):
             judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, Path(args.storage).resolve(),
                                       Path(args.out).resolve(), say=lambda text: print(text, file=sys.stderr))
     except ab.ABError as error:

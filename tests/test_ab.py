@@ -191,3 +191,32 @@ def test_a_scenario_only_the_candidate_has_leaves_the_next_one_paired(repo, tmp_
     judged = {j["scenario"]: j["blocks"] for j in json.loads((tmp_path / "ab.json").read_text())["judgements"]}
     assert judged == {"test_same[cpu-naive]": 2}, out.err
     assert "measured in one arm only (no verdict): test_scenario.py::test_extra[cpu-naive] (candidate only)" in out.err
+
+
+@pytest.mark.parametrize("xdist", [["-n", "2"], ["-n2"], ["--numprocesses=2"], ["--dist", "load"]])
+def test_xdist_inside_an_arm_is_refused_before_anything_runs(repo, tmp_path, capsys, xdist):
+    code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--out", str(tmp_path / "arms"), *ARGS, *xdist])
+    assert code == 2 and "pytest-xdist (-n, --dist) cannot run inside an arm" in capsys.readouterr().err
+    assert not (tmp_path / "arms").exists()
+
+
+def test_sigterm_of_ab_stops_both_arms_and_leaves_no_worktree(repo, tmp_path):
+    """A cancelled CI job: SIGTERM unwinds like Ctrl-C; the arms (sessions of their own) are stopped once, and the
+    temporary worktrees and the socket folder are removed."""
+    import signal
+    import time
+
+    command = [sys.executable, "-m", "pytest_gpucolloc.cli", "ab", "--baseline", "HEAD~1", "--candidate", "HEAD",
+               "--out", str(tmp_path / "arms"), "--storage", str(tmp_path / "storage"), *ARGS]
+    controller = subprocess.Popen(command, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and git(repo, "worktree", "list").count("\n") < 2:
+        time.sleep(0.2)
+    assert git(repo, "worktree", "list").count("\n") == 2, "the arms' worktrees never appeared"
+    time.sleep(3)  # the arms' pytest sessions are running
+    controller.send_signal(signal.SIGTERM)
+    out, _ = controller.communicate(timeout=120)
+    assert controller.returncode != 0, out
+    assert git(repo, "worktree", "list").count("\n") == 0, out
+    arms = subprocess.run(["pgrep", "-f", str(tmp_path / "arms")], capture_output=True, text=True).stdout.split()
+    assert arms == [], f"arm processes left: {arms}"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, fields
 
 from .outcome import Outcome
 
@@ -129,9 +129,17 @@ class Verdict:
         return self.verdict == "regressed"
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("verdict", "reason", "baseline", "current", "change", "ci", "mde",
-                                                "mde_noise", "threshold", "baseline_runs", "notes", "noise",
-                                                "left_out", "disturbed", "remeasured", "fleet")}
+        """As saved (a record's ``gate``) and printed."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> Verdict:
+        """A saved verdict (a record's ``gate``, already checked by ``record.read``) as an object again."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in saved.items() if k in known}
+        if values.get("ci") is not None:
+            values["ci"] = tuple(values["ci"])  # JSON keeps a list
+        return cls(**values)
 
 
 def _comparable(current: RunSample, history: list[RunSample]) -> tuple[list[RunSample], list[str]]:

@@ -52,7 +52,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .gate import Verdict
 
 VERSION = 2
 MARKER = "gpucolloc"  # the extra_info key holding the version: a scenario of this plugin
@@ -175,7 +178,7 @@ class ScenarioRecord:
         return (self.gpu or {}).get("uuid")
 
 
-def write(result, gate: dict | None = None) -> dict[str, Any]:
+def write(result, gate: Verdict | dict | None = None) -> dict[str, Any]:
     """The extra_info of a ``scenario.ScenarioResult`` (JSON-able), with the gate's verdict if it was gated."""
     info = {
         MARKER: VERSION,
@@ -203,7 +206,7 @@ def write(result, gate: dict | None = None) -> dict[str, Any]:
                     zip(result.workers, result.alone_throughputs or [None] * len(result.workers))],
     }
     if gate is not None:
-        info["gate"] = gate
+        info["gate"] = gate if isinstance(gate, dict) else gate.to_dict()  # a dict: a saved verdict, written again
     return info
 
 

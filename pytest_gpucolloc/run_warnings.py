@@ -3,6 +3,10 @@ the summary and in its record (``warnings``). Each is one sentence: what was see
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .gate import Verdict
 
 UNSTABLE_CV = 0.10  # round-to-round spread of aggregate throughput above which the rounds are unstable
 SPEEDUP_SLACK = 1.05  # a job may run a little faster beside others than alone (noise); n jobs cannot make 1.05 n
@@ -23,7 +27,7 @@ def xdist_workers() -> int:
         return 1
 
 
-def of(result, verdict: dict | None = None, cores: int | None = None, parallel: int | None = None) -> list[str]:
+def of(result, verdict: Verdict | None = None, cores: int | None = None, parallel: int | None = None) -> list[str]:
     """The warnings on ``result`` (a ``scenario.ScenarioResult``) and its gate ``verdict``; ``cores``: CPU cores
     this run may use; ``parallel``: xdist workers running scenarios at once."""
     cores = usable_cores() if cores is None else cores
@@ -46,7 +50,7 @@ def of(result, verdict: dict | None = None, cores: int | None = None, parallel: 
     if parallel > 1 and result.device == "cpu":
         found.append(f"{parallel} xdist workers measure at once on this machine's CPU: each disturbs the others' "
                      "numbers, the jobs alone included; run without -n (or with one GPU per xdist worker)")
-    lever = ((verdict or {}).get("noise") or {}).get("lever") or ""
+    lever = ((verdict.noise if verdict else None) or {}).get("lever") or ""
     if "cannot be gated" in lever:
         found.append(f"the gate cannot resolve its threshold here: {lever}")
     return found

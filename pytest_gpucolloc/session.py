@@ -36,7 +36,7 @@ from .scratch import clean_stale_scratch
 CPU_IMAGE_SIZE = 32
 CPU_BATCH_CAP = 4
 if TYPE_CHECKING:  # loaded when first used: scipy comes with the gate
-    from . import history, machine_warmup
+    from . import gate, history, machine_warmup
 
 SCENARIO_OVERHEAD_S = 5.0  # start-up before warm-up (spawn, import torch, CUDA context, build), for time estimates
 PLUGIN_FIXTURES = {"collocate", "gpu_mode", "mps_daemon"}
@@ -78,10 +78,10 @@ class CollocSession:
         self.config = config
         self.options = options
         self.xdist_index = distributed.xdist_index(config)  # this xdist worker owns the index-th selected GPU
-        self.results: list[tuple[str, ScenarioResult, dict | None]] = []  # (test, result, gate verdict)
+        self.results: list[tuple[str, ScenarioResult, gate.Verdict | None]] = []  # (test, result, gate verdict)
         self.skipped: list[tuple[str, str]] = []  # (scenario, why it was skipped): said in the summary
-        self.verdicts: list[tuple[str, dict]] = []  # (test, gate verdict)
-        self.judged: list[tuple[str, Any]] = []  # (test id, gate.RunSample) gated so far: they place this GPU's level
+        self.verdicts: list[tuple[str, gate.Verdict]] = []  # (test, gate verdict): objects until saved or shown
+        self.judged: list[tuple[str, gate.RunSample]] = []  # (test id, run) gated so far: they place this GPU's level
         self.machine_warmup: machine_warmup.WarmUp | None = None  # once the GPU was warmed
         self.history: history.History | None = None  # loaded before this run saved anything
         self.stale_removed: list[str] = []
@@ -373,7 +373,8 @@ class CollocSession:
             benchmark_api.add_to_session(node.config, entry)
             self.forwarded.append((entry["name"], entry["extra_info"]))
             if entry["extra_info"].get("gate"):
-                self.verdicts.append((entry["name"], entry["extra_info"]["gate"]))
+                from . import gate  # a gated run: its worker loaded it already
+                self.verdicts.append((entry["name"], gate.Verdict.from_dict(entry["extra_info"]["gate"])))
 
     def pytest_sessionfinish(self, session, exitstatus):
         if not self.invited:
@@ -385,7 +386,7 @@ class CollocSession:
                 timings.remember(session.config, self._machine_kind(), self.settings(), self.seconds)
             if self.history is not None:
                 self._write_gate_report()
-        failed = self.save_problems or any(v["verdict"] == "regressed" for _, v in self.verdicts)
+        failed = self.save_problems or any(v.failed for _, v in self.verdicts)
         if failed and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -466,14 +467,17 @@ class CollocSession:
             self._gate_summary(terminalreporter)
 
     def _gate_summary(self, terminalreporter) -> None:
-        regressed = [name for name, v in self.verdicts if v["verdict"] == "regressed"]
+        regressed = [name for name, v in self.verdicts if v.failed]
         terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(self.verdicts)}")
         for problem in self.history.problems if self.history else []:
             terminalreporter.write_line(f"history: {problem}")
         for name, verdict in self.verdicts:
-            if verdict.get("remeasured"):
-                terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict['remeasured'])}")
-        terminalreporter.write_line(report.gate_table(self.verdicts))
+            if verdict.remeasured:
+                terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
+        terminalreporter.write_line(report.gate_table(self._shown_verdicts()))
+
+    def _shown_verdicts(self) -> list[tuple[str, dict]]:
+        return [(name, verdict.to_dict()) for name, verdict in self.verdicts]  # as saved, so as ``compare`` shows
 
     def _write_gate_report(self) -> None:
         """The verdicts as Markdown (CI job summaries); a report that cannot be written fails the run."""
@@ -482,6 +486,7 @@ class CollocSession:
             return
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(f"### Collocation regression gate\n\n{report.gate_table(self.verdicts, 'github')}\n")
+            table = report.gate_table(self._shown_verdicts(), "github")
+            Path(path).write_text(f"### Collocation regression gate\n\n{table}\n")
         except OSError as error:
             self.save_problems.append(f"could not write the gate report to {path}: {error}")

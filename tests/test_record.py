@@ -45,6 +45,23 @@ def test_what_is_written_reads_back_as_measured():
     assert scenario.samples_per_joule == pytest.approx(3184.0 / 300.0)
 
 
+
+def test_a_gate_verdict_is_saved_as_its_fields_and_reads_back_as_the_same_verdict():
+    import random
+
+    from doubles.gatesim import synthetic_run
+    from pytest_gpucolloc import gate
+
+    rng = random.Random(2)
+    history = [synthetic_run(rng, f"b{i}", 3200.0, 0.004, 0.002, 10) for i in range(5)]
+    verdict = gate.decide(synthetic_run(rng, "now", 3200.0 * 0.9, 0.004, 0.0, 10), history)
+    assert verdict.failed and verdict.ci and verdict.baseline_runs and verdict.noise
+    info = json.loads(json.dumps(record.write(measured(), verdict)))  # as saved: through JSON
+    assert info["gate"] == json.loads(json.dumps(verdict.to_dict()))
+    assert info["gate"]["verdict"] == "regressed" and info["gate"]["baseline_runs"] == [f"b{i}" for i in range(5)]
+    again = gate.Verdict.from_dict(record.read(info).gate)  # an xdist worker's verdict, on its controller
+    assert again == verdict and isinstance(again.ci, tuple)
+
 def test_early_version_1_runs_still_read():
     history = load(EARLY_V1)
     assert history.problems == [] and len(history.runs) == 2

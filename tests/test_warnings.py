@@ -65,8 +65,8 @@ def repeated_run(run_id, rng, process_cv, repeats=3, rounds=5):
 def test_a_gate_lever_no_one_can_pull_is_capped_and_warned_of():
     rng = random.Random(1)
     history = [repeated_run(f"b{i}", rng, process_cv=0.05) for i in range(5)]
-    verdict = gate.decide(repeated_run("now", rng, process_cv=0.05), history).to_dict()
-    lever = verdict["noise"]["lever"]
+    verdict = gate.decide(repeated_run("now", rng, process_cv=0.05), history)
+    lever = verdict.noise["lever"]
     assert "--colloc-repeats=" not in lever  # hundreds of fresh-process repeats are not advice
     assert f"(over {gate.MAX_USEFUL_REPEATS}): this scenario cannot be gated at this threshold that way" in lever
     (warning,) = run_warnings.of(measured(), verdict, cores=8, parallel=1)

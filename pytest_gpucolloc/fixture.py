@@ -80,7 +80,7 @@ class CollocateFixture:
                     if len(jobs) == 1:
                         key = (self.mode, *self._one_job_key(jobs, context))
                         self.session.baselines.one_job[key] = result
-                ideal = self.session.options["colloc_ideal"] if ideal is None else ideal
+                ideal = self.session.options.colloc_ideal if ideal is None else ideal
                 self._add_baselines(result, context, ideal)
                 verdict = None
                 if context.policy is not None:  # judged while the GPU is held: a disturbed run is measured again
@@ -108,7 +108,7 @@ class CollocateFixture:
         if device.gpu is None and any(job.cuda_graph for job in jobs):
             pytest.skip(f"{device.reason}: cuda_graph=True needs a CUDA GPU")
         if device.gpu is None and not self.node.get_closest_marker("gpucolloc_quick") \
-                and not self.session.options["colloc_cpu_full"]:
+                and not self.session.options.colloc_cpu_full:
             pytest.skip(f"{device.reason}: runs only the quick tier (marker 'gpucolloc_quick'); "
                         "pass --colloc-cpu-full to run every scenario on the CPU")
 
@@ -186,7 +186,7 @@ class CollocateFixture:
         """Each distinct job's measurement alone on this GPU: taken once per session, by the first scenario that
         needs it, and reused by every later one (their speedups, and the sequential mode)."""
         cache, device = self.session.baselines.alone, self.session.device().key
-        if not self.session.options["colloc_alone"] and not self.mode_class.alone:
+        if not self.session.options.colloc_alone and not self.mode_class.alone:
             return {}  # --colloc-alone=off: no speedups
         reason = SequentialMode().unavailable_reason(context.target)
         if reason:  # e.g. a GPU in MIG mode: no whole GPU to run a job alone on; speedups stay unknown
@@ -238,7 +238,7 @@ class CollocateFixture:
             current = history.sample_of(record.read(record.write(result)), "current")  # judged as it will be saved
             verdict = gate.decide(current, saved, context.policy, references)
             if (not verdict.disturbed or jobs is None
-                    or len(remeasured) >= self.session.options["colloc_gate_remeasure"]):
+                    or len(remeasured) >= self.session.options.colloc_gate_remeasure):
                 break
             remeasured.append(verdict.disturbed)
             result = self._run(jobs, context)

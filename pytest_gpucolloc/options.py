@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import gate
-from .cpu_affinity import CpuListError, parse_cpu_policy
+from .cpu_affinity import CpuListError, CpuPolicy, parse_cpu_policy
 from .modes import MODES, parse_modes
 
 # The gate's options, shared with the console command: a threshold of 100% would be a drop to nothing.
@@ -100,7 +100,7 @@ def parse_gpu_list(text: str) -> list[str | int] | None:
     return gpus
 
 
-def parse_cpus(text: str):
+def parse_cpus(text: str) -> CpuPolicy:
     try:
         return parse_cpu_policy(text)
     except CpuListError as exc:
@@ -276,10 +276,83 @@ def any_given(config) -> bool:
     return any(config.getoption(option.name) is not None or config.getini(option.name) for option in OPTIONS)
 
 
-def read_options(config) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Config:
+    """The options, parsed once (``read_options``) and read as typed attributes. Those whose default depends on
+    the device (GPU or CPU smoke mode) are None here unless given: ``for_device`` fills them once it is known."""
+
+    gpu_mode: list[str] | None
+    colloc_device: str
+    colloc_gpu: str | int
+    colloc_gpus: list[str | int] | None
+    colloc_rounds: int | None
+    colloc_max_rounds: int | None
+    colloc_precision: float
+    colloc_round_seconds: float | None
+    colloc_warmup_seconds: float | None
+    colloc_warmup_steps: int | None
+    colloc_timeout: float
+    colloc_repeats: int
+    colloc_cpus: CpuPolicy
+    colloc_ideal: bool
+    colloc_full: bool
+    colloc_cpu_full: bool
+    colloc_extra_step_every: int | None
+    colloc_cudnn: str
+    colloc_spawn: str
+    colloc_alone: bool
+    colloc_telemetry: bool
+    mig_layout: str | None
+    mig_reconfigure: bool
+    mig_checkpoint_dir: str | None
+    colloc_gate: bool
+    colloc_gate_threshold: float
+    colloc_gate_runs: int
+    colloc_gate_min_runs: int
+    colloc_gate_alpha: float
+    colloc_gate_remeasure: int
+    colloc_machine_warmup: float | None
+    colloc_gate_report: str | None
+    mps_oversubscribe: bool
+
+    def for_device(self, on_gpu: bool) -> DeviceConfig:
+        """The device-dependent options, each given or its default on this device."""
+        def filled(name: str) -> Any:
+            given = getattr(self, name)
+            if given is not None:
+                return given
+            option = next(o for o in OPTIONS if o.name == name)
+            return _parse(option, option.gpu_default if on_gpu else option.cpu_default)
+
+        rounds = filled("colloc_rounds")
+        max_rounds = filled("colloc_max_rounds")
+        if not max_rounds:  # 0: fixed at the fewest
+            max_rounds = rounds
+        elif self.colloc_max_rounds is None:  # the default never asks for fewer than --colloc-rounds
+            max_rounds = max(max_rounds, rounds)
+        elif max_rounds < rounds:
+            raise ValueError(f"--colloc-max-rounds ({max_rounds}) must be at least --colloc-rounds ({rounds})")
+        return DeviceConfig(modes=filled("gpu_mode"), rounds=rounds, max_rounds=max_rounds,
+                            round_s=filled("colloc_round_seconds"), warmup_s=filled("colloc_warmup_seconds"),
+                            warmup_steps=filled("colloc_warmup_steps"))
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    """The options whose default depends on the device, filled in (``Config.for_device``)."""
+
+    modes: list[str]
+    rounds: int
+    max_rounds: int
+    round_s: float
+    warmup_s: float
+    warmup_steps: int
+
+
+def read_options(config) -> Config:
     """Parsed values: command line first, then ini, then the default. Options whose default depends on the
-    device (GPU or CPU smoke mode) are None when not given: ``with_device_defaults`` fills them in."""
-    values = {}
+    device (GPU or CPU smoke mode) are None when not given: ``Config.for_device`` fills them in."""
+    values: dict[str, Any] = {}
     for option in OPTIONS:
         raw = config.getoption(option.name)  # an explicit empty value on the command line is an error
         if raw is None:
@@ -287,19 +360,4 @@ def read_options(config) -> dict[str, Any]:
         if raw is None:
             raw = option.default
         values[option.name] = None if raw is None else _parse(option, raw)
-    return values
-
-
-def with_device_defaults(values: dict[str, Any], on_gpu: bool) -> dict[str, Any]:
-    filled = dict(values)
-    for option in OPTIONS:
-        if filled[option.name] is None and option.default is None:
-            filled[option.name] = _parse(option, option.gpu_default if on_gpu else option.cpu_default)
-    if not filled["colloc_max_rounds"]:  # 0: fixed at the fewest
-        filled["colloc_max_rounds"] = filled["colloc_rounds"]
-    elif values["colloc_max_rounds"] is None:  # the default never asks for fewer than --colloc-rounds
-        filled["colloc_max_rounds"] = max(filled["colloc_max_rounds"], filled["colloc_rounds"])
-    elif filled["colloc_max_rounds"] < filled["colloc_rounds"]:
-        raise ValueError(f"--colloc-max-rounds ({filled['colloc_max_rounds']}) must be at least --colloc-rounds "
-                         f"({filled['colloc_rounds']})")
-    return filled
+    return Config(**values)

@@ -28,7 +28,7 @@ from . import (
 from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
 from .modes.base import ModeOptions, Target
-from .options import MAX_THRESHOLD, with_device_defaults
+from .options import MAX_THRESHOLD, Config, DeviceConfig
 from .scenario import ScenarioResult, Settings
 from .scratch import clean_stale_scratch
 
@@ -74,7 +74,7 @@ def _sigterm_as_interrupt(signum, frame):
 
 
 class CollocSession:
-    def __init__(self, config, options: dict[str, Any]):
+    def __init__(self, config, options: Config):
         self.config = config
         self.options = options
         self.xdist_index = distributed.xdist_index(config)  # this xdist worker owns the index-th selected GPU
@@ -94,7 +94,7 @@ class CollocSession:
         self.seconds: dict[str, float] = {}  # test id -> how long its scenario took (kept for the next run's estimate)
         self._device: DeviceChoice | None = None
         self._settings: Settings | None = None
-        self._values: dict[str, Any] | None = None
+        self._values: DeviceConfig | None = None
         self._previous_sigterm: Callable | int | None = None
         self.invited = False  # a gpucolloc option was given, or a collected test uses the plugin
         self.deselected_full = 0  # scenarios of the full matrix left out (no --colloc-full)
@@ -131,12 +131,12 @@ class CollocSession:
     def _check_usage(self) -> None:
         config = self.config
         try:
-            if distributed.is_controller_of_workers(config) and self.options["colloc_device"] != "cpu":
+            if distributed.is_controller_of_workers(config) and self.options.colloc_device != "cpu":
                 distributed.check_workers_per_gpu(config.getoption("numprocesses") or 0,
-                                                  selected_gpus(self.options["colloc_gpus"]))
-            if self.options["colloc_device"] == "cuda":
+                                                  selected_gpus(self.options.colloc_gpus))
+            if self.options.colloc_device == "cuda":
                 self.device()
-            check_cores(self.options["colloc_cpus"])
+            check_cores(self.options.colloc_cpus)
             if self.xdist_index is not None or not distributed.is_controller_of_workers(config):
                 self.settings()  # device-dependent defaults checked against each other
         except (ValueError, DeviceUnavailable) as exc:
@@ -156,8 +156,8 @@ class CollocSession:
             root = benchmark_api.storage_path(config.getoption("benchmark_storage", None))
             if root is not None:
                 folders.append(("--benchmark-storage", root))
-        if self.options["colloc_gate_report"]:
-            folders.append(("--colloc-gate-report", Path(self.options["colloc_gate_report"]).resolve().parent))
+        if self.options.colloc_gate_report:
+            folders.append(("--colloc-gate-report", Path(self.options.colloc_gate_report).resolve().parent))
         for option, folder in folders:
             existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
             if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
@@ -167,22 +167,22 @@ class CollocSession:
     # --- what scenarios get ----------------------------------------------------------------------------
     @property
     def modes(self) -> list[str]:
-        return self.values()["gpu_mode"]
+        return self.values().modes
 
-    def values(self) -> dict[str, Any]:
-        """The options with their device-dependent defaults filled in (GPU or CPU smoke mode)."""
+    def values(self) -> DeviceConfig:
+        """The options whose defaults depend on the device, filled in (GPU or CPU smoke mode)."""
         if self._values is None:
-            self._values = with_device_defaults(self.options, self.device().device == "cuda")
+            self._values = self.options.for_device(self.device().device == "cuda")
         return self._values
 
     def device(self) -> DeviceChoice:
         if self._device is None:
-            selector = self.options["colloc_gpu"]
-            if self.xdist_index is not None and self.options["colloc_device"] != "cpu":
-                gpus = selected_gpus(self.options["colloc_gpus"])
+            selector = self.options.colloc_gpu
+            if self.xdist_index is not None and self.options.colloc_device != "cpu":
+                gpus = selected_gpus(self.options.colloc_gpus)
                 if gpus:
                     selector = gpus[self.xdist_index].uuid
-            self._device = detect(self.options["colloc_device"], selector)
+            self._device = detect(self.options.colloc_device, selector)
             if self.xdist_index is not None:
                 self._device.reason += f" (xdist worker gw{self.xdist_index})"
         return self._device
@@ -197,26 +197,26 @@ class CollocSession:
             on_gpu = self.device().device == "cuda"
             values = self.values()
             self._settings = Settings(
-                rounds=values["colloc_rounds"],
-                max_rounds=values["colloc_max_rounds"],
-                precision=values["colloc_precision"] / 100,
-                round_s=values["colloc_round_seconds"],
-                warmup_s=values["colloc_warmup_seconds"],
-                warmup_steps=values["colloc_warmup_steps"],
-                timeout_s=values["colloc_timeout"],
-                cpu_policy=values["colloc_cpus"],
+                rounds=values.rounds,
+                max_rounds=values.max_rounds,
+                precision=self.options.colloc_precision / 100,
+                round_s=values.round_s,
+                warmup_s=values.warmup_s,
+                warmup_steps=values.warmup_steps,
+                timeout_s=self.options.colloc_timeout,
+                cpu_policy=self.options.colloc_cpus,
                 image_size=None if on_gpu else CPU_IMAGE_SIZE,
                 batch_cap=None if on_gpu else CPU_BATCH_CAP,
-                extra_step_every=values["colloc_extra_step_every"],
-                spawn=values["colloc_spawn"],
-                cudnn=values["colloc_cudnn"],
+                extra_step_every=self.options.colloc_extra_step_every,
+                spawn=self.options.colloc_spawn,
+                cudnn=self.options.colloc_cudnn,
             )
         return self._settings
 
     def mode_options(self) -> ModeOptions:
-        return ModeOptions(mps_oversubscribe=self.options["mps_oversubscribe"], mig_layout=self.options["mig_layout"],
-                           mig_reconfigure=self.options["mig_reconfigure"],
-                           mig_checkpoint_dir=self.options["mig_checkpoint_dir"])
+        return ModeOptions(mps_oversubscribe=self.options.mps_oversubscribe, mig_layout=self.options.mig_layout,
+                           mig_reconfigure=self.options.mig_reconfigure,
+                           mig_checkpoint_dir=self.options.mig_checkpoint_dir)
 
     def gate_policy(self, node):
         """The gate's policy for this test (its colloc_gate marker may set the threshold), or None when the
@@ -225,7 +225,7 @@ class CollocSession:
             return None
         from . import gate
 
-        threshold = self.options["colloc_gate_threshold"]
+        threshold = self.options.colloc_gate_threshold
         marker = node.get_closest_marker("gpucolloc_gate")
         if marker and "threshold" in marker.kwargs:
             threshold = marker.kwargs["threshold"]
@@ -233,13 +233,13 @@ class CollocSession:
                     or not 0 <= threshold <= MAX_THRESHOLD:
                 pytest.fail(f"gpucolloc_gate(threshold=...) must be a percentage between 0 and {MAX_THRESHOLD:g}, "
                             f"got {threshold!r}", pytrace=False)
-        return gate.Policy(threshold=threshold / 100, alpha=self.options["colloc_gate_alpha"],
-                           runs=self.options["colloc_gate_runs"], min_runs=self.options["colloc_gate_min_runs"])
+        return gate.Policy(threshold=threshold / 100, alpha=self.options.colloc_gate_alpha,
+                           runs=self.options.colloc_gate_runs, min_runs=self.options.colloc_gate_min_runs)
 
     def repeats(self, node) -> int:
         marker = node.get_closest_marker("gpucolloc_repeats")
         if marker is None:
-            return self.options["colloc_repeats"]
+            return self.options.colloc_repeats
         value = marker.args[0] if marker.args else marker.kwargs.get("k")
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
             pytest.fail(f"gpucolloc_repeats(K) takes a whole number of repeats from 1 to 1000, got {value!r}",
@@ -257,7 +257,7 @@ class CollocSession:
         self.warm_up_machine()
         target = make_target(self.device(), options)
         sampler = telemetry.sampler_factory(target.gpu) \
-            if target.gpu is not None and self.options["colloc_telemetry"] else None
+            if target.gpu is not None and self.options.colloc_telemetry else None
         return ScenarioContext(self.settings(), target, sampler, policy, repeats)
 
     # --- machine warm-up (machine_warmup.py) -------------------------------------------------------------
@@ -267,8 +267,8 @@ class CollocSession:
 
         if self.device().gpu is None:
             return 0.0
-        chosen = self.options["colloc_machine_warmup"]
-        return (DEFAULT_LIMIT_S if self.options["colloc_gate"] else 0.0) if chosen is None else chosen
+        chosen = self.options.colloc_machine_warmup
+        return (DEFAULT_LIMIT_S if self.options.colloc_gate else 0.0) if chosen is None else chosen
 
     def warm_up_machine(self) -> None:
         """Once per session, before anything is measured on the GPU."""
@@ -289,7 +289,7 @@ class CollocSession:
 
     # --- hooks ---------------------------------------------------------------------------------------
     def pytest_sessionstart(self, session):
-        if not self.options["colloc_gate"]:
+        if not self.options.colloc_gate:
             return
         from . import history  # the storage reader and scipy load only when the gate is on
 
@@ -323,7 +323,7 @@ class CollocSession:
         if not ours:
             return
         self.invite()
-        if self.options["colloc_full"] or "gpucolloc_full" in (config.getoption("markexpr", "") or ""):
+        if self.options.colloc_full or "gpucolloc_full" in (config.getoption("markexpr", "") or ""):
             return
         named = [arg for arg in config.args if "::" in arg]  # tests named one by one are asked for
         full = [item for item in ours if item.get_closest_marker("gpucolloc_full")
@@ -434,7 +434,7 @@ class CollocSession:
                                     else self._machine_warmup_line().removeprefix("gpucolloc: "))
         if device.gpu is None:
             terminalreporter.write_line("telemetry sampler: off (no GPU)")
-        elif not self.options["colloc_telemetry"]:
+        elif not self.options.colloc_telemetry:
             terminalreporter.write_line("telemetry sampler: off (--colloc-telemetry=off)")
         # the summary shows exactly what is saved: each result through the record's writer and reader
         entries = [(f"alone: {result.workloads[0].label}", record.read(record.write(result)))
@@ -481,7 +481,7 @@ class CollocSession:
 
     def _write_gate_report(self) -> None:
         """The verdicts as Markdown (CI job summaries); a report that cannot be written fails the run."""
-        path = self.options["colloc_gate_report"]
+        path = self.options.colloc_gate_report
         if not path:
             return
         try:

@@ -78,6 +78,18 @@ def test_bad_option_values_are_usage_errors(pytester, args, message):
     result.stderr.fnmatch_lines([message])
 
 
+def test_options_are_read_once_into_a_typed_config_whose_device_defaults_fill_in_by_device(pytester):
+    from pytest_gpucolloc.options import read_options
+
+    config = read_options(pytester.parseconfig("--colloc-rounds=4", "--colloc-gate"))
+    assert config.colloc_gate is True and config.colloc_rounds == 4 and config.gpu_mode is None
+    gpu, cpu = config.for_device(on_gpu=True), config.for_device(on_gpu=False)
+    assert (gpu.modes, gpu.rounds, gpu.max_rounds, gpu.round_s) == (["mps"], 4, 10, 1.0)
+    assert (cpu.modes, cpu.rounds, cpu.max_rounds, cpu.round_s) == (["naive"], 4, 4, 0.5)
+    with pytest.raises(ValueError, match=r"--colloc-max-rounds \(3\) must be at least --colloc-rounds \(4\)"):
+        read_options(pytester.parseconfig("--colloc-rounds=4", "--colloc-max-rounds=3")).for_device(on_gpu=True)
+
+
 def test_ini_values_are_read_and_checked(pytester, suite):
     suite()
     pytester.makeini("[pytest]\ngpu_mode = naive\ncolloc_rounds = 2\ncolloc_round_seconds = 0.2\n")

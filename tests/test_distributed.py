@@ -53,3 +53,14 @@ def test_an_xdist_controller_is_invited_by_its_workers_scenarios(pytester, tmp_p
     result.stdout.fnmatch_lines(["*gpucolloc: collocation scenarios*"])
     names = sorted(b["name"] for b in json.loads(out.read_text())["benchmarks"])
     assert names == ["test_tiny[cpu-naive-1]", "test_tiny[cpu-naive-2]"]
+
+
+def test_xdist_workers_gate_verdicts_reach_the_controllers_gate_summary(pytester):
+    """Each worker saves its verdicts in its records; the controller reads them back and judges the run on them."""
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
+    result = pytester.runpytest_subprocess("-n", "2", "--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate",
+                                           "--colloc-gate-report=gate.md", "--benchmark-autosave", *FAST)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 2*", "*test_tiny?cpu-naive-1?*no baseline*"])
+    assert (pytester.path / "gate.md").read_text().count("no baseline") == 2

@@ -10,6 +10,7 @@ from doubles.gatesim import detection_rate, synthetic_run
 from pytest_gpucolloc import cli, gate
 from pytest_gpucolloc.benchmark_api import storage_path
 from pytest_gpucolloc.history import load, read_run
+from tiny_workload import SOURCE as TINY_SOURCE
 
 DATA = Path(__file__).resolve().parent / "data"  # cut from real runs: data/README.md
 H200_HISTORY = DATA / "aa-history"
@@ -601,18 +602,6 @@ def test_fleet_adjustment_keeps_false_alarms_at_alpha():
     assert alarms <= 2  # 150 trials at alpha 0.5%: 0.75 expected
 
 
-TINY_STEP = '''
-import torch
-class Step:
-    def __init__(self, batch_size, device):
-        self.samples_per_step = batch_size
-        self.model = torch.nn.Linear(8, 2)
-        self.x = torch.randn(batch_size, 8)
-    def train_step(self):
-        self.model(self.x).sum().backward()
-def factory(batch_size, device, precision="fp32"):
-    return Step(batch_size, device)
-'''
 
 
 def test_a_disturbed_run_is_measured_again_before_it_is_judged(pytester, monkeypatch, remeasure=1):
@@ -629,7 +618,7 @@ def test_a_disturbed_run_is_measured_again_before_it_is_judged(pytester, monkeyp
         return verdict
 
     monkeypatch.setattr(gate, "decide", first_disturbed)
-    pytester.makepyfile(tiny_workload=TINY_STEP)
+    pytester.makepyfile(tiny_workload=TINY_SOURCE)
     pytester.makepyfile('''
 import pytest
 @pytest.mark.gpucolloc_quick

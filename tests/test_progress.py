@@ -6,24 +6,7 @@ import time
 import pytest
 
 from pytest_gpucolloc import progress
-
-TINY = '''
-import torch
-
-
-class Step:
-    def __init__(self, batch_size, device):
-        self.samples_per_step = batch_size
-        self.model = torch.nn.Linear(8, 2)
-        self.x = torch.randn(batch_size, 8)
-
-    def train_step(self):
-        self.model(self.x).sum().backward()
-
-
-def factory(batch_size, device, precision="fp32"):
-    return Step(batch_size, device)
-'''
+from tiny_workload import SOURCE as TINY_SOURCE
 
 SCENARIOS = '''
 import pytest
@@ -42,7 +25,7 @@ ARGS = ["--gpu-mode=naive", "--colloc-device=cpu", "--colloc-rounds=2", "--collo
 
 @pytest.fixture
 def suite(pytester):
-    pytester.makepyfile(tiny_workload=TINY, test_scenarios=SCENARIOS)
+    pytester.makepyfile(tiny_workload=TINY_SOURCE, test_scenarios=SCENARIOS)
 
 
 def progress_lines(result) -> list[str]:

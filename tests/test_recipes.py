@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from pytest_gpucolloc import cli
+from tiny_workload import SOURCE as TINY_SOURCE
 
 RECIPES = Path(__file__).resolve().parent.parent / "docs" / "recipes"
 MARKER = "<!-- pytest-gpucolloc -->"
@@ -57,23 +58,6 @@ def test_the_gitlab_recipe_finds_its_own_note_to_update():
     assert none.stdout.strip() == ""
 
 
-TINY = '''
-import torch
-
-
-class Step:
-    def __init__(self, batch_size, device):
-        self.samples_per_step = batch_size
-        self.model = torch.nn.Linear(8, 2)
-        self.x = torch.randn(batch_size, 8)
-
-    def train_step(self):
-        self.model(self.x).sum().backward()
-
-
-def factory(batch_size, device, precision="fp32"):
-    return Step(batch_size, device)
-'''
 
 SCENARIO = '''
 import pytest
@@ -88,7 +72,7 @@ def test_alone(collocate):
 @pytest.fixture
 def gated_run(pytester):
     """A real run gated on the CPU, saved to a history, its JSON in out/run.json (as ci/gate.sh leaves them)."""
-    pytester.makepyfile(tiny_workload=TINY, test_alone=SCENARIO)
+    pytester.makepyfile(tiny_workload=TINY_SOURCE, test_alone=SCENARIO)
     (pytester.path / "out").mkdir()
     history = pytester.path / "history"
     result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-rounds=2",

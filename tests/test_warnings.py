@@ -9,6 +9,7 @@ import pytest
 from pytest_gpucolloc import gate, measure, protocol, record, report, run_warnings
 from pytest_gpucolloc.scenario import MeasuredWorker, ScenarioResult
 from pytest_gpucolloc.workloads import Workload
+from tiny_workload import SOURCE as TINY_SOURCE
 
 
 def measured(n=2, rounds=(3200.0, 3168.0), speedup=1.6, mode="naive", device="cuda", throughput_scale=1.0):
@@ -92,23 +93,6 @@ def test_the_summary_prints_small_throughputs_with_significant_digits():
     assert report.rows([("fast", record.read(record.write(measured())))])[0][4] == "3,184"
 
 
-TINY = '''
-import torch
-
-
-class Step:
-    def __init__(self, batch_size, device):
-        self.samples_per_step = batch_size
-        self.model = torch.nn.Linear(8, 2)
-        self.x = torch.randn(batch_size, 8)
-
-    def train_step(self):
-        self.model(self.x).sum().backward()
-
-
-def factory(batch_size, device, precision="fp32"):
-    return Step(batch_size, device)
-'''
 
 SCENARIO = '''
 import pytest
@@ -122,7 +106,7 @@ def test_pair(collocate):
 
 def test_a_run_says_its_warnings_as_it_runs_in_the_summary_and_in_the_record(pytester, monkeypatch):
     monkeypatch.setattr(run_warnings, "usable_cores", lambda: 1)  # this machine has 1 core, as far as the run knows
-    pytester.makepyfile(tiny_workload=TINY, test_pair=SCENARIO)
+    pytester.makepyfile(tiny_workload=TINY_SOURCE, test_pair=SCENARIO)
     result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-rounds=2",
                                 "--colloc-round-seconds=0.2", "--colloc-warmup-seconds=0.1", "-p", "no:cacheprovider",
                                 "--benchmark-json=out.json")

@@ -13,7 +13,7 @@ pytest_plugins = ["pytester"]
 
 @pytest.fixture
 def evidence():
-    """Record a measured fact of a GPU-tier test: research/gpu-check collects them in one JSON file
+    """Record a measured fact of a GPU-tier test: ci/gpu-check collects them in one JSON file
     (GPUCOLLOC_EVIDENCE), one key per fact; elsewhere this does nothing."""
     def record(name: str, data) -> None:
         path = os.environ.get("GPUCOLLOC_EVIDENCE")

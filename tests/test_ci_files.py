@@ -20,7 +20,7 @@ def test_github_workflows_are_valid(path):
         assert "runs-on" in job and job["steps"], name
         for step in job["steps"]:
             assert ("run" in step) != ("uses" in step), (name, step)
-            for script in ("ci/gate.sh", "research/gpu-check"):
+            for script in ("ci/gate.sh", "ci/gpu-check"):
                 if script in step.get("run", ""):
                     assert (ROOT / script).exists()
 
@@ -30,7 +30,7 @@ def test_gitlab_pipeline_is_valid():
     assert data["gpu-benchmarks"]["script"] and data["gpu-benchmarks"]["tags"] == ["gpu"]
 
 
-@pytest.mark.parametrize("script", ["ci/gate.sh", "research/gpu-check", "research/fault-suite", ".ci/run"])
+@pytest.mark.parametrize("script", ["ci/gate.sh", "ci/gpu-check", "research/fault-suite", ".ci/run"])
 def test_shell_scripts_parse(script):
     assert subprocess.run(["bash", "-n", str(ROOT / script)]).returncode == 0
     assert os.access(ROOT / script, os.X_OK)

@@ -1,4 +1,4 @@
-"""Scenarios for a gate experiment of research/gpu-check (not part of the suite): cuDNN autotuning on (the default:
+"""Scenarios for a gate experiment of ci/gpu-check (not part of the suite): cuDNN autotuning on (the default:
 algorithms timed in each process, so two processes may choose differently) against off (chosen by cuDNN's
 heuristics, the same in every process). Does choosing them the same way in every process make runs steady enough
 for a 2% gate with 5 baseline runs? Graphed ResNet26 bs128 alone and x7 (launch-bound without the graph), and the
@@ -6,7 +6,7 @@ GPU-bound ResNet152 bs128 x2 under the test's mode. On H200s it did for all thre
 0.2-0.8% with autotuning): docs/results/2026-12-01-h200-gate-cudnn-heuristics/ and 2026-12-02-h200-gate-gpu-bound-heuristics/. Run them as the gate part's scenarios:
 
     GPUCHECK_SKIP="tests bench fidelity overhead graphs ab modern spawn mps-study xdist" \\
-    GPUCHECK_GATE_IDS=research/scenarios/test_cudnn_autotune.py research/gpu-check
+    GPUCHECK_GATE_IDS=research/scenarios/test_cudnn_autotune.py ci/gpu-check
 """
 import pytest
 

@@ -2,6 +2,7 @@
 ``session.CollocSession``, registered here as a plugin; one scenario's path is ``fixture.CollocateFixture``."""
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -58,12 +59,13 @@ def pytest_unconfigure(config):
         config.pluginmanager.unregister(session)
 
 
-@pytest.hookimpl(optionalhook=True)
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one xdist worker per selected GPU. xdist asks before pytest_configure, so the options
-    are read here."""
-    if not any_given(config):
-        return None  # another project's -n auto: not ours to answer
+    are read here. First, before xdist's own answer (the CPU count): which of two plugins pluggy asks first
+    otherwise depends on the order they were installed in."""
+    if not any_given(config) or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # another project's -n auto, or the user's own count: not ours to answer
     try:
         options = read_options(config)
         if options.colloc_device == "cpu":

@@ -82,6 +82,20 @@ def test_xdist_auto_is_not_answered_for_another_project(pytester):
     assert plugin.pytest_xdist_auto_num_workers(config) is None
 
 
+def test_xdist_auto_is_the_gpu_count_whatever_order_the_plugins_were_installed_in(pytester, monkeypatch):
+    """xdist asks every plugin's pytest_xdist_auto_num_workers and takes the first answer; its own is the CPU count.
+    Ours must be asked first (found on an H200: -n auto became -n 16 on one GPU, a usage error)."""
+    monkeypatch.setattr(plugin, "selected_gpus", lambda spec: ["gpu0", "gpu1"])
+    config = pytester.parseconfig("-n", "auto", "--gpu-mode=naive")
+    xdist = config.pluginmanager.get_plugin("xdist")
+    name = config.pluginmanager.get_name(xdist)
+    config.pluginmanager.unregister(xdist)
+    config.pluginmanager.register(xdist, name)  # installed after ours: pluggy would ask it first
+    assert config.hook.pytest_xdist_auto_num_workers(config=config) == 2
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")  # the user's own count stands
+    assert config.hook.pytest_xdist_auto_num_workers(config=config) == 3
+
+
 def test_the_full_matrix_is_deselected_unless_asked_for_with_its_expected_time(pytester):
     pytester.makepyfile(test_scenarios='''
 import pytest

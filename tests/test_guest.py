@@ -87,10 +87,14 @@ def test_xdist_auto_is_the_gpu_count_whatever_order_the_plugins_were_installed_i
     Ours must be asked first (found on an H200: -n auto became -n 16 on one GPU, a usage error)."""
     monkeypatch.setattr(plugin, "selected_gpus", lambda spec: ["gpu0", "gpu1"])
     config = pytester.parseconfig("-n", "auto", "--gpu-mode=naive")
-    xdist = config.pluginmanager.get_plugin("xdist")
-    name = config.pluginmanager.get_name(xdist)
-    config.pluginmanager.unregister(xdist)
-    config.pluginmanager.register(xdist, name)  # installed after ours: pluggy would ask it first
+
+
+    class CpuCount:  # answers as xdist's own hook does, installed after ours: pluggy would ask it first
+        @pytest.hookimpl
+        def pytest_xdist_auto_num_workers(self, config):
+            return 16
+
+    config.pluginmanager.register(CpuCount())
     assert config.hook.pytest_xdist_auto_num_workers(config=config) == 2
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")  # the user's own count stands
     assert config.hook.pytest_xdist_auto_num_workers(config=config) == 3

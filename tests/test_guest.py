@@ -92,7 +92,7 @@ def test_xdist_auto_is_the_gpu_count_whatever_order_the_plugins_were_installed_i
     class CpuCount:  # answers as xdist's own hook does, installed after ours: pluggy would ask it first
         @pytest.hookimpl
         def pytest_xdist_auto_num_workers(self, config):
-            return 16
+            return int(os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or 16)
 
     config.pluginmanager.register(CpuCount())
     assert config.hook.pytest_xdist_auto_num_workers(config=config) == 2

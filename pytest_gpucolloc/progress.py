@@ -8,6 +8,7 @@ nothing; xdist workers write nothing (the session does not start it there). The 
 module functions below; they do nothing while no progress is shown."""
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -31,6 +32,10 @@ class Progress:
         self.rounds: tuple[float, float, int, int, int] | None = None  # start, round s, first, last, most
         self.ready = (0, 0)  # workers warm, of
         self._shown = ""
+        capture = reporter.config.pluginmanager.getplugin("capturemanager")
+        # While a test runs, pytest captures its output (fd 1): the line goes to the terminal around it, as pytest's
+        # own live logging does, or it would land in the test's captured output and never be seen.
+        self.uncaptured = capture.global_and_fixture_disabled if capture is not None else contextlib.nullcontext
 
     def left(self) -> str:
         """What is left of the run going by each scenario's last run here; scenarios never timed here are
@@ -69,6 +74,10 @@ class Progress:
     def show(self, changed: bool) -> None:
         if self.test is None or self.verbosity < -1:
             return
+        with self.uncaptured():
+            self._show(changed)
+
+    def _show(self, changed: bool) -> None:
         if self.tty:
             text = self.line()[: max(self.reporter._tw.fullwidth - 1, 20)]
             self.reporter.rewrite(text, erase=True)
@@ -83,6 +92,10 @@ class Progress:
         """A line that stays (a warning), whatever the verbosity short of -qq."""
         if self.verbosity < -1:
             return
+        with self.uncaptured():
+            self._note(text)
+
+    def _note(self, text: str) -> None:
         if self.tty:
             self.reporter.rewrite(text, erase=True)
             self.reporter.write("\n")
@@ -98,7 +111,8 @@ class Progress:
         self.test, self.began, self.stage, self.phase = test, time.monotonic(), "", ""
         self.rounds, self._shown = None, ""
         if self.tty and self.verbosity >= -1:
-            self.reporter.ensure_newline()
+            with self.uncaptured():
+                self.reporter.ensure_newline()
         self.set_phase("starting")
 
     def end(self) -> None:
@@ -106,14 +120,18 @@ class Progress:
         if test is None:
             return
         if self.tty and self.verbosity >= -1:
-            if self.verbosity >= 0:  # the scenario's last line stays
-                self.reporter.rewrite(f"gpucolloc {test}: done in {time.monotonic() - self.began:.0f} s; "
-                                      + self.left().replace(" left", " left of the run", 1), erase=True)
-                self.reporter.write("\n")
-            else:
-                self.reporter.rewrite("", erase=True)
-                self.reporter.write("\r")
-            self.reporter.currentfspath = None  # pytest starts its next result on a fresh line
+            with self.uncaptured():
+                self._last_line(test)
+
+    def _last_line(self, test: str) -> None:
+        if self.verbosity >= 0:  # the scenario's last line stays
+            self.reporter.rewrite(f"gpucolloc {test}: done in {time.monotonic() - self.began:.0f} s; "
+                                  + self.left().replace(" left", " left of the run", 1), erase=True)
+            self.reporter.write("\n")
+        else:
+            self.reporter.rewrite("", erase=True)
+            self.reporter.write("\r")
+        self.reporter.currentfspath = None  # pytest starts its next result on a fresh line
 
     def set_phase(self, phase: str, rounds=None, ready=(0, 0)) -> None:
         self.phase, self.rounds, self.ready = phase, rounds, ready

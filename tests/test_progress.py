@@ -1,6 +1,11 @@
 """Live progress while scenarios run: real pytest runs (pytester) with real workers on the CPU, and the terminal
 line on a pretend TTY."""
 import io
+import os
+import pty
+import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -33,7 +38,8 @@ def progress_lines(result) -> list[str]:
 
 
 def test_a_log_gets_one_line_per_phase_and_fewer_with_q(pytester, suite):
-    result = pytester.runpytest(*ARGS)
+    # a pytest of its own: its output capture (fd) is on while the scenarios run, as in a user's run
+    result = pytester.runpytest_subprocess(*ARGS)
     result.assert_outcomes(passed=2)
     lines = progress_lines(result)
     assert "\r" not in result.stdout.str()  # a log: no carriage-return spinner
@@ -46,7 +52,7 @@ def test_a_log_gets_one_line_per_phase_and_fewer_with_q(pytester, suite):
     assert len(lines) == len(set(lines))  # one line per phase change, none repeated
 
     # -q: one line per scenario; the second run goes by the first one's times (pytest's cache)
-    quiet = progress_lines(pytester.runpytest(*ARGS, "-q"))
+    quiet = progress_lines(pytester.runpytest_subprocess(*ARGS, "-q"))
     assert [line.split("::")[0] for line in quiet] == ["gpucolloc [1/2] test_scenarios.py",
                                                        "gpucolloc [2/2] test_scenarios.py"]
     assert all(" s left]" in line and "never timed" not in line for line in quiet), quiet
@@ -58,12 +64,36 @@ def test_xdist_workers_write_no_progress(pytester, suite):
     assert progress_lines(result) == []
 
 
+def test_a_real_terminal_shows_the_line_while_a_scenario_runs_and_its_last_line_stays(pytester, suite):
+    """pytest in a pseudo-terminal, its output capture on (as a user runs it): the line is rewritten in place while
+    the scenario runs (found on an H200: it went into the test's captured output and was never seen)."""
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "pytest", *ARGS, "-p", "no:cacheprovider"], cwd=pytester.path,
+                               env={**os.environ, "COLUMNS": "250"}, stdin=secondary, stdout=secondary, stderr=secondary, close_fds=True)
+    os.close(secondary)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # the terminal closed: pytest exited
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(primary)
+    assert process.wait(timeout=60) == 0, seen.decode(errors="replace")[-3000:]
+    text = seen.decode(errors="replace")
+    assert re.search(r"\rgpucolloc \[1/2\] test_scenarios.py::test_tiny\[cpu-naive-1\]: .*round \d of 2", text), text[-3000:]
+    assert re.search(r"gpucolloc test_scenarios.py::test_tiny\[cpu-naive-2\]: done in \d+ s", text), text[-3000:]
+
+
 class FakeReporter:
     """pytest's terminal reporter as progress uses it, on a terminal."""
 
     def __init__(self, verbose=0, isatty=True):
         self.isatty, self.out, self.currentfspath = isatty, io.StringIO(), "test_x.py"
-        self.config = type("Config", (), {"option": type("Option", (), {"verbose": verbose})})()
+        self.config = type("Config", (), {"option": type("Option", (), {"verbose": verbose}),
+                                          "pluginmanager": type("Plugins", (), {"getplugin": lambda self, name: None})()})()
         self._tw = type("Tw", (), {"fullwidth": 200})()
 
     def rewrite(self, line, erase=False):

@@ -1,4 +1,5 @@
-"""The report page (``pytest-gpucolloc report``): the answer first, then the summary table, then the figures.
+"""The report page (``pytest-gpucolloc report``): the answer first, then the summary table and the run warnings,
+then the figures.
 
 The page is small: its figures (``plots``, the same ones ``pytest-gpucolloc plot`` draws) are PNG files beside it in
 ``figures/``, linked, never also embedded; copy the folder as a whole. Sections without content are left out.
@@ -8,11 +9,13 @@ from __future__ import annotations
 import html
 import itertools
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 from . import plots, report
 from .history import History, SavedRun, series_gpu, short_name
 from .modes import MODES
+from .record import ScenarioRecord
 
 # Counts the figures the browser could draw, so that a test (or a reader's console) sees a broken one.
 CHECK = ("<script>addEventListener('load', () => { const images = [...document.images]; "
@@ -24,14 +27,16 @@ STYLE = ("body{font-family:sans-serif;max-width:1150px;margin:auto;padding:0 1em
          "table{border-collapse:collapse;font-size:88%;margin:.5em 0}th,td{border:1px solid #ccc;padding:3px 7px;"
          "text-align:right}th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}"
          "td.best{background:#dff3df;font-weight:bold}td small{color:#555;font-weight:normal}"
-         ".regressed{color:#b00;font-weight:bold}figure{margin:1.2em 0}figcaption{color:#444;font-size:90%}")
+         ".regressed{color:#b00;font-weight:bold}.warned{color:#a60}.warnings th,.warnings td{text-align:left}"
+         "figure{margin:1.2em 0}figcaption{color:#444;font-size:90%}")
 
 
 def _e(text: object) -> str:
     return html.escape(str(text))
 
 
-def _summary_table(rows: list[report.SummaryRow]) -> str:
+def _summary_table(rows: list[report.SummaryRow], warned: Counter) -> str:
+    """``warned``: per row's (jobs, mixed), how many of its scenarios carry run warnings."""
     modes = [mode for mode in MODES if any(mode in row.cells for row in rows)]
     gated = any(row.verdicts for row in rows)  # a gate column only where the runs were gated
     head = "".join(f"<th>{_e(mode)}</th>" for mode in modes)
@@ -52,9 +57,28 @@ def _summary_table(rows: list[report.SummaryRow]) -> str:
         best = _e(row.best) + (f" <small>+{row.margin:.0%} over {_e(ranked[1])}</small>" if row.margin is not None
                                else "")
         verdicts = f"<td>{_verdicts(row.verdicts)}</td>" if gated else ""
-        body.append(f"<tr><td>{_e(row.jobs)}</td>{''.join(cells)}<td>{best}</td>{verdicts}</tr>")
+        n = warned[(row.jobs, row.mixed)]
+        mark = (f" <a class=warned href='#warnings' title='{n} of its scenarios carry run warnings'>&#9888; {n}</a>"
+                if n else "")
+        body.append(f"<tr><td>{_e(row.jobs)}{mark}</td>{''.join(cells)}<td>{best}</td>{verdicts}</tr>")
     return (f"<table class=summary><tr><th>jobs</th>{head}<th>best way to share</th>{'<th>gate</th>' * gated}</tr>"
             + "".join(body) + "</table>")
+
+
+def _warned(entries: Iterable[tuple[str, ScenarioRecord]]) -> Counter:
+    """Per summary row's (jobs, mixed), its scenarios with run warnings (``report.summary`` groups them so)."""
+    return Counter((plots.jobs(s), not s.homogeneous) for _, s in entries if s.warnings)
+
+
+def _warnings(runs: list[SavedRun]) -> str:
+    """What made a scenario's numbers doubtful, as the run said it (``run_warnings``): one row per sentence."""
+    rows = [f"<tr><td>{_e(short_name(name))}</td><td>{_e(run.run_id)}</td><td>{_e(warning)}</td></tr>"
+            for run in runs for name, scenario in run.scenarios.items() for warning in scenario.warnings]
+    if not rows:
+        return ""
+    return ("<h2 id=warnings>Warnings</h2><p>What makes these scenarios' numbers doubtful, as the run warned "
+            "(&#9888; in the summary).</p><table class=warnings><tr><th>scenario</th><th>run</th><th>warning</th>"
+            "</tr>" + "".join(rows) + "</table>")
 
 
 def _verdicts(counts: Counter) -> str:
@@ -98,7 +122,7 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path) -> Path:
         prefix = f"<b>{_e(kind)}:</b> " if len(kinds) > 1 else ""
         body.append(f"<p class=answer>{prefix}{_e(report.answer(rows))}</p>")
         if rows:
-            tables.append((kind, rows))
+            tables.append((kind, rows, _warned(entries)))
     regressed = sum(plots.regressed(s) for entries in kinds.values() for _, s in entries)
     gate_table, regressed_now = _gate_history(loaded) if loaded is not None else ("", 0)
     if regressed or regressed_now:
@@ -108,8 +132,11 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path) -> Path:
         body.append("<h2>Summary</h2><p>Per workload or mix and sharing mode: the speedup (the jobs' progress "
                     "together against one after another) at the number of jobs where it was largest, median of "
                     "the runs there, and the aggregate throughput in samples/s; green: the best way to share.</p>")
-        for kind, rows in tables:
-            body.append((f"<h3>{_e(kind)}</h3>" if len(tables) > 1 else "") + _summary_table(rows))
+        for kind, rows, warned in tables:
+            body.append((f"<h3>{_e(kind)}</h3>" if len(tables) > 1 else "") + _summary_table(rows, warned))
+    warnings = _warnings(runs)
+    if warnings:
+        body.append(warnings)
     if gate_table:
         body.append("<h2>Gate over the stored history</h2>" + gate_table)
     figures = itertools.chain(plots.for_runs(runs), plots.history(loaded) if loaded is not None else [])

@@ -1,5 +1,6 @@
 """``pytest-gpucolloc report``: a page that answers first (the answer, the summary table) and links its figures,
 opened in a real headless browser (Debian's Chromium)."""
+import html
 import json
 import re
 import shutil
@@ -150,3 +151,37 @@ def test_a_mix_whose_mig_layout_fits_has_no_such_cell(tmp_path):
     out = tmp_path / "report"
     assert cli.main(["report", str(run), "--out", str(out)]) == 0
     assert "under mig:" not in (out / "index.html").read_text()
+
+
+def test_a_scenarios_run_warnings_are_marked_in_the_summary_and_listed(tmp_path):
+    data = json.loads(H200_RUN.read_text())
+    warned = next(b for b in data["benchmarks"] if b["name"].startswith("test_mixed"))
+    sentences = ["unstable rounds: aggregate throughput varied 14% (CV) from round to round, above 10%; something "
+                 "else was using the machine, or the rounds are too short: see `pytest-gpucolloc check`, or raise "
+                 "--colloc-round-seconds",
+                 "more workers than CPU cores: 2 workers on 1 cores; they wait for a core, so the numbers measure "
+                 "the CPU rather than the sharing mode (fewer jobs, or a machine with more cores)"]
+    warned["extra_info"]["warnings"] = sentences
+    run = tmp_path / "warned.json"
+    run.write_text(json.dumps(data))
+    out = tmp_path / "report"
+    assert cli.main(["report", str(run), "--out", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    # The summary marks the mix's row (and only it), and links to the list, which comes before the figures.
+    summary = page[page.index("<table class=summary"):]
+    summary = summary[:summary.index("</table>")]
+    marked = [row for row in summary.split("<tr>") if "class=warned" in row]
+    assert len(marked) == 1 and marked[0].startswith("<td>resnet152-imagenet/bs32 + resnet26-cifar10/bs128 <a"), marked
+    assert "href='#warnings'" in marked[0]
+    section = page[page.index("<h2 id=warnings>Warnings</h2>"):]
+    assert page.index("<table class=summary") < page.index("id=warnings") < page.index("<img ")
+    section = section[:section.index("</table>")]
+    for sentence in sentences:  # each sentence on its own row, with the scenario and the run it is from
+        assert (f"<tr><td>{warned['name']}</td><td>warned</td><td>{html.escape(sentence)}</td></tr>"
+                in section), sentence
+    # The same run without warnings: no section, no mark.
+    del warned["extra_info"]["warnings"]
+    run.write_text(json.dumps(data))
+    assert cli.main(["report", str(run), "--out", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert "Warnings" not in page and "class=warned" not in page

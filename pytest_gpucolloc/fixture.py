@@ -20,9 +20,18 @@ from . import benchmark_api, distributed, interleave, measure, progress, record,
 from .device import release
 from .modes import MODES, ModeFailed, ModeUnavailable
 from .modes.sequential import SequentialMode
-from .scenario import Pairing, ScenarioFailed, ScenarioResult, combine_repeats, run_scenario, sequential_of, taken_once
+from .scenario import (
+    Pairing,
+    ScenarioFailed,
+    ScenarioResult,
+    combine_repeats,
+    counted,
+    run_scenario,
+    sequential_of,
+    taken_once,
+)
 from .session import CollocSession, ScenarioContext
-from .workloads import Workload, WorkloadError, as_workloads
+from .workloads import BACK_TO_BACK, Workload, WorkloadError, as_workloads
 
 if TYPE_CHECKING:  # loaded when first used: the gate runs only when asked for
     from . import gate
@@ -66,6 +75,7 @@ class CollocateFixture:
                 reason = self.mode_class().unavailable_reason(context.target)
                 if reason:
                     pytest.skip(f"{self.mode}: {reason}")
+                jobs = self._rates_resolved(jobs, context)
                 alone = self._alone(jobs, context)
                 fresh = False  # measured by this scenario itself: it can be measured again
                 if self.mode_class.alone:
@@ -82,6 +92,7 @@ class CollocateFixture:
                         self.session.baselines.one_job[key] = result
                 ideal = self.session.options.colloc_ideal if ideal is None else ideal
                 self._add_baselines(result, context, ideal)
+                result.serving = self._serving(result, context)
                 verdict = None
                 if context.policy is not None:  # judged while the GPU is held: a disturbed run is measured again
                     result, verdict = self._judge(result, context, jobs if fresh else None, ideal)
@@ -98,7 +109,50 @@ class CollocateFixture:
             pytest.fail(str(exc), pytrace=False)
         if not jobs:
             pytest.fail("collocate() needs at least one workload", pytrace=False)
+        if sum(job.serves for job in jobs) > 1:
+            pytest.fail("collocate() takes one serving job (rate=...) per scenario: its latency is the scenario's "
+                        "to judge", pytrace=False)
         return jobs
+
+    def _capacity(self, job: Workload, context: ScenarioContext) -> ScenarioResult:
+        """The serving job answering back to back, alone on this GPU: the rate it sustains (once per session)."""
+        flat_out = job.at_rate(BACK_TO_BACK)
+        return self._alone([flat_out], context, always=True)[context.settings.adapt(flat_out).key()]
+
+    def _rates_resolved(self, jobs: list[Workload], context: ScenarioContext) -> list[Workload]:
+        """A serving job's ``rate="80%"``: that share of the requests/s it answers back to back alone here."""
+        resolved = []
+        for job in jobs:
+            share = job.share_of_alone
+            if share is not None:
+                worker = self._capacity(job, context).workers[0]
+                per_second = worker.stats.throughput / worker.ready.samples_per_step
+                job = job.at_rate(round(share * per_second, 1))
+                self.session.rates_asked[job.key()] = f"{share:.0%} of {per_second:,.1f}/s alone back to back"
+            resolved.append(job)
+        return resolved
+
+    def _serving(self, result: ScenarioResult, context: ScenarioContext) -> dict | None:
+        """The serving job's latencies, with the same job alone at the same rate (its p99's reference) and how its
+        rate was chosen."""
+        worker = next((w for w in result.workers if w.workload.serves), None)
+        facts = worker.serving if worker is not None else None
+        if worker is None or facts is None:
+            return None
+        alone = self.session.baselines.alone.get((worker.workload.key(), self.session.device().key))
+        alone_facts = alone.workers[0].serving if alone is not None and alone is not result else None
+        facts["workload"] = worker.workload.label
+        facts["rate_asked"] = self.session.rates_asked.get(worker.workload.key())
+        facts["alone_p99_ms"] = (alone_facts or facts)["p99_ms"] if alone is not None else None
+        if facts["p99_ms"] and facts["alone_p99_ms"]:
+            facts["p99_vs_alone"] = facts["p99_ms"] / facts["alone_p99_ms"]
+        training = [w for w in result.workers if not w.workload.serves]
+        kept = [w.stats.throughput / a for w, a in zip(result.workers, result.alone_throughputs or [])
+                if not w.workload.serves and a]
+        facts["training_jobs"] = len(training)
+        facts["training_throughput"] = sum(w.stats.throughput for w in training) if training else None
+        facts["training_kept"] = sum(kept) / len(kept) if training and len(kept) == len(training) else None
+        return facts
 
     def _skip_what_cannot_run_here(self, jobs: list[Workload]) -> None:
         device = self.session.device()
@@ -182,11 +236,13 @@ class CollocateFixture:
     def _adapted(jobs: list[Workload], context: ScenarioContext) -> list[Workload]:
         return [context.settings.adapt(job) for job in jobs]  # what the workers will run (CPU smoke: smaller)
 
-    def _alone(self, jobs: list[Workload], context: ScenarioContext) -> dict[tuple, ScenarioResult]:
+    def _alone(self, jobs: list[Workload], context: ScenarioContext, always: bool = False
+               ) -> dict[tuple, ScenarioResult]:
         """Each distinct job's measurement alone on this GPU: taken once per session, by the first scenario that
-        needs it, and reused by every later one (their speedups, and the sequential mode)."""
+        needs it, and reused by every later one (their speedups, and the sequential mode). ``always``: even with
+        --colloc-alone=off (a serving job's capacity, which its rate depends on)."""
         cache, device = self.session.baselines.alone, self.session.device().key
-        if not self.session.options.colloc_alone and not self.mode_class.alone:
+        if not self.session.options.colloc_alone and not self.mode_class.alone and not always:
             return {}  # --colloc-alone=off: no speedups
         reason = SequentialMode().unavailable_reason(context.target)
         if reason:  # e.g. a GPU in MIG mode: no whole GPU to run a job alone on; speedups stay unknown
@@ -211,8 +267,10 @@ class CollocateFixture:
         result.alone_throughputs = alone
         if MODES[result.mode].alone:
             result.speedup = 1.0
-        else:
-            result.speedup = measure.weighted_speedup([w.stats.throughput for w in result.workers], alone)
+        else:  # of the training jobs: a serving job beside them is judged by its latency (result.serving)
+            training = {id(w) for w in counted(result.workers)}
+            pairs = [(w.stats.throughput, a) for w, a in zip(result.workers, alone) if id(w) in training]
+            result.speedup = measure.weighted_speedup([c for c, _ in pairs], [a for _, a in pairs])
         if want_ideal and result.homogeneous:
             combined = result.workloads[0].with_batch_size(sum(w.batch_size for w in result.workloads))
             key = (combined.key(), device)

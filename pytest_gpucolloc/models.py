@@ -6,6 +6,13 @@ Every workload, built-in or user-supplied, follows one protocol (as TorchBench's
     obj.train_step() -> None       # one optimiser step on `device`
     obj.samples_per_step: int      # optional; defaults to batch_size
 
+A serving job (``Workload(..., rate=...)``) answers requests instead:
+
+    obj.serve_step() -> None       # one request: a forward pass on `batch_size` samples, no gradients
+
+and is built by ``build_serving``; the worker drives both kinds through ``train_step`` (for a serving job, one
+request), so warm-up and CUDA graph capture are the same.
+
 ``Workload(..., cuda_graph=True)`` opts in to CUDA graphs, for built-in and user workloads alike: after
 warm-up ``train_step`` is captured once as a CUDA graph and replayed (``GraphedStep``). A captured step must
 not synchronise with the host, change shapes or do CPU-side work; one that cannot be captured fails with why.
@@ -237,6 +244,73 @@ def build_named(workload: Workload, device: torch.device, image_size: int | None
     return step
 
 
+class ServingStep(TrainingStep):
+    """One request per ``train_step``: the model's forward pass in inference mode (eval, no gradients) on one batch
+    resident on the device, in bf16 when asked (autocast); ``extra_step_every`` as for training (a known
+    slowdown)."""
+
+    def __init__(self, model: nn.Module, inputs: torch.Tensor, device: torch.device, precision: str,
+                 graph_safe: bool = False, extra_step_every: int | None = None):
+        self.model, self.inputs, self.device = model.to(device).eval(), inputs, device
+        self.autocast, self.graph_safe = precision == "bf16", graph_safe
+        self.samples_per_step = inputs.shape[0]
+        self.extra_step_every = extra_step_every
+
+    def forward(self) -> None:
+        with torch.inference_mode(), torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast,
+                                                    cache_enabled=False if self.graph_safe else None):
+            self.model(self.inputs)
+
+    def _step(self) -> None:
+        self.forward()
+
+
+class UserServingStep:
+    """A user's serving object (its ``serve_step()`` answers one request) as the worker drives it."""
+
+    def __init__(self, obj: Any, samples_per_step: int):
+        self.obj, self.samples_per_step = obj, samples_per_step
+
+    def train_step(self) -> None:
+        self.obj.serve_step()
+
+
+def build_serving(workload: Workload, device: torch.device, image_size: int | None = None) -> Any:
+    """The serving object of a serving job (``Workload(..., rate=...)``): one request per ``train_step``."""
+    if workload.is_named:
+        shape = workload.shape
+        if device.type == "cuda":  # one job per process: the flag is the job's
+            torch.backends.cudnn.benchmark = workload.options.get("cudnn_autotune", True)
+        every = workload.options.get("extra_step_every")
+        generator = torch.Generator(device="cpu").manual_seed(0)
+        if isinstance(shape, LanguageModelShape):
+            shape = SMOKE_LANGUAGE_MODEL if image_size is not None else shape  # CPU smoke mode
+            seq_len = workload.tokens_per_sample or shape.seq_len
+            inputs = torch.randint(0, shape.vocab, (workload.batch_size, seq_len), generator=generator).to(device)
+            step = ServingStep(LanguageModel(shape, seq_len), inputs, device, workload.precision, workload.cuda_graph,
+                               None if workload.cuda_graph else every)
+        else:
+            assert shape is not None
+            size = image_size or shape.image_size
+            memory_format = torch.channels_last if device.type == "cuda" else torch.contiguous_format
+            images = torch.randn(workload.batch_size, 3, size, size, generator=generator)
+            model = build_network(shape.arch, shape.num_classes).to(memory_format=memory_format)
+            step = ServingStep(model, images.to(device=device, memory_format=memory_format), device,
+                               workload.precision, workload.cuda_graph, None if workload.cuda_graph else every)
+        if workload.cuda_graph:
+            return GraphedStep(step.forward, step.samples_per_step, every)
+        return step
+    obj = load_factory(workload.model)(
+        batch_size=workload.batch_size, device=device, precision=workload.precision, **workload.options)
+    if not callable(getattr(obj, "serve_step", None)):
+        raise TypeError(f"{workload.model} returned {type(obj).__name__}, which has no serve_step() (a serving job, "
+                        "rate=..., answers one request per serve_step())")
+    samples = getattr(obj, "samples_per_step", workload.batch_size)
+    if workload.cuda_graph:
+        return GraphedStep(obj.serve_step, samples)
+    return UserServingStep(obj, samples)
+
+
 def data_wait_s(step) -> float | None:
     """Seconds the step has waited for its data loader so far; None for a job without one."""
     from .image_data import LoaderFeed
@@ -259,6 +333,8 @@ def build(workload: Workload, device: torch.device, image_size: int | None = Non
     step still has to be captured (``GraphedStep.capture``) before it trains."""
     if workload.cuda_graph and device.type != "cuda":
         raise RuntimeError(f"cuda_graph=True needs a CUDA device; this worker trains on {device.type}")
+    if workload.serves:
+        return build_serving(workload, device, image_size)
     if workload.is_named:
         return build_named(workload, device, image_size)
     step = load_factory(workload.model)(

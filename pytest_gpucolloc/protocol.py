@@ -110,12 +110,16 @@ class Result:
     peak_memory_bytes: int | None = None  # PyTorch's peak of allocated tensors
     reserved_memory_bytes: int | None = None  # what PyTorch's allocator held at the end of measurement
     data_wait_s: list[float] | None = None  # per round: time spent waiting for the data loader (loader jobs)
+    # per round, a serving job's request latencies (an encoded HDR histogram) and queue at its end (serving.py)
+    latency: list[dict[str, Any]] | None = None
 
 
 def joined(first: Result, more: Result) -> Result:
     """One worker's result over two batches of rounds (the controller asked for more)."""
     waits = None if first.data_wait_s is None or more.data_wait_s is None else first.data_wait_s + more.data_wait_s
-    return dataclasses.replace(more, rounds=list(first.rounds) + list(more.rounds), data_wait_s=waits)
+    latency = None if first.latency is None or more.latency is None else first.latency + more.latency
+    return dataclasses.replace(more, rounds=list(first.rounds) + list(more.rounds), data_wait_s=waits,
+                               latency=latency)
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,14 @@ def _check(event: Ready | Result | Error) -> None:
                 raise ProtocolError("data_wait_s must list one number per round")
             for seconds in event.data_wait_s:
                 _number(seconds, "a round's data wait")
+        if event.latency is not None:
+            from .serving import check_round
+
+            if not isinstance(event.latency, list) or len(event.latency) != len(event.rounds):
+                raise ProtocolError("latency must list one entry per round")
+            for latencies in event.latency:
+                if (problem := check_round(latencies)) is not None:
+                    raise ProtocolError(problem)
 
 
 def decode_event(line: bytes) -> Ready | Result | Error:

@@ -31,6 +31,13 @@ read only the ``ScenarioRecord`` it returns.
                          measurement taken once in the session: "alone" for sequential scenarios and one job under
                          naive, "mps" for one mps-partitioned client; its fixed_cost_s and wall_s are 0)
     gate                 the gate's verdict when the run was gated, else absent
+    serving              a scenario with a serving job (Workload(..., rate=...)): its request latencies over the whole
+                         measurement (p50_ms, p90_ms, p99_ms, p999_ms, max_ms, requests, round_p99_ms, the encoded HDR
+                         histogram), offered_rps and achieved_rps, backlog per round and unserved at the end,
+                         saturated (and why), rate_asked, alone_p99_ms and p99_vs_alone (the job alone at the same
+                         rate), training_jobs, training_throughput and training_kept (their mean share of their
+                         alone throughput); the aggregate and speedup then count the training jobs only. Absent
+                         otherwise, and before 2026-12-03
     warnings             what makes its numbers doubtful, one sentence each (run_warnings.py): unstable rounds,
                          more workers than CPU cores, an impossible speedup, xdist on one machine, a gate that
                          cannot resolve its threshold; absent before 2026-12-03
@@ -66,11 +73,11 @@ LAUNCH_BOUND_SM_ACTIVITY = 50.0
 _WORKER_FIELDS = ("workload", "params", "throughput", "round_throughputs", "cv", "step_time_median_s",
                   "step_time_cv", "measured_s", "peak_memory_bytes", "reserved_memory_bytes", "device_memory_bytes",
                   "cpus", "pid", "startup_s", "startup_phases_s", "cuda_visible_devices", "device_uuid_seen",
-                  "gpm_of_its_mig_instance", "alone_throughput", "tokens_per_s", "data_wait_share")
+                  "gpm_of_its_mig_instance", "alone_throughput", "tokens_per_s", "data_wait_share", "serving")
 _SCENARIO_FIELDS = ("mode", "device", "gpu", "workloads", "n_workers", "aggregate_round_throughputs", "repeats",
                     "aggregate_throughput", "aggregate_cv", "speedup_vs_sequential", "ideal_throughput",
                     "efficiency", "cpu_affinity", "samples_per_joule", "throttled", "foreign_pids", "telemetry",
-                    "gate", "workers", "measurement", "warnings")
+                    "gate", "workers", "measurement", "warnings", "serving")
 
 
 class RecordError(ValueError):
@@ -117,6 +124,7 @@ class ScenarioRecord:
     repeats: tuple[tuple[float, ...], ...] = ()  # rounds of each fresh-process repeat; one entry without repeats
     measurement: dict = field(default_factory=dict)  # fixed_cost_s, rounds, stopped (absent before 2026-12-01)
     warnings: tuple[str, ...] = ()  # what makes its numbers doubtful (absent before 2026-12-03)
+    serving: dict | None = None  # a serving job's latencies beside training neighbours (absent before 2026-12-03)
 
     @property
     def config(self) -> dict:
@@ -204,6 +212,7 @@ def write(result, gate: Verdict | dict | None = None) -> dict[str, Any]:
         "warnings": list(result.warnings),
         "workers": [{**_write_worker(w), "alone_throughput": alone} for w, alone in
                     zip(result.workers, result.alone_throughputs or [None] * len(result.workers))],
+        "serving": result.serving,
     }
     if gate is not None:
         info["gate"] = gate if isinstance(gate, dict) else gate.to_dict()  # a dict: a saved verdict, written again
@@ -230,6 +239,7 @@ def _write_worker(worker) -> dict[str, Any]:
         "device_uuid_seen": ready.device_uuid,
         "gpm_of_its_mig_instance": worker.instance_metrics,
         "mode_facts": dict(worker.mode_facts),
+        "serving": worker.serving,
     }
 
 
@@ -350,20 +360,26 @@ _GATE = _object({"verdict": _text, "reason": _text, "baseline": _finite, "curren
                  "noise": _object({"shares": _object(values=_optional(_finite)), "dominant": _text, "lever": _text})})
 _MODE_FACTS = _object({"mig_layout": _list(_object())})
 _PARAMS = _object({"model": _text, "options": _object(), "mig": _text, "cuda_graph": _flag, "batch_size": _count})
+_SERVING = _object({  # a serving job's numbers (serving.summary; fixture._serving adds the rest)
+    "rate": _scalar, "offered_rps": _finite, "achieved_rps": _finite, "requests": _count, "p50_ms": _finite,
+    "p90_ms": _finite, "p99_ms": _finite, "p999_ms": _finite, "max_ms": _finite,
+    "round_p99_ms": _list(_optional(_finite)), "backlog": _list(_count), "unserved": _count, "saturated": _flag,
+    "why": _text, "histogram": _text, "workload": _text, "rate_asked": _text, "alone_p99_ms": _finite,
+    "p99_vs_alone": _finite, "training_jobs": _count, "training_throughput": _finite, "training_kept": _finite})
 _WORKER = {  # field -> check, for the fields a reader uses (None: absent)
     "params": _PARAMS, "throughput": lambda v, what: _finite(v, what, positive=True),
     "round_throughputs": _list(_finite), "cv": _finite, "step_time_median_s": _finite, "step_time_cv": _finite,
     "measured_s": _finite, "peak_memory_bytes": _count, "reserved_memory_bytes": _count,
     "device_memory_bytes": _count, "cpus": _list(_count), "pid": _count, "startup_s": _finite,
     "startup_phases_s": _object(values=_finite), "cuda_visible_devices": _text, "device_uuid_seen": _text,
-    "alone_throughput": _finite, "tokens_per_s": _finite, "data_wait_share": _finite,
+    "alone_throughput": _finite, "tokens_per_s": _finite, "data_wait_share": _finite, "serving": _SERVING,
 }
 _SCENARIO = {
     "gpu": _GPU, "device": _text, "n_workers": _count, "aggregate_throughput": _finite, "aggregate_cv": _finite,
     "speedup_vs_sequential": _finite, "ideal_throughput": _finite, "efficiency": _finite,
     "samples_per_joule": _finite, "throttled": _flag, "foreign_pids": _list(_count), "telemetry": _list(_PHASE),
     "cpu_affinity": _text, "cpu_placement": _text, "gate": _GATE, "measurement": _MEASUREMENT,
-    "warnings": _list(_text),
+    "warnings": _list(_text), "serving": _SERVING,
 }
 
 
@@ -499,4 +515,5 @@ def read(info: Any) -> ScenarioRecord:
         mode_facts=_MODE_FACTS(facts, "mode_facts"),
         measurement=checked["measurement"] or {},
         warnings=tuple(checked["warnings"] or ()),
+        serving=checked["serving"],
     )

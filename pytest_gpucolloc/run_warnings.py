@@ -50,6 +50,10 @@ def of(result, verdict: Verdict | None = None, cores: int | None = None, paralle
     if parallel > 1 and result.device == "cpu":
         found.append(f"{parallel} xdist workers measure at once on this machine's CPU: each disturbs the others' "
                      "numbers, the jobs alone included; run without -n (or with one GPU per xdist worker)")
+    serving = getattr(result, "serving", None) or {}
+    if serving.get("saturated"):
+        found.append(f"saturated service: {serving.get('why')}; lower its rate (e.g. rate=\"80%\" of what it "
+                     "answers back to back alone)")
     lever = ((verdict.noise if verdict else None) or {}).get("lever") or ""
     if "cannot be gated" in lever:
         found.append(f"the gate cannot resolve its threshold here: {lever}")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -74,6 +75,18 @@ class MeasuredWorker:
         return None if waits is None else sum(waits) / sum(seconds for seconds, _ in self.result.rounds)
 
     @property
+    def serving(self) -> dict | None:
+        """A serving job's latencies and rates (``serving.summary``); None for a training job."""
+        if not self.workload.serves or self.result.latency is None:
+            return None
+        from . import serving
+
+        rate = self.workload.rate
+        assert rate is not None
+        return serving.summary(rate, rate if isinstance(rate, (int, float)) else None, self.result.rounds,
+                               self.result.latency, self.ready.samples_per_step)
+
+    @property
     def instance_metrics(self) -> dict | None:
         """GPM metrics of this worker's own MIG instance."""
         gi = self.mode_facts.get("gpu_instance_id")
@@ -100,6 +113,7 @@ class ScenarioResult:
     measurement: dict = field(default_factory=dict)  # how it was measured: fixed cost, rounds, why it stopped
     extra_phases: list[dict] = field(default_factory=list)  # telemetry of the repeats after the first
     warnings: list[str] = field(default_factory=list)  # what makes its numbers doubtful (run_warnings.py)
+    serving: dict | None = None  # the serving job's latencies, beside its numbers alone (fixture._serving)
 
     @property
     def aggregate_throughput(self) -> float:
@@ -145,14 +159,24 @@ class ScenarioResult:
         return len({w.key() for w in self.workloads}) == 1
 
 
+def counted(workers: list[MeasuredWorker]) -> list[MeasuredWorker]:
+    """The workers whose samples make a scenario's aggregate throughput and speedup: its training jobs; a serving
+    job beside them is judged by its latency instead (``ScenarioResult.serving``). Alone, a serving job's answered
+    samples are the aggregate."""
+    training = [w for w in workers if not w.workload.serves]
+    return training or workers
+
+
 def combine_repeats(results: list[ScenarioResult]) -> ScenarioResult:
     """One result of a scenario whose workers were started several times afresh: every repeat's rounds are
     kept (``repeats``); each worker's statistics cover all its repeats; start-up facts are the first repeat's."""
     first = results[0]
     if len(results) == 1:
         return first
-    workers = [dataclasses.replace(worker, stats=measure.WorkerStats(
-        [r for result in results for r in result.workers[i].stats.rounds], worker.stats.samples_per_step))
+    workers = [dataclasses.replace(
+        worker, stats=measure.WorkerStats([r for result in results for r in result.workers[i].stats.rounds],
+                                          worker.stats.samples_per_step),
+        result=functools.reduce(protocol.joined, [result.workers[i].result for result in results]))
         for i, worker in enumerate(first.workers)]
     return dataclasses.replace(
         first, workers=workers, aggregate_rounds=[x for result in results for x in result.aggregate_rounds],
@@ -180,7 +204,7 @@ def sequential_of(alone: list[ScenarioResult]) -> ScenarioResult:
     facts = [result.measurement for result in alone]
     return ScenarioResult(
         SequentialMode.name, [w.workload for w in workers], workers=workers,
-        aggregate_rounds=measure.sequential_aggregate([w.stats for w in workers]), device=alone[0].device,
+        aggregate_rounds=measure.sequential_aggregate([w.stats for w in counted(workers)]), device=alone[0].device,
         cpu_note="; ".join(dict.fromkeys(r.cpu_note for r in alone)), mode_facts=dict(alone[0].mode_facts),
         gpu=alone[0].gpu,
         extra_phases=[phase for r in alone for phase in r.extra_phases],
@@ -327,10 +351,10 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
 
     if prov.one_at_a_time:
         workers = [by_key[w.key()] for w in workloads]
-        aggregate = measure.sequential_aggregate([r.stats for r in workers])
+        aggregate = measure.sequential_aggregate([r.stats for r in counted(workers)])
     else:
         workers = records
-        aggregate = measure.concurrent_aggregate([r.stats for r in workers])
+        aggregate = measure.concurrent_aggregate([r.stats for r in counted(workers)])
     gpu = {"index": target.gpu.index, "uuid": target.gpu.uuid, "name": target.gpu.name,
            **machine.bounding(target.gpu)} if target.gpu else None
     measurement = {"fixed_cost_s": sum(p["fixed_cost_s"] for p in phases), "rounds": len(aggregate),

@@ -91,6 +91,7 @@ class CollocSession:
         self.forwarded: list[tuple[str, dict]] = []  # what the controller received
         self.baselines = Baselines()
         self.alone_measured: list[tuple[str, ScenarioResult]] = []  # (test that needed it, the job alone)
+        self.rates_asked: dict[tuple, str] = {}  # serving job key -> how its rate was chosen
         self.seconds: dict[str, float] = {}  # test id -> how long its scenario took (kept for the next run's estimate)
         self._device: DeviceChoice | None = None
         self._settings: Settings | None = None

@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 
-from . import measure, protocol
+from . import measure, protocol, serving
 
 
 def _die_with_parent() -> None:
@@ -213,9 +213,15 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
     import torch
 
     from . import models
+    from .workloads import BACK_TO_BACK, Workload
 
+    rate = Workload.from_dict(spec.workload).rate
+    if isinstance(rate, str) and rate != BACK_TO_BACK:
+        raise ValueError(f"a serving job's rate {rate!r} reached the worker unresolved")
+    requests = None if rate is None else serving.Requests(step.train_step, sync,
+                                                          rate if isinstance(rate, (int, float)) else None)
     cuda = device.type == "cuda"
-    command = _train_until_told(step, channel)  # all workers stay under load until told when to measure
+    command = _train_until_told(step, channel, requests)  # all workers stay under load until told when to measure
     while not isinstance(command, protocol.Stop):
         if isinstance(command, protocol.Idle):  # leave the device alone until the next command
             sync()
@@ -223,20 +229,32 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
             continue
         if not isinstance(command, protocol.Measure):
             raise protocol.ProtocolError(f"unexpected command {command!r}")
-        rounds, waits = measure_rounds(step, sync, command, ready.samples_per_step,
-                                       lambda: models.data_wait_s(step))
-        channel.send(protocol.Result(rounds=rounds, data_wait_s=waits,
+        latency = None
+        if requests is not None:
+            rounds, latency = serving.serve_rounds(requests, command.start, command.round_s, command.rounds,
+                                                   ready.samples_per_step)
+            waits = None
+        else:
+            rounds, waits = measure_rounds(step, sync, command, ready.samples_per_step,
+                                           lambda: models.data_wait_s(step))
+        channel.send(protocol.Result(rounds=rounds, data_wait_s=waits, latency=latency,
                                      peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
                                      reserved_memory_bytes=torch.cuda.memory_reserved(device) if cuda else None))
         # Unmeasured: keep the load on until every worker has finished measuring and the controller decides.
-        command = _train_until_told(step, channel)
+        command = _train_until_told(step, channel, requests)
     return 0
 
 
-def _train_until_told(step, channel: Channel) -> protocol.Command:
+def _train_until_told(step, channel: Channel, requests: serving.Requests | None = None) -> protocol.Command:
+    """Train (or serve requests at the job's rate, on a schedule of its own) until a command arrives."""
     command = None
+    if requests is not None:
+        requests.restart(time.monotonic())
     while command is None:
-        step.train_step()
+        if requests is not None:
+            requests.serve_one()
+        else:
+            step.train_step()
         command = channel.poll()
     return command
 

@@ -43,6 +43,7 @@ NAMED_WORKLOADS: dict[str, ModelShape | LanguageModelShape] = {
     "resnet26-cifar10": ModelShape("resnet26", 32, 10, "CIFAR-10 (3x32x32)"),
     "resnet50-imagenet64": ModelShape("resnet50", 64, 1000, "ImageNet 64px (3x64x64)"),
     "resnet152-imagenet": ModelShape("resnet152", 224, 1000, "ImageNet (3x224x224)"),
+    "resnet50-imagenet224": ModelShape("resnet50", 224, 1000, "ImageNet (3x224x224)"),
     "gpt2-small": LanguageModelShape(layers=12, d_model=768, heads=12, vocab=50257, seq_len=1024),
     "gpt-mini": LanguageModelShape(layers=6, d_model=512, heads=8, vocab=50257, seq_len=512),
 }
@@ -65,6 +66,9 @@ DATA_SOURCES = ("synthetic", "loader")
 MAX_LOADER_WORKERS = 64
 MAX_OPTIONS_BYTES = 1 << 16  # a user factory's options travel to the worker as JSON
 MAX_OPTION_DEPTH = 32
+BACK_TO_BACK = "max"  # a serving job's rate: each request as soon as the one before it has been answered
+MAX_RATE = 1e6  # requests per second
+_SHARE_OF_ALONE = re.compile(r"^(\d+(\.\d+)?)%$")
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
@@ -89,6 +93,11 @@ class Workload:
     profile (``"1g.18gb"`` or ``"1g"``); ``options`` go to a user factory as keyword arguments.
     ``cuda_graph=True`` captures the whole training step once, after warm-up, as a CUDA graph and replays it:
     the CPU no longer issues every kernel, which removes launch-bound jobs' noise at its source.
+    ``rate`` makes it a serving job instead of a training one: inference requests of ``batch_size`` samples
+    (the model's forward pass, no gradients) arrive at ``rate`` requests per second, open loop (an arrival never
+    waits for an answer, so a queue shows in the latency, counted from each request's scheduled arrival);
+    ``rate="max"`` sends each request when the one before it is answered; ``rate="80%"`` is that share of the
+    rate the job sustains back to back alone on this GPU (measured once per session). See ``serving.py``.
     ``data="loader"`` (built-in image workloads) feeds every step from a ``torch.utils.data.DataLoader`` with
     ``loader_workers`` processes decoding and augmenting JPEG images on the CPU, instead of one synthetic batch
     resident on the device.
@@ -104,6 +113,7 @@ class Workload:
     cuda_graph: bool = False
     data: str = "synthetic"
     loader_workers: int = 4  # the paper's jobs used 4; only with data="loader"
+    rate: float | str | None = None  # a serving job: requests/s, "max" (back to back) or "NN%" of "max" alone
 
     def __post_init__(self) -> None:
         name = self.model.strip() if isinstance(self.model, str) else self.model
@@ -145,6 +155,7 @@ class Workload:
             raise WorkloadError(f"data='loader' feeds the built-in image workloads "
                                 f"({', '.join(n for n, s in NAMED_WORKLOADS.items() if isinstance(s, ModelShape))}); "
                                 f"{name} brings its own data")
+        self._check_rate()
         if not isinstance(self.options, Mapping) or not all(isinstance(k, str) for k in self.options):
             raise WorkloadError("options must be a mapping with string keys")
         for key, value in self.options.items():
@@ -164,6 +175,36 @@ class Workload:
             if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
                 raise WorkloadError(f"extra_step_every must be a positive integer, got {every!r}")
         object.__setattr__(self, "options", dict(self.options))
+
+    def _check_rate(self) -> None:
+        rate = self.rate
+        if rate is None or rate == BACK_TO_BACK:
+            pass
+        elif isinstance(rate, str):
+            share = _SHARE_OF_ALONE.match(rate.strip())
+            if not share or not 0 < float(share.group(1)) <= 100:
+                raise WorkloadError(f"rate must be requests per second, {BACK_TO_BACK!r} (back to back) or a share "
+                                    f"of that like '80%' (above 0, at most 100%), got {rate!r}")
+            object.__setattr__(self, "rate", rate.strip())
+        elif isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= MAX_RATE:
+            raise WorkloadError(f"rate must be a number of requests per second above 0 and at most {MAX_RATE:g}, "
+                                f"got {rate!r}")
+        if rate is not None and self.data == "loader":
+            raise WorkloadError("a serving job (rate=...) takes its requests from memory, not a data loader")
+
+    @property
+    def serves(self) -> bool:
+        """A serving job (inference requests at a rate), not a training one."""
+        return self.rate is not None
+
+    @property
+    def share_of_alone(self) -> float | None:
+        """``rate="80%"``: 0.8 of the rate the job sustains back to back alone; else None."""
+        share = _SHARE_OF_ALONE.match(self.rate) if isinstance(self.rate, str) else None
+        return float(share.group(1)) / 100 if share else None
+
+    def at_rate(self, rate: float | str) -> Workload:
+        return dataclasses.replace(self, rate=rate)
 
     @property
     def is_named(self) -> bool:
@@ -194,6 +235,8 @@ class Workload:
             text += f"/loader{self.loader_workers}"
         if self.options.get("cudnn_autotune") is False:
             text += "/cudnn-heuristics"
+        if self.serves:
+            text += "/serve-" + (f"{self.rate:g}rps" if isinstance(self.rate, (int, float)) else str(self.rate))
         return text
 
     @property
@@ -207,7 +250,9 @@ class Workload:
 
     def key(self) -> tuple:
         """Identity of the training job itself (what it computes), without sharing limits."""
-        key = (self.model, self.batch_size, self.precision, _canonical(self.options), self.cuda_graph)
+        key: tuple = (self.model, self.batch_size, self.precision, _canonical(self.options), self.cuda_graph)
+        if self.serves:
+            key += (("rate", self.rate),)
         return key + (("loader", self.loader_workers),) if self.uses_loader else key
 
     def with_batch_size(self, batch_size: int) -> Workload:
@@ -218,6 +263,8 @@ class Workload:
         data["options"] = dict(self.options)
         if not self.uses_loader:  # a synthetic job is saved as it was before loaders existed
             del data["data"], data["loader_workers"]
+        if not self.serves:  # a training job is saved as it was before serving jobs existed
+            del data["rate"]
         return data
 
     @classmethod

@@ -1,0 +1,157 @@
+"""A serving job's requests and their latencies (``Workload(..., rate=...)``).
+
+Worker side (``Requests``, ``serve_rounds``): requests arrive every 1/rate seconds on a fixed schedule, open loop: an
+arrival never waits for an answer, so when the job falls behind a queue builds and shows in the latency, which is
+counted from each request's *scheduled* arrival to its answer (a device synchronisation), not from when the job got
+to it (the coordinated-omission trap). ``rate="max"`` sends each request when the one before it is answered. Every
+latency goes into an HDR histogram (``hdrhistogram``: 1 us to an hour, 3 significant digits, nothing dropped), one per
+round, sent to the controller encoded. Requests still queued when the measurement ends are counted at the wait they
+had so far (a lower bound), never left out.
+
+Controller side (``summary``): the rounds' histograms merged into the job's percentiles, achieved rate, queue, and
+whether the rate was more than the job could serve (``saturated``: the queue grew instead of draining).
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+LOWEST_US, HIGHEST_US, DIGITS = 1, 3_600_000_000, 3
+MAX_ENCODED = 1 << 16  # one round's encoded histogram, at most (a few hundred bytes in practice)
+SPIN_S = 0.001  # the last millisecond before an arrival is waited for by spinning: sleep wakes late
+# Saturated: at the end of the measurement more requests wait than arrive in this long (and at least a few): the
+# queue grew instead of draining, and the percentiles describe how long the run lasted, not the job.
+SATURATED_BACKLOG_S, SATURATED_MIN_REQUESTS = 0.25, 5
+
+
+def new_histogram() -> HdrHistogram:
+    return HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS)
+
+
+def record(histogram: HdrHistogram, seconds: float) -> None:
+    histogram.record_value(min(max(round(seconds * 1e6), LOWEST_US), HIGHEST_US))
+
+
+class Requests:
+    """The request schedule of one serving job; ``serve_one`` answers the next request and returns its latency."""
+
+    def __init__(self, step: Callable[[], None], sync: Callable[[], None], rate: float | None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.step, self.sync, self.clock = step, sync, clock
+        self.interval = 1.0 / rate if rate else None  # None: back to back
+        self.restart(clock())
+
+    def restart(self, start: float) -> None:
+        """A new schedule from ``start``: the first request arrives then, with nobody queued before it."""
+        self.start, self.answered = start, 0
+
+    def next_arrival(self) -> float:
+        return self.start + self.answered * self.interval if self.interval else self.clock()
+
+    def backlog(self, now: float) -> int:
+        """Requests that have arrived by ``now`` and not been answered (0 back to back)."""
+        if not self.interval or now < self.start:
+            return 0
+        return max(math.floor((now - self.start) / self.interval) + 1 - self.answered, 0)
+
+    def wait_until(self, instant: float) -> None:
+        while (left := instant - self.clock()) > 0:
+            if left > SPIN_S:
+                time.sleep(left - SPIN_S)
+
+    def serve_one(self) -> float:
+        arrival = self.next_arrival()
+        self.wait_until(arrival)
+        self.step()
+        self.sync()  # answered: the result is on the host's side of the device
+        self.answered += 1
+        return self.clock() - arrival
+
+
+def serve_rounds(requests: Requests, start: float, round_s: float, rounds: int, samples_per_request: int
+                 ) -> tuple[list[tuple[float, int]], list[dict[str, Any]]]:
+    """Serve from ``start`` (a new schedule) through ``rounds`` rounds sharing the training workers' boundaries:
+    per round (seconds, samples answered), and its latencies (an encoded histogram) and queue at its end."""
+    while requests.next_arrival() < start and requests.clock() < start:  # unmeasured load until the shared start
+        requests.serve_one()  # (a job that has fallen behind its schedule stops at the start all the same)
+    requests.wait_until(start)
+    requests.restart(start)
+    measured: list[tuple[float, int]] = []
+    latencies: list[dict[str, Any]] = []
+    histogram, answered, last = new_histogram(), 0, start
+    boundary = start + round_s
+    while len(measured) < rounds:
+        if requests.next_arrival() < boundary:
+            record(histogram, requests.serve_one())
+            answered += 1
+        else:
+            requests.wait_until(boundary)  # nobody waits: the round ends idle
+        now = requests.clock()
+        if now >= boundary:
+            backlog = requests.backlog(now)
+            if len(measured) == rounds - 1:  # still queued at the end: counted at their wait so far
+                for k in range(requests.answered, requests.answered + backlog):
+                    record(histogram, now - (requests.start + k * (requests.interval or 0.0)))
+            measured.append((now - last, answered * samples_per_request))
+            latencies.append({"histogram": histogram.encode().decode("ascii"), "backlog": backlog})
+            histogram, answered, last = new_histogram(), 0, now
+            while boundary <= now:
+                boundary += round_s
+    return measured, latencies
+
+
+def decode(encoded: str) -> HdrHistogram:
+    return HdrHistogram.decode(encoded.encode("ascii"))
+
+
+def check_round(entry: Any) -> str | None:
+    """What is wrong with one round's latency entry from a worker, or None."""
+    if not isinstance(entry, dict) or set(entry) != {"histogram", "backlog"}:
+        return f"a round's latencies must be {{histogram, backlog}}, got {str(entry)[:80]}"
+    encoded, backlog = entry["histogram"], entry["backlog"]
+    if not isinstance(encoded, str) or len(encoded) > MAX_ENCODED:
+        return "a round's latency histogram must be encoded text of at most 64 KiB"
+    if isinstance(backlog, bool) or not isinstance(backlog, int) or backlog < 0:
+        return f"a round's backlog must be a whole number of requests, got {str(backlog)[:40]}"
+    try:
+        decode(encoded)
+    except Exception as error:  # whatever the codec raises on bad input
+        return f"a round's latency histogram does not decode ({type(error).__name__})"
+    return None
+
+
+def _ms(histogram: HdrHistogram, percentile: float) -> float | None:
+    return histogram.get_value_at_percentile(percentile) / 1000 if histogram.get_total_count() else None
+
+
+def summary(rate: float | str, offered_rps: float | None, rounds: Sequence[tuple[float, int]],
+            latencies: Sequence[dict[str, Any]], samples_per_request: int) -> dict[str, Any]:
+    """The serving job's numbers for the record: percentiles over every request of the measurement, each round's
+    p99 (the run's own spread), rates, queue, and ``saturated`` with why."""
+    merged = new_histogram()
+    round_p99: list[float | None] = []
+    for entry in latencies:
+        histogram = decode(entry["histogram"])
+        merged.add(histogram)
+        round_p99.append(_ms(histogram, 99))
+    seconds = sum(s for s, _ in rounds)
+    answered = sum(samples for _, samples in rounds) / samples_per_request
+    achieved = answered / seconds if seconds > 0 else 0.0
+    unserved = latencies[-1]["backlog"] if latencies else 0
+    facts: dict[str, Any] = {
+        "rate": rate, "offered_rps": offered_rps, "achieved_rps": achieved, "requests": merged.get_total_count(),
+        "p50_ms": _ms(merged, 50), "p90_ms": _ms(merged, 90), "p99_ms": _ms(merged, 99),
+        "p999_ms": _ms(merged, 99.9), "max_ms": merged.get_max_value() / 1000 if merged.get_total_count() else None,
+        "round_p99_ms": round_p99, "backlog": [entry["backlog"] for entry in latencies], "unserved": unserved,
+        "saturated": False, "histogram": merged.encode().decode("ascii") if merged.get_total_count() else None,
+    }
+    if offered_rps and unserved > max(SATURATED_MIN_REQUESTS, SATURATED_BACKLOG_S * offered_rps):
+        facts["saturated"] = True
+        facts["why"] = (f"{offered_rps:,.0f} requests/s is more than it serves: the queue grew to {unserved:,} "
+                        f"requests ({unserved / offered_rps:.1f} s of arrivals) by the end, while it answered "
+                        f"{achieved:,.0f}/s; its latency percentiles measure the queue, not the job")
+    return facts

@@ -1,0 +1,146 @@
+"""Serving jobs (Workload(..., rate=...)): open-loop requests whose latency counts from the scheduled arrival, every
+latency kept, a rate the job cannot serve said as such, and one record holding the service's percentiles beside its
+training neighbours' throughput. Real workers on the CPU through pytester; the schedule on a pretend clock."""
+import json
+
+import pytest
+
+from pytest_gpucolloc import serving
+from pytest_gpucolloc.workloads import Workload, WorkloadError
+from tiny_workload import SOURCE as TINY_SOURCE
+
+SERVE_SOURCE = '''
+import time
+import torch
+
+
+class Service:
+    """A user's own serving step: one request is a forward pass (and a fixed 2 ms of work)."""
+
+    def __init__(self, batch_size):
+        self.samples_per_step = batch_size
+        self.model = torch.nn.Linear(8, 2)
+        self.x = torch.randn(batch_size, 8)
+
+    def serve_step(self):
+        with torch.inference_mode():
+            self.model(self.x)
+        time.sleep(0.002)
+
+
+def factory(batch_size, device, precision="fp32"):
+    return Service(batch_size)
+'''
+
+SCENARIOS = '''
+import pytest
+from pytest_gpucolloc import Workload
+
+pytestmark = pytest.mark.gpucolloc_quick
+SERVE = Workload("serve_workload:factory", batch_size=2, rate="50%")
+
+@pytest.mark.parametrize("neighbours", [0, 1])
+def test_service(collocate, neighbours):
+    collocate([SERVE] + [Workload("tiny_workload:factory", batch_size=4)] * neighbours)
+
+def test_flooded(collocate):
+    collocate([Workload("serve_workload:factory", batch_size=2, rate=100000)])
+'''
+ARGS = ["--gpu-mode=naive", "--colloc-device=cpu", "--colloc-rounds=3", "--colloc-round-seconds=0.3",
+        "--colloc-warmup-seconds=0.2", "-p", "no:cacheprovider"]
+
+
+class Clock:
+    """A pretend clock: a request takes ``service`` seconds, and waiting moves time along."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        self.now += 1e-9
+        return self.now
+
+
+def test_latency_counts_from_the_scheduled_arrival_so_a_queue_shows():
+    """Requests every second, each taking 2.5 s: the job falls behind and each answer is later than the one before.
+    Timed from when the job got to a request (coordinated omission), every latency would read 2.5 s."""
+    clock = Clock()
+    requests = serving.Requests(lambda: setattr(clock, "now", clock.now + 2.5), lambda: None, rate=1.0, clock=clock)
+    latencies = [requests.serve_one() for _ in range(4)]
+    assert latencies == pytest.approx([2.5, 4.0, 5.5, 7.0], abs=1e-6)
+    assert requests.backlog(clock.now) == 7  # by t=10 requests 0-10 have arrived (11), 4 are answered
+
+
+def test_back_to_back_has_no_queue():
+    clock = Clock()
+    requests = serving.Requests(lambda: setattr(clock, "now", clock.now + 0.01), lambda: None, rate=None, clock=clock)
+    assert [requests.serve_one() for _ in range(3)] == pytest.approx([0.01] * 3, abs=1e-6)
+    assert requests.backlog(clock.now) == 0
+
+
+@pytest.mark.parametrize("rate", [0, -5, True, "fast", "0%", "150%", 1e9])
+def test_a_rate_that_means_nothing_is_refused(rate):
+    with pytest.raises(WorkloadError, match="rate must be"):
+        Workload("resnet50-imagenet224", rate=rate)
+
+
+def test_a_serving_job_is_labelled_and_saved_with_its_rate_and_a_training_job_as_before():
+    job = Workload("resnet50-imagenet224", batch_size=4, precision="bf16", rate="80%")
+    assert job.label == "resnet50-imagenet224/bs4/bf16/serve-80%" and job.share_of_alone == 0.8
+    assert Workload.from_dict(job.to_dict()) == job
+    assert "rate" not in Workload("resnet26").to_dict()
+
+
+@pytest.fixture
+def suite(pytester):
+    pytester.makepyfile(tiny_workload=TINY_SOURCE, serve_workload=SERVE_SOURCE, test_scenarios=SCENARIOS)
+
+
+def _records(path):
+    data = json.loads(path.read_text())
+    return {bench["name"]: bench["extra_info"] for bench in data["benchmarks"]}
+
+
+def test_a_service_beside_training_records_its_percentiles_and_what_training_kept(pytester, suite):
+    out = pytester.path / "run.json"
+    result = pytester.runpytest_subprocess(*ARGS, f"--benchmark-json={out}", "-k", "service")
+    result.assert_outcomes(passed=2)
+    records = _records(out)
+    alone, beside = records["test_service[cpu-naive-0]"]["serving"], records["test_service[cpu-naive-1]"]["serving"]
+    for facts in (alone, beside):
+        assert 0 < facts["p50_ms"] <= facts["p90_ms"] <= facts["p99_ms"] <= facts["p999_ms"] <= facts["max_ms"]
+        assert facts["rate_asked"].startswith("50% of ") and facts["offered_rps"] > 0
+        assert facts["achieved_rps"] == pytest.approx(facts["offered_rps"], rel=0.2)  # it keeps up at half its rate
+        assert not facts["saturated"] and facts["requests"] >= 3
+        assert len(facts["round_p99_ms"]) == 3 and serving.decode(facts["histogram"]).get_total_count() \
+            == facts["requests"]
+    assert alone["training_jobs"] == 0 and beside["training_jobs"] == 1
+    assert beside["alone_p99_ms"] == alone["p99_ms"] and beside["p99_vs_alone"] > 0
+    assert 0 < beside["training_kept"]
+    # the scenario's aggregate is its training job's samples, not the service's
+    trainer = records["test_service[cpu-naive-1]"]["workers"][1]
+    assert records["test_service[cpu-naive-1]"]["aggregate_throughput"] == pytest.approx(
+        trainer["throughput"], rel=0.05)
+
+
+def test_a_rate_the_job_cannot_serve_is_said_to_be_saturated_with_how_far_the_queue_grew(pytester, suite):
+    out = pytester.path / "run.json"
+    result = pytester.runpytest_subprocess(*ARGS, f"--benchmark-json={out}", "-k", "flooded")
+    result.assert_outcomes(passed=1)
+    facts = _records(out)["test_flooded[cpu-naive]"]["serving"]
+    assert facts["saturated"] and facts["unserved"] > 1000 and facts["backlog"] == sorted(facts["backlog"])
+    assert facts["achieved_rps"] < 1000  # what it did answer: far below what was offered
+    assert "more than it serves: the queue grew to" in facts["why"]
+    result.stdout.fnmatch_lines(["*saturated service: 100,000 requests/s is more than it serves*"])
+
+
+def test_one_service_per_scenario(pytester):
+    pytester.makepyfile(test_two='''
+from pytest_gpucolloc import Workload
+
+def test_two(collocate):
+    collocate([Workload("resnet50-imagenet224", rate=10)] * 2)
+''')
+    result = pytester.runpytest_subprocess("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-cpu-full")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*one serving job (rate=...) per scenario*"])

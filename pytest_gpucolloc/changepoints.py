@@ -1,5 +1,5 @@
-"""Level shifts in saved history: per scenario and per physical GPU, where its throughput moved to a new level
-and stayed there.
+"""Level shifts in saved history: per scenario and per physical GPU, where its throughput (or its serving job's p99
+latency, ``metric="p99"``) moved to a new level and stayed there.
 
 Candidates come from ``ruptures`` (PELT over the runs' mean log throughput, a penalty scaled by the series' own
 run-to-run noise); a candidate is kept only where Welch's t-test between the runs since the previous kept
@@ -21,7 +21,7 @@ DEFAULT_MIN_RUNS = 3
 @dataclass(frozen=True)
 class Point:
     run: SavedRun  # one run of the series
-    log_throughput: float
+    log_level: float  # of what the series follows: throughput (samples/s) or p99 latency (ms)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,27 +32,29 @@ class ChangePoint:
     commit: str | None
     driver: str | None
     datetime: str
-    before: float  # samples/s, geometric mean of the level before
+    before: float  # geometric mean of the level before: samples/s, or p99 ms
     after: float
-    change: float  # fraction, + is faster
+    change: float  # fraction: + is faster (p99: + is a higher latency)
     p_value: float  # Welch's t-test between the two levels, the largest with any one run left out
     runs_before: int
     runs_after: int
+    metric: str = "throughput"  # or "p99"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def series(history: History) -> dict[tuple[str, str], list[Point]]:
-    """Each scenario's comparable runs per physical GPU, oldest first (throttled runs and runs that shared the
-    GPU with foreign processes are left out: their level is not the scenario's)."""
+def series(history: History, metric: str = "throughput") -> dict[tuple[str, str], list[Point]]:
+    """Each scenario's comparable runs per physical GPU, oldest first (throttled runs, runs that shared the
+    GPU with foreign processes and, of p99, saturated services are left out: their level is not the scenario's)."""
     found: dict[tuple[str, str], list[Point]] = {}
     for run in history.runs:
         for name in run.scenarios:
-            sample = run.sample(name)
-            if sample is None or sample.throttled or sample.contaminated:
+            sample = run.sample(name, metric)
+            if sample is None or sample.throttled or sample.contaminated or sample.saturated:
                 continue
-            found.setdefault((name, series_gpu(run, run.scenarios[name])), []).append(Point(run, sample.log_mean))
+            level = -sample.log_mean if sample.p99 else sample.log_mean  # a p99 sample holds 1/p99
+            found.setdefault((name, series_gpu(run, run.scenarios[name])), []).append(Point(run, level))
     return found
 
 
@@ -113,8 +115,8 @@ def level_start(values: list[float], alpha: float = DEFAULT_ALPHA, min_runs: int
 
 
 def detect(points: list[Point], scenario: str, gpu: str, alpha: float = DEFAULT_ALPHA,
-           min_runs: int = DEFAULT_MIN_RUNS) -> list[ChangePoint]:
-    values = [p.log_throughput for p in points]
+           min_runs: int = DEFAULT_MIN_RUNS, metric: str = "throughput") -> list[ChangePoint]:
+    values = [p.log_level for p in points]
     kept = shifts(values, alpha, min_runs)
     found = []
     bounds = [0, *kept, len(values)]
@@ -125,18 +127,20 @@ def detect(points: list[Point], scenario: str, gpu: str, alpha: float = DEFAULT_
         found.append(ChangePoint(scenario=scenario, gpu=gpu, run_id=run.run_id, commit=run.commit,
                                  driver=run.machine.get("driver_version"), datetime=run.datetime,
                                  before=level_before, after=level_after, change=level_after / level_before - 1,
-                                 p_value=_robust_p(before, after), runs_before=len(before), runs_after=len(after)))
+                                 p_value=_robust_p(before, after), runs_before=len(before), runs_after=len(after),
+                                 metric=metric))
     return found
 
 
 def find(history: History, scenario: str | None = None, gpu: str | None = None, alpha: float = DEFAULT_ALPHA,
-         min_runs: int = DEFAULT_MIN_RUNS) -> tuple[list[ChangePoint], list[tuple[str, str, int]]]:
-    """Change points of every series (optionally of scenarios whose name contains ``scenario`` and GPUs whose
-    UUID starts with ``gpu``), and every series looked at: (scenario, GPU, number of runs)."""
+         min_runs: int = DEFAULT_MIN_RUNS, metric: str = "throughput"
+         ) -> tuple[list[ChangePoint], list[tuple[str, str, int]]]:
+    """Change points of every series of ``metric`` (optionally of scenarios whose name contains ``scenario`` and
+    GPUs whose UUID starts with ``gpu``), and every series looked at: (scenario, GPU, number of runs)."""
     points, looked = [], []
-    for (name, uuid), runs in series(history).items():
+    for (name, uuid), runs in series(history, metric).items():
         if (scenario and scenario not in name) or (gpu and not uuid.startswith(gpu)):
             continue
         looked.append((name, uuid, len(runs)))
-        points += detect(runs, name, uuid, alpha, min_runs)
+        points += detect(runs, name, uuid, alpha, min_runs, metric)
     return points, looked

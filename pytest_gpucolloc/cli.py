@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from . import __version__, nvml
+from .history import METRICS
 from .modes import MODES
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
@@ -258,7 +259,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
-    from . import compare, gate
+    from . import gate
 
     run = _read_runs([args.run])[0]
     if not run.scenarios:
@@ -266,14 +267,47 @@ def cmd_gate(args) -> int:
     loaded = _history(args.storage)
     policy = _policy(args)
     # Judge the run as the gate would have when it was made: against the runs saved before it.
-    later = {r.run_id for r in loaded.runs if r.datetime >= run.datetime}
-    rows = [compare.Row(name, gate.decide(run.sample(name), loaded.samples(name, exclude={run.run_id} | later),
-                                          policy).to_dict())
-            for name in run.scenarios]
+    excluded = {run.run_id} | {r.run_id for r in loaded.runs if r.datetime >= run.datetime}
+    verdicts = []
+    for name in run.scenarios:
+        verdict = gate.decide(run.sample(name), loaded.samples(name, exclude=excluded), policy)
+        latency = run.sample(name, "p99")
+        if latency is not None:  # a serving job: its p99 latency judged too
+            gate.with_p99(verdict, gate.decide(latency, loaded.samples(name, exclude=excluded, metric="p99"), policy))
+        verdicts.append((name, verdict))
     if args.markdown:  # written first: an output that cannot be written is said before the verdicts
-        _write(args.markdown, compare.render(rows, "markdown", f"Collocation regression gate: {run.run_id}") + "\n")
-    print(compare.render(rows, args.format, f"gate: {run.run_id}"))
-    return _regressed(rows)
+        _write(args.markdown, _gate_render(verdicts, "markdown", f"Collocation regression gate: {run.run_id}") + "\n")
+    print(_gate_render(verdicts, args.format, f"gate: {run.run_id}"))
+    return NEGATIVE if any(verdict.failed for _, verdict in verdicts) else OK
+
+
+def _milliseconds(value: float) -> str:
+    """A latency in ms: three significant digits, whole numbers from 100 ms."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{_milliseconds(value)} ms"
+
+
+def _gate_render(verdicts, fmt: str, title: str) -> str:
+    """The gate's table: a row per scenario, and below a serving scenario's a row of its p99 latency (ms; its change
+    + is a higher latency, its detectable change a rise). JSON: each verdict as saved, the p99 one inside it."""
+    from . import report
+
+    if fmt == "json":
+        return json.dumps([{"scenario": name, **verdict.to_dict()} for name, verdict in verdicts], indent=2)
+    rows = []
+    for name, verdict in verdicts:
+        rows += report.gate_rows([(name, verdict.to_dict())])
+        if verdict.p99 is not None:
+            latency = verdict.p99
+            row = report.gate_rows([(f"{name} p99 latency", latency.to_dict())])[0]
+            row[2], row[3] = _ms(latency.baseline), _ms(latency.current)
+            row[6] = row[6] if latency.mde is None else f"rise {row[6]}"
+            rows.append(row)
+    table = _tabular(rows, report.GATE_HEADERS, fmt)
+    return {"csv": table, "markdown": f"### {title}\n\n{table}"}.get(fmt, f"{title}\n{table}")
 
 
 def cmd_history(args) -> int:
@@ -282,29 +316,35 @@ def cmd_history(args) -> int:
 
     loaded = _history(args.storage)
     try:
-        points, looked = changepoints.find(loaded, args.scenario, args.gpu, args.alpha, args.min_runs)
+        points, looked = changepoints.find(loaded, args.scenario, args.gpu, args.alpha, args.min_runs, args.metric)
     except ImportError as missing:  # a dependency left out of the install, e.g. an offline machine's --no-deps
         raise CommandError(f"pytest-gpucolloc history needs the {missing.name} package, a dependency of "
                            f"pytest-gpucolloc that is not installed in this environment: pip install {missing.name}",
                            USAGE) from None
+    p99 = args.metric == "p99"
     if not looked:
-        raise CommandError("no saved scenario matches " + " and ".join(
-            f"{flag} {value}" for flag, value in (("--scenario", args.scenario), ("--gpu", args.gpu)) if value), USAGE)
+        filters = " and ".join(
+            f"{flag} {value}" for flag, value in (("--scenario", args.scenario), ("--gpu", args.gpu)) if value)
+        what = "no saved scenario with a serving job's p99 (Workload(..., rate=...), not saturated)" if p99 \
+            else "no saved scenario"
+        raise CommandError(what + (f" matches {filters}" if filters else ""), USAGE)
     if args.format == "json":
-        print(json.dumps({"change_points": [p.to_dict() for p in points],
+        print(json.dumps({"metric": args.metric, "change_points": [p.to_dict() for p in points],
                           "series": [{"scenario": s, "gpu": g, "runs": n} for s, g, n in looked]}, indent=2))
         return 0
+    level = _milliseconds if p99 else (lambda value: f"{value:,.0f}")
     rows = [[short_name(p.scenario), p.gpu[:16], p.run_id, (p.commit or "-")[:10], p.driver or "-", p.datetime[:19],
-             f"{p.before:,.0f}", f"{p.after:,.0f}", f"{p.change:+.1%}", f"{p.p_value:.2g}",
-             f"{p.runs_before}/{p.runs_after}"]
+             level(p.before), level(p.after), f"{p.change:+.1%}", f"{p.p_value:.2g}", f"{p.runs_before}/{p.runs_after}"]
             for p in points]
-    headers = ["scenario", "GPU", "starts at run", "commit", "driver", "date", "before samples/s",
-               "after samples/s", "change", "p", "runs before/after"]
+    unit = "p99 ms" if p99 else "samples/s"
+    headers = ["scenario", "GPU", "starts at run", "commit", "driver", "date", f"before {unit}", f"after {unit}",
+               "change", "p", "runs before/after"]
     if args.format == "csv":
         print(_tabular(rows, headers, "csv"))
         return OK
-    print(f"{len(points)} level shift(s) in {len(looked)} series (scenario x physical GPU); a level must hold for "
-          f"{args.min_runs} runs and differ at p < {args.alpha:g} with any one run left out")
+    print(f"{len(points)} level shift(s) in {len(looked)} series (scenario x physical GPU)"
+          + (" of the serving job's p99 latency (a + change is slower)" if p99 else "")
+          + f"; a level must hold for {args.min_runs} runs and differ at p < {args.alpha:g} with any one run left out")
     if points:
         print(_tabular(rows, headers, args.format))
     short = [(s, g, n) for s, g, n in looked if not changepoints.can_hold_a_shift(n, args.min_runs)]
@@ -525,6 +565,10 @@ def build_parser() -> argparse.ArgumentParser:
                              help="a shift counts when its levels differ at p below this (default 0.01)")
     history_cmd.add_argument("--min-runs", type=_checked("--min-runs", 2, 1000, integer=True), default=3,
                              help="runs a level must hold on each side of a shift (default 3)")
+    history_cmd.add_argument("--metric", choices=METRICS, default="throughput",
+                             help="what each series follows: the scenario's throughput, or its serving job's p99 "
+                                  "latency (scenarios with Workload(..., rate=...); saturated runs left out) "
+                                  "(default throughput)")
     _format_argument(history_cmd)
     history_cmd.set_defaults(run_command=cmd_history)
 

@@ -284,7 +284,9 @@ class CollocateFixture:
         """The gate's verdict. A run that looks disturbed by its own signature (``gate.signature``) is measured
         again first, --colloc-gate-remeasure times at most, when this scenario measured it (``jobs``); the verdict
         says why each earlier measurement was not judged. Scenarios judged earlier in the session place this GPU's
-        level when it has no history of its own (``gate.machine_levels``)."""
+        level when it has no history of its own (``gate.machine_levels``). A serving job's p99 latency is judged
+        beside the throughput (``gate.with_p99``), against this GPU's runs only, and a run whose p99 rounds look
+        disturbed is measured again too."""
         from . import gate, history  # scipy loads only when the run is gated
 
         loaded = self.session.history
@@ -293,14 +295,22 @@ class CollocateFixture:
         references = [(sample, loaded.samples(nodeid)) for nodeid, sample in self.session.judged]
         remeasured: list[str] = []
         while True:
-            current = history.sample_of(record.read(record.write(result)), "current")  # judged as it will be saved
+            judged = record.read(record.write(result))  # judged as it will be saved
+            current = history.sample_of(judged, "current")
             verdict = gate.decide(current, saved, context.policy, references)
-            if (not verdict.disturbed or jobs is None
-                    or len(remeasured) >= self.session.options.colloc_gate_remeasure):
+            latency = history.p99_sample_of(judged, "current")
+            if latency is not None:
+                gate.with_p99(verdict, gate.decide(latency, loaded.samples(self.node.nodeid, metric="p99"),
+                                                   context.policy))
+            disturbed = verdict.disturbed
+            if disturbed is None and verdict.p99 is not None and verdict.p99.disturbed:
+                disturbed = f"p99: {verdict.p99.disturbed}"
+            if not disturbed or jobs is None or len(remeasured) >= self.session.options.colloc_gate_remeasure:
                 break
-            remeasured.append(verdict.disturbed)
+            remeasured.append(disturbed)
             result = self._run(jobs, context)
             self._add_baselines(result, context, ideal)
+            result.serving = self._serving(result, context)
         if remeasured:
             verdict.remeasured = remeasured
             verdict.notes.insert(0, f"measured {len(remeasured) + 1} times, judged on the last: the earlier run(s) "

@@ -18,9 +18,15 @@ Method (all in log throughput, so changes are ratios):
   threshold the verdict says so, and what would help (more rounds, or more baseline runs, or neither when
   run-to-run noise alone is too large).
 A current run with a disturbed signature is named (``Verdict.disturbed``): the pytest gate measures it again.
+
+A serving job's p99 latency (lower is better) is judged by the same method on each round's 1/p99
+(``history.p99_sample_of``): a rise of p99 beyond the noise and by at least the threshold is a regression. The
+verdict (``Verdict.p99`` of the scenario's) says it in ms and as changes of p99 (``Terms``). A saturated service
+is not judged on p99: its latency measured a queue that grew with the run's length.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import statistics
@@ -83,6 +89,8 @@ class RunSample:
     autotuned: bool = False  # convolutions whose algorithms cuDNN times in each process (cudnn_autotune)
     jobs: tuple[str, ...] = ()  # the workers' job labels, sorted (what is trained); () when not known
     power_capped_share: float | None = None  # share of the measurement window at the power cap (telemetry)
+    p99: bool = False  # rounds hold a serving job's 1/p99 latency (1/ms) per round: judged as throughput is
+    saturated: str | None = None  # why the serving job could not keep up with its rate (a p99 sample)
 
     @property
     def process_sets(self) -> tuple[tuple[float, ...], ...]:
@@ -105,15 +113,51 @@ class RunSample:
         return math.sqrt(statistics.fmean(variances)) if variances else 0.0
 
 
+@dataclass(frozen=True)
+class Terms:
+    """How a verdict says what it judges. A sample is higher-is-better (throughput, or a serving job's 1/p99): the
+    statistics never differ, only the numbers shown and the words."""
+
+    metric: str  # "throughput" (samples/s) or "p99" (latency, ms)
+    worse: str  # a change for the worse, after its size
+    better: str
+    drops: str  # what the detectable change is a change of
+    noise: str  # whose noise sets what the statistics resolve
+    inverse: bool  # the sample holds 1 / what is shown
+
+    def value(self, sample_value: float) -> float:
+        return 1 / sample_value if self.inverse else sample_value
+
+    def change(self, sample_change: float) -> float:
+        """A change (fraction) of what is shown, from the sample's."""
+        return 1 / (1 + sample_change) - 1 if self.inverse else sample_change
+
+    def detectable(self, sample_drop: float) -> float:
+        """The smallest change for the worse caught, from the sample's smallest drop: p99 rises by 1/(1 - drop) - 1."""
+        return 1 / (1 - sample_drop) - 1 if self.inverse else sample_drop
+
+    def level(self, sample_change: float) -> str:
+        """A level's change in a note, e.g. ``+5.0%`` or ``p99 +5.0%``."""
+        return f"{'p99 ' if self.inverse else ''}{self.change(sample_change):+.1%}"
+
+
+THROUGHPUT = Terms("throughput", "slower", "faster", "drops", "the noise alone", inverse=False)
+P99 = Terms("p99", "higher p99 latency", "lower p99 latency", "p99 rises", "the tail's own noise", inverse=True)
+
+
+def terms_of(sample: RunSample) -> Terms:
+    return P99 if sample.p99 else THROUGHPUT
+
+
 @dataclass(kw_only=True)
 class Verdict:
     verdict: Outcome
     reason: str = ""
     baseline: float | None = None
     current: float | None = None
-    change: float | None = None  # fraction, + is faster
+    change: float | None = None  # fraction, + is faster (of a p99 verdict: + is a higher latency)
     ci: tuple[float, float] | None = None  # of change, two-sided 1 - 2*alpha
-    mde: float | None = None  # smallest drop detectable at the policy's alpha and power (and the threshold)
+    mde: float | None = None  # smallest drop (p99: rise) detectable at the policy's alpha and power (and the threshold)
     mde_noise: float | None = None  # the same without the threshold: what the noise alone lets the test resolve
     threshold: float = DEFAULT_THRESHOLD
     baseline_runs: list[str] = field(default_factory=list)
@@ -123,14 +167,18 @@ class Verdict:
     disturbed: str | None = None  # why the current run itself looks disturbed (the pytest gate measures it again)
     remeasured: list[str] = field(default_factory=list)  # why each earlier measurement of this run was taken again
     fleet: str | None = None  # how runs on other GPUs of the model entered the baseline, when they did
+    metric: str = "throughput"  # what is judged: "throughput" (baseline, current in samples/s) or "p99" (in ms)
+    p99: Verdict | None = None  # a scenario with a serving job: its p99 latency judged (``with_p99``)
 
     @property
     def failed(self) -> bool:
-        return self.verdict == "regressed"
+        """Regressed: its throughput, or its serving job's p99 latency."""
+        return self.verdict == "regressed" or (self.p99 is not None and self.p99.failed)
 
     def to_dict(self) -> dict:
         """As saved (a record's ``gate``) and printed."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: value.to_dict() if isinstance(value := getattr(self, f.name), Verdict) else value
+                for f in fields(self)}
 
     @classmethod
     def from_dict(cls, saved: dict) -> Verdict:
@@ -139,7 +187,21 @@ class Verdict:
         values = {k: v for k, v in saved.items() if k in known}
         if values.get("ci") is not None:
             values["ci"] = tuple(values["ci"])  # JSON keeps a list
+        if values.get("p99") is not None:
+            values["p99"] = cls.from_dict(values["p99"])
         return cls(**values)
+
+
+def with_p99(verdict: Verdict, p99: Verdict) -> Verdict:
+    """The scenario's verdict carrying its serving job's p99 verdict, named in its notes too (a table of one row per
+    scenario still says it)."""
+    verdict.p99 = p99
+    if p99.change is not None and p99.baseline is not None and p99.current is not None:
+        said = f" ({p99.change:+.1%}: {p99.baseline:.3g} -> {p99.current:.3g} ms)"
+    else:
+        said = f": {p99.reason}"
+    verdict.notes.append(f"p99 latency {p99.verdict}{said}")
+    return verdict
 
 
 def _comparable(current: RunSample, history: list[RunSample]) -> tuple[list[RunSample], list[str]]:
@@ -161,7 +223,10 @@ def _comparable(current: RunSample, history: list[RunSample]) -> tuple[list[RunS
     calm = [r for r in same_config if not r.throttled and not r.contaminated]
     if len(calm) < len(same_config):
         notes.append(f"{len(same_config) - len(calm)} throttled or contaminated run(s) left out")
-    return calm, notes
+    served = [r for r in calm if not r.saturated]
+    if len(served) < len(calm):
+        notes.append(f"{len(calm) - len(served)} saturated run(s) left out (their latency was a growing queue's)")
+    return served, notes
 
 
 @dataclass(frozen=True)
@@ -219,7 +284,8 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
     runs = [r for r in calm if r.gpu_uuid in used]
     mean_offset = statistics.fmean(levels[g].offset for r in runs if (g := r.gpu_uuid) is not None)
     shared = min(levels[g].scenarios for g in used)
-    fleet = (f"other GPUs of this model ({len(used)}), level adjusted by {math.exp(mean_offset) - 1:+.1%} from "
+    fleet = (f"other GPUs of this model ({len(used)}), level adjusted by "
+             f"{terms_of(current).level(math.exp(mean_offset) - 1)} from "
              f"{shared}{'+' if any(levels[g].scenarios > shared for g in used) else ''} shared scenario(s)")
     chosen = sorted(same_gpu + adjusted, key=lambda r: r.datetime)
     # each GPU's offset is one estimate shared by its runs: its error moves the centre by the GPU's share of runs
@@ -228,8 +294,6 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
 
 
 def _at_level(run: RunSample, offset: float) -> RunSample:
-    import dataclasses
-
     factor = math.exp(offset)
     return dataclasses.replace(run, rounds=tuple(x * factor for x in run.rounds),
                                repeats=tuple(tuple(x * factor for x in r) for r in run.repeats))
@@ -307,6 +371,7 @@ def robust_baseline(current: RunSample, chosen: list[RunSample], policy: Policy
     from . import changepoints
 
     notes: list[str] = []
+    terms = terms_of(current)
     usual = Usual.of(chosen)
     left_out = {r.run_id: why for r in chosen if (why := signature(r, usual))}
     steady = [r for r in chosen if r.run_id not in left_out]
@@ -315,14 +380,15 @@ def robust_baseline(current: RunSample, chosen: list[RunSample], policy: Policy
         before, after = steady[:start], steady[start:]
         shift = statistics.fmean(r.log_mean for r in after) - statistics.fmean(r.log_mean for r in before)
         notes.append(f"{start} run(s) before the level shift at {steady[start].run_id} left out "
-                     f"({math.exp(shift) - 1:+.1%})")
+                     f"({terms.level(math.exp(shift) - 1)})")
     level = steady[start:]
     if len(level) > policy.runs:
         notes.append(f"{len(level) - policy.runs} older run(s) of this level left out (at most {policy.runs})")
         level = level[-policy.runs:]
     outliers = level_outliers([r.log_mean for r in level], keep=max(policy.min_runs, 2))
     for i, deviation in outliers.items():
-        left_out[level[i].run_id] = f"level {math.exp(deviation) - 1:+.1%} from the other runs, beyond their spread"
+        left_out[level[i].run_id] = (f"level {terms.level(math.exp(deviation) - 1)} from the other runs, "
+                                     "beyond their spread")
     kept = [r for i, r in enumerate(level) if i not in outliers]
     return kept, left_out, notes
 
@@ -375,23 +441,48 @@ def mde(spread: float, k: int, policy: Policy, with_threshold: bool = True) -> f
 
 def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy(), references=()) -> Verdict:
     """``references``: pairs of (another scenario's run on the current GPU, that scenario's history), from which
-    this GPU's level is estimated when it has too little history of its own (``machine_levels``)."""
+    this GPU's level is estimated when it has too little history of its own (``machine_levels``).
+
+    A p99 sample (``current.p99``) is judged on its 1/p99 with the threshold a rise of p99 by ``policy.threshold``
+    (a drop of 1/p99 by threshold / (1 + threshold)); the verdict is said in ms and as changes of p99."""
+    terms = terms_of(current)
+    result = Verdict(verdict="unchanged", threshold=policy.threshold, current=current.throughput, metric=terms.metric)
+    if current.saturated:
+        result.verdict = "not comparable"
+        result.reason = (f"not judged on p99: the service was saturated ({current.saturated}); its latency measured "
+                         "a queue that grew with the run's length, not the service: judge it at a rate it can serve")
+    else:
+        rise = policy.threshold  # of p99: a drop of 1/p99 by rise / (1 + rise)
+        judged = dataclasses.replace(policy, threshold=rise / (1 + rise)) if terms.inverse else policy
+        _decide(result, current, history, judged, references, terms)
+    if terms.inverse:  # what the statistics saw as 1/p99, said as p99
+        result.current = terms.value(current.throughput)
+        result.baseline = None if result.baseline is None else terms.value(result.baseline)
+        result.change = None if result.change is None else terms.change(result.change)
+        result.ci = None if result.ci is None else (terms.change(result.ci[1]), terms.change(result.ci[0]))
+        result.mde = None if result.mde is None else terms.detectable(result.mde)
+        result.mde_noise = None if result.mde_noise is None else terms.detectable(result.mde_noise)
+    return result
+
+
+def _decide(result: Verdict, current: RunSample, history: list[RunSample], policy: Policy, references,
+            terms: Terms) -> None:
+    """``decide`` in the sample's own terms (higher is better), into ``result``; its reasons in ``terms``."""
     from scipy import stats
 
-    result = Verdict(verdict="unchanged", threshold=policy.threshold, current=current.throughput)
     if current.throttled:
         result.verdict, result.reason = "not comparable", "the GPU throttled during this run (not the power cap)"
-        return result
+        return
     same_model = [r for r in history if r.gpu_name == current.gpu_name]
     if same_model and all(_config_differs(r, current) for r in same_model):
         result.verdict = "not comparable"
         result.reason = (f"the GPU's configuration differs from every baseline run's "
                          f"({'; '.join(_config_changes(same_model, current))}); "
                          "compare runs made under one configuration")
-        return result
+        return
     if current.contaminated:
         result.verdict, result.reason = "not comparable", "other processes used the GPU during this run"
-        return result
+        return
     chosen, result.notes, offset_variance, result.fleet = choose_baseline(current, history, policy, references)
     if result.fleet:
         result.notes.append(result.fleet)
@@ -412,10 +503,13 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
                          "here and on the other GPUs of this model whose runs are saved, so this GPU's level is "
                          "unknown: gate a scenario that ran on them earlier in the same session (its level places this "
                          "GPU), or save runs on this GPU")
+        if terms.inverse:  # no other scenario's p99 places this GPU (``references`` are of throughput)
+            result.reason = (f"{own} comparable run(s) on this GPU (the gate needs {needed}); p99 latency is judged "
+                             "against runs on this GPU only (GPUs of one model differ): save runs on this GPU")
         if baseline:
             result.baseline = math.exp(statistics.fmean(r.log_mean for r in baseline))
             result.change = current.throughput / result.baseline - 1
-        return result
+        return
     if len(baseline) < needed:
         result.verdict = "no baseline"
         result.reason = (f"{len(baseline)} comparable run(s) in the history; the gate needs {needed} "
@@ -423,7 +517,7 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
         if baseline:
             result.baseline = math.exp(statistics.fmean(r.log_mean for r in baseline))
             result.change = current.throughput / result.baseline - 1
-        return result
+        return
 
     means = [r.log_mean for r in baseline]
     k = len(means)
@@ -446,30 +540,31 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
     result.mde = mde(spread, k, policy)
     result.mde_noise = resolvable = mde(spread, k, policy, with_threshold=False)
     result.noise = noise_levels(baseline, spread, policy, resolvable > policy.threshold)
+    shown = abs(terms.change(result.change))
     if p_lower < policy.alpha and -result.change >= policy.threshold:
         result.verdict = "regressed"
-        result.reason = f"{-result.change:.1%} slower, beyond the baseline's run-to-run spread (p={p_lower:.2g})"
+        result.reason = f"{shown:.1%} {terms.worse}, beyond the baseline's run-to-run spread (p={p_lower:.2g})"
     elif p_higher < policy.alpha and result.change >= policy.threshold:
         result.verdict = "improved"
-        result.reason = f"{result.change:.1%} faster (p={p_higher:.2g})"
+        result.reason = f"{shown:.1%} {terms.better} (p={p_higher:.2g})"
     elif resolvable > policy.threshold:
         result.verdict = "inconclusive"
-        result.reason = too_noisy(current, baseline, spread, policy)
+        result.reason = (f"too noisy for the {result.threshold:.0%} threshold: with {k} baseline runs it can only "
+                         f"catch {terms.drops} of {terms.detectable(result.mde):.1%} or more"
+                         + what_would_resolve(baseline, spread, policy))
     else:
-        result.reason = (f"change within noise; drops of {result.mde:.1%} or more are caught (the noise alone "
-                         f"resolves {resolvable:.1%}; the {policy.threshold:.0%} threshold sets the rest)")
-    return result
+        result.reason = (f"change within noise; {terms.drops} of {terms.detectable(result.mde):.1%} or more are caught "
+                         f"({terms.noise} resolves {terms.detectable(resolvable):.1%}; the {result.threshold:.0%} "
+                         "threshold sets the rest)")
 
 
 MAX_USEFUL_ROUNDS = 1000  # beyond this, "more rounds" is not advice anyone can follow
 MAX_BASELINE_RUNS = 30
 
 
-def too_noisy(current: RunSample, baseline: list[RunSample], spread: float, policy: Policy) -> str:
-    """Why the threshold cannot be resolved, and what would make it resolvable."""
+def what_would_resolve(baseline: list[RunSample], spread: float, policy: Policy) -> str:
+    """What would make a threshold the noise cannot resolve resolvable (to follow the verdict's reason)."""
     k = len(baseline)
-    text = (f"too noisy for the {policy.threshold:.0%} threshold: with {k} baseline runs it can only catch drops of "
-            f"{mde(spread, k, policy):.1%} or more")
     within = statistics.fmean(r.log_sd ** 2 for r in baseline)
     n = statistics.fmean(len(r.rounds) for r in baseline)
     between = max(spread ** 2 - within / n, 0.0)
@@ -477,7 +572,7 @@ def too_noisy(current: RunSample, baseline: list[RunSample], spread: float, poli
     target = (-math.log(1 - policy.threshold) / _unit_drop(k, policy.alpha, policy.power) * _c4(k)) ** 2
     rounds = math.ceil(within / (target - between)) if target > between and within > 0 else None
     if rounds is not None and rounds <= MAX_USEFUL_ROUNDS:
-        return text + f"; about {rounds} rounds per run (now {n:.0f}: --colloc-rounds={rounds}) would resolve it"
+        return f"; about {rounds} rounds per run (now {n:.0f}: --colloc-rounds={rounds}) would resolve it"
     sigma = spread / _c4(k)  # the same noise, measured over more baseline runs
     runs = next((m for m in range(k + 1, MAX_BASELINE_RUNS + 1)
                  if mde(sigma * _c4(m), m, policy, with_threshold=False) <= policy.threshold), None)
@@ -485,8 +580,8 @@ def too_noisy(current: RunSample, baseline: list[RunSample], spread: float, poli
                  f"even {MAX_BASELINE_RUNS} baseline runs would not resolve it")
     more_rounds = (f"more rounds alone would need over {MAX_USEFUL_ROUNDS} per run" if rounds is not None
                    else "more rounds cannot help")
-    return text + (f"; run-to-run spread {math.sqrt(between):.1%}, {more_rounds}; {more_runs}; "
-                   "or steady the machine (CPU pinning, clocks), or raise the threshold")
+    return (f"; run-to-run spread {math.sqrt(between):.1%}, {more_rounds}; {more_runs}; "
+            "or steady the machine (CPU pinning, clocks), or raise the threshold")
 
 
 def _variance(values: list[float]) -> float | None:

@@ -5,6 +5,7 @@ record (``record.read``), is reported by name and skipped.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -12,6 +13,8 @@ from pathlib import Path
 
 from . import machine, record
 from .gate import RunSample, power_cap_share
+
+METRICS = ("throughput", "p99")  # what a scenario is judged and followed by; p99: of its serving job, when it has one
 
 
 @dataclass
@@ -28,9 +31,13 @@ class SavedRun:
         """The run's id, or its NNNN number."""
         return self.run_id == wanted or self.run_id.split("_")[0] == wanted
 
-    def sample(self, fullname: str) -> RunSample | None:
+    def sample(self, fullname: str, metric: str = "throughput") -> RunSample | None:
+        """The scenario as the gate judges ``metric`` (None: not in this run, or no serving job for p99)."""
         scenario = self.scenarios.get(fullname)
-        return None if scenario is None else sample_of(scenario, self.run_id, self.machine, self.datetime, self.commit)
+        if scenario is None:
+            return None
+        of = p99_sample_of if metric == "p99" else sample_of
+        return of(scenario, self.run_id, self.machine, self.datetime, self.commit)
 
 
 def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | None = None, datetime: str = "",
@@ -44,7 +51,42 @@ def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | 
                      gpu_uuid=gpu.get("uuid", run_machine.get("gpu_uuid")), throttled=scenario.throttled,
                      datetime=datetime, commit=commit, contaminated=bool(scenario.foreign_pids), config=config,
                      repeats=scenario.repeats, eager=scenario.eager_on_gpu, autotuned=scenario.autotuned_on_gpu,
-                     jobs=tuple(sorted(scenario.workloads)), power_capped_share=power_cap_share(scenario.telemetry))
+                     jobs=_jobs(scenario), power_capped_share=power_cap_share(scenario.telemetry))
+
+
+def _jobs(scenario: record.ScenarioRecord) -> tuple[str, ...]:
+    """The workers' labels, sorted, a serving job's with its rate as asked ('serve-80%'), not the requests/s that
+    came to in its session: each session measures the job's capacity anew, so that number differs from run to run.
+    (``rate_asked`` reads "80% of 152.3/s alone back to back": fixture._rates_resolved.)"""
+    serving = scenario.serving or {}
+    labels, label, asked = list(scenario.workloads), serving.get("workload"), serving.get("rate_asked")
+    if asked and label in labels and "/serve-" in label:
+        labels[labels.index(label)] = f"{label.rsplit('/serve-', 1)[0]}/serve-{asked.split(' of ', 1)[0]}"
+    return tuple(sorted(labels))
+
+
+def p99_sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | None = None, datetime: str = "",
+                  commit: str | None = None) -> RunSample | None:
+    """A serving job's p99 latency as the gate judges it: each round's 1/p99 (1/ms), higher is better as throughput
+    is, grouped by fresh-process repeat as the throughput's rounds are (``gate.decide`` says it in ms again). None
+    without a serving job or a round that answered requests. A saturated service carries why (it is not judged)."""
+    serving = scenario.serving
+    if not serving:
+        return None
+    rounds = serving.get("round_p99_ms") or []
+    sizes = [len(r) for r in scenario.repeats]
+    if sum(sizes) == len(rounds) and len(sizes) > 1:
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        sets = [rounds[start:start + size] for start, size in zip(starts, sizes)]
+    else:
+        sets = [rounds]
+    inverse = [kept for part in sets if (kept := tuple(1 / ms for ms in part if ms is not None and ms > 0))]
+    if not inverse:
+        return None
+    saturated = (serving.get("why") or "its queue grew") if serving.get("saturated") else None
+    return dataclasses.replace(sample_of(scenario, run_id, run_machine, datetime, commit),
+                               rounds=tuple(x for part in inverse for x in part),
+                               repeats=tuple(inverse) if len(inverse) > 1 else (), p99=True, saturated=saturated)
 
 
 def series_gpu(run: SavedRun, scenario: record.ScenarioRecord) -> str:
@@ -63,8 +105,9 @@ class History:
     runs: list[SavedRun] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # "path: why it was skipped"
 
-    def samples(self, fullname: str, exclude: Collection[str] = frozenset()) -> list[RunSample]:
-        found = (run.sample(fullname) for run in self.runs if run.run_id not in exclude)
+    def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput"
+                ) -> list[RunSample]:
+        found = (run.sample(fullname, metric) for run in self.runs if run.run_id not in exclude)
         return [s for s in found if s is not None]
 
     def find(self, wanted: str) -> SavedRun | None:

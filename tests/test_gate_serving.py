@@ -1,0 +1,188 @@
+"""The gate judges a serving job's p99 latency (lower is better) beside the scenario's throughput: saved histories of
+serving scenarios through ``pytest-gpucolloc gate`` and ``history --metric p99``, and a gated pytest run."""
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucolloc import cli, gate
+from tiny_workload import SOURCE as TINY_SOURCE
+
+DATA = Path(__file__).resolve().parent / "data"  # cut from real runs: data/README.md
+TEMPLATE = sorted((DATA / "cudnn-history").rglob("*.json"))[0]  # a version-2 run on an H200
+TRAINER = "resnet26-cifar10/bs128/graph"
+SCENARIO = "test_service_beside_training[mps-rate80]"
+
+
+def write_run(root: Path, number: int, p99_ms: float, *, spread: float = 0.004, saturated: bool = False,
+              seed: int = 0) -> Path:
+    """A saved run of one scenario: a training job beside a service asked for 80% of its capacity, which each
+    session measures anew (so the requests/s it came to differs from run to run); throughput steady, the service's
+    p99 at ``p99_ms`` with a round-to-round spread of ``spread``."""
+    rng = random.Random(seed * 1000 + number)
+    data = json.loads(TEMPLATE.read_text())
+    bench = data["benchmarks"][0]
+    data["benchmarks"] = [bench]
+    bench["fullname"] = f"benchmarks/test_serving.py::{SCENARIO}"
+    bench["name"] = SCENARIO
+    data["datetime"] = f"2026-12-{number:02d}T00:00:00"
+    data["commit_info"]["id"] = f"{number:02d}abcdef"
+    rounds = [1000.0 * math.exp(rng.gauss(0, 0.003)) for _ in range(6)]
+    capacity = 150.0 + rng.uniform(-2, 2)
+    service = f"resnet50-imagenet224/bs4/bf16/serve-{0.8 * capacity:.1f}rps"
+    round_p99 = [p99_ms * math.exp(rng.gauss(0, spread)) for _ in rounds]
+    info = bench["extra_info"]
+    info.update(aggregate_round_throughputs=rounds, repeats=[rounds], aggregate_throughput=sum(rounds) / 6,
+                workloads=[service, TRAINER], n_workers=2, workers=info["workers"] * 2)
+    info["serving"] = {"workload": service, "rate_asked": f"80% of {capacity:,.1f}/s alone back to back",
+                       "p99_ms": max(round_p99), "round_p99_ms": round_p99, "saturated": saturated,
+                       "why": "120.0 requests/s is more than it serves: the queue grew to 900" if saturated else None}
+    path = root / f"{number:04d}_run.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture
+def storage(tmp_path):
+    """Six saved runs of the service at a steady 10 ms p99."""
+    root = tmp_path / ".benchmarks" / "Linux"
+    root.mkdir(parents=True)
+    for number in range(1, 7):
+        write_run(root, number, 10.0)
+    return root
+
+
+def gate_json(path: Path, storage: Path, capsys) -> tuple[int, dict]:
+    capsys.readouterr()
+    code = cli.main(["gate", str(path), "--storage", str(storage.parent), "--format", "json"])
+    return code, json.loads(capsys.readouterr().out)[0]
+
+
+def test_a_steady_p99_is_unchanged_and_says_what_the_tails_noise_resolves(storage, capsys):
+    code, verdict = gate_json(write_run(storage, 7, 10.0), storage, capsys)
+    assert code == 0 and verdict["verdict"] == "unchanged"
+    p99 = verdict["p99"]
+    # runs whose service came to different requests/s are one history: each was asked for 80% of its capacity
+    assert p99["verdict"] == "unchanged" and p99["metric"] == "p99" and len(p99["baseline_runs"]) == 6, p99
+    assert p99["baseline"] == pytest.approx(10.0, rel=0.02) and p99["current"] == pytest.approx(10.0, rel=0.02)
+    assert "p99 rises of" in p99["reason"] and "the tail's own noise resolves" in p99["reason"]
+    assert 0 < p99["mde_noise"] <= p99["mde"] < 0.05
+
+
+def test_p99_up_30_percent_with_tight_rounds_regresses_and_fails_the_gate(storage, capsys, tmp_path):
+    path = write_run(storage, 7, 13.0)
+    code, verdict = gate_json(path, storage, capsys)
+    assert code == 1 and verdict["verdict"] == "unchanged"  # the training throughput did not move: the tail did
+    p99 = verdict["p99"]
+    assert p99["verdict"] == "regressed" and p99["change"] == pytest.approx(0.30, abs=0.03)
+    assert "higher p99 latency, beyond the baseline's run-to-run spread" in p99["reason"]
+    low, high = p99["ci"]
+    assert 0 < low < p99["change"] < high  # an interval of the rise, in p99's own terms
+    assert "p99 latency regressed (+30" in " ".join(verdict["notes"])
+    summary = tmp_path / "summary.md"
+    assert cli.main(["gate", str(path), "--storage", str(storage.parent), "--markdown", str(summary)]) == 1
+    table = capsys.readouterr().out
+    row = next(line for line in table.splitlines() if line.startswith(f"benchmarks/test_serving.py::{SCENARIO} p99"))
+    assert row.split()[3:8] == ["regressed", "10", "ms", "13", "ms"] and "+30." in row, table
+    assert f"{SCENARIO} p99 latency | regressed" in summary.read_text()
+
+
+def test_p99_down_is_improved_never_a_failure(storage, capsys):
+    code, verdict = gate_json(write_run(storage, 7, 7.0), storage, capsys)
+    assert code == 0 and verdict["p99"]["verdict"] == "improved"
+    assert verdict["p99"]["change"] == pytest.approx(-0.30, abs=0.03)
+    assert "lower p99 latency" in verdict["p99"]["reason"]
+
+
+def test_a_saturated_service_is_not_judged_on_p99_and_is_left_out_of_p99_baselines(storage, capsys):
+    code, verdict = gate_json(write_run(storage, 7, 13.0, saturated=True), storage, capsys)
+    assert code == 0 and verdict["p99"]["verdict"] == "not comparable"
+    assert "not judged on p99: the service was saturated (120.0 requests/s is more than it serves" in \
+        verdict["p99"]["reason"]
+    write_run(storage, 7, 50.0, saturated=True)  # a saturated run in the history, its p99 a queue's
+    code, verdict = gate_json(write_run(storage, 8, 10.0), storage, capsys)
+    assert code == 0 and verdict["p99"]["verdict"] == "unchanged"
+    assert "0007_run" not in verdict["p99"]["baseline_runs"]
+    assert any("1 saturated run(s) left out" in note for note in verdict["p99"]["notes"])
+
+
+def test_history_follows_p99_of_serving_scenarios(tmp_path, capsys):
+    root = tmp_path / ".benchmarks" / "Linux"
+    root.mkdir(parents=True)
+    for number in range(1, 13):
+        write_run(root, number, 10.0 if number <= 6 else 13.0, spread=0.02)
+    capsys.readouterr()
+    assert cli.main(["history", "--storage", str(root.parent), "--metric", "p99", "--format", "json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["metric"] == "p99" and len(found["change_points"]) == 1
+    shift = found["change_points"][0]
+    assert shift["run_id"] == "0007_run" and shift["metric"] == "p99"
+    assert shift["before"] == pytest.approx(10.0, rel=0.03) and shift["change"] == pytest.approx(0.30, abs=0.03)
+    assert cli.main(["history", "--storage", str(root.parent), "--metric", "p99"]) == 0
+    text = capsys.readouterr().out
+    assert "of the serving job's p99 latency" in text and "before p99 ms" in text
+    assert cli.main(["history", "--storage", str(root.parent), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["change_points"] == []  # the throughput did not move
+
+
+def test_history_of_p99_without_a_serving_scenario_says_so(capsys):
+    assert cli.main(["history", "--storage", str(DATA / "aa-history"), "--metric", "p99"]) == 2
+    assert "no saved scenario with a serving job's p99" in capsys.readouterr().err
+
+
+SERVE_SOURCE = '''
+import time
+import torch
+
+
+class Service:
+    def __init__(self, batch_size):
+        self.samples_per_step = batch_size
+        self.model = torch.nn.Linear(8, 2)
+        self.x = torch.randn(batch_size, 8)
+
+    def serve_step(self):
+        with torch.inference_mode():
+            self.model(self.x)
+        time.sleep(0.002)
+
+
+def factory(batch_size, device, precision="fp32"):
+    return Service(batch_size)
+'''
+
+
+def test_a_gated_pytest_run_judges_the_services_p99_and_fails_on_its_regression(pytester, monkeypatch):
+    """Real workers on the CPU. The p99 judgement is made regressed: the run fails, and the saved verdict holds it."""
+    real = gate.decide
+    judged = []
+
+    def p99_regressed(current, *args, **kwargs):
+        verdict = real(current, *args, **kwargs)
+        judged.append(verdict.metric)
+        if current.p99:
+            verdict.verdict, verdict.change = "regressed", 0.3
+        return verdict
+
+    monkeypatch.setattr(gate, "decide", p99_regressed)
+    pytester.makepyfile(tiny_workload=TINY_SOURCE, serve_workload=SERVE_SOURCE)
+    pytester.makepyfile('''
+import pytest
+from pytest_gpucolloc import Workload
+
+@pytest.mark.gpucolloc_quick
+def test_service(collocate):
+    collocate([Workload("serve_workload:factory", batch_size=2, rate=50), "tiny_workload:factory"])
+''')
+    out = pytester.path / "run.json"
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", "--colloc-alone=off",
+                                "--colloc-rounds=2", "--colloc-round-seconds=0.2", "--colloc-warmup-seconds=0.1",
+                                f"--benchmark-json={out}", "-p", "no:cacheprovider")
+    assert judged == ["throughput", "p99"]
+    assert result.ret == 1  # the test passed; the gate failed the run
+    result.stdout.fnmatch_lines(["*gpucolloc gate: 1 regressed of 1*"])
+    saved = json.loads(out.read_text())["benchmarks"][0]["extra_info"]["gate"]
+    assert saved["verdict"] == "no baseline" and saved["p99"]["verdict"] == "regressed"
+    assert gate.Verdict.from_dict(saved).failed  # as an xdist controller reads it back

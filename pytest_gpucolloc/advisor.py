@@ -2,11 +2,17 @@
 layouts, graphed variants) from saved scenarios; never invents a number: a mix that was not
 measured is answered from the closest measured mixes only with that said, and what was not measured is named with
 the command that would measure it.
+
+With a p99 budget (``serving_advice``) it answers the service/training question instead: for each service in the
+saved runs and each number of training jobs measured beside it, the way to share (mode, SMs reserved for the service)
+that keeps the service's p99 within the budget while the training jobs keep the most of their speed alone; where none
+does, it says so with the smallest p99 measured.
 """
 from __future__ import annotations
 
 import re
-from collections import Counter
+import statistics
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from .history import SavedRun, short_name
@@ -161,3 +167,141 @@ def advise(jobs: Counter, runs: list[SavedRun]) -> dict:
         "measure_with": (f"pytest <your scenario of these jobs> --gpu-mode={','.join(missing)}" if missing else None),
         "graphed_measured": any(option.graphed for option in options),
     }
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a service's p99 must stay within: milliseconds, or a multiple of its p99 alone at the same rate."""
+    value: float
+    relative: bool
+
+    def __str__(self) -> str:
+        return f"{self.value:g}x its p99 alone" if self.relative else f"{self.value:g} ms"
+
+    def holds(self, option: ServingOption) -> bool:
+        """A saturated service never holds a budget: its p99 measures how long the run lasted."""
+        measured = option.p99_vs_alone if self.relative else option.p99_ms
+        return not option.saturated and measured is not None and measured <= self.value
+
+
+def parse_budget(text: str) -> Budget:
+    """'25' or '25ms': milliseconds; '2x': twice the service's p99 alone."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(ms|x)?\s*", text)
+    if not match or float(match.group(1)) <= 0:
+        raise AdviceError(f"--p99-within: {text!r} is not a budget: milliseconds (25 or 25ms) or a multiple of the "
+                          "service's p99 alone at the same rate (2x)")
+    return Budget(float(match.group(1)), match.group(2) == "x")
+
+
+@dataclass
+class ServingOption:
+    """One measured way to run a service beside training jobs: medians over the runs of its scenario."""
+    service: str  # the serving job's label, its rate as asked (report.service)
+    training_jobs: int
+    mode: str
+    sm_reserved: float | None  # percent of the SMs no training job may use
+    scenario: str
+    runs: int
+    p99_ms: float | None
+    p99_vs_alone: float | None
+    training_kept: float | None  # the training jobs' mean share of their speed alone
+    saturated: bool
+
+    @property
+    def way(self) -> str:
+        return self.mode + (f", {self.sm_reserved:g}% of SMs reserved" if self.sm_reserved else "")
+
+
+def _median(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def serving_options(runs: list[SavedRun]) -> tuple[list[ServingOption], str]:
+    """Each scenario with a service and training jobs beside it, and the device they ran on: GPU runs where there
+    are any, else CPU smoke runs (never the two together)."""
+    from .report import service, sm_reserved
+
+    found = [(name, s) for run in runs for name, s in run.scenarios.items()
+             if s.serving and (s.serving.get("training_jobs") or 0) > 0]
+    device = "cuda" if any(s.device == "cuda" for _, s in found) else "cpu"
+    by_scenario: dict[str, list[ScenarioRecord]] = defaultdict(list)
+    for name, scenario in found:
+        if scenario.device == device:
+            by_scenario[name].append(scenario)
+    options = []
+    for name, scenarios in by_scenario.items():
+        facts = [s.serving or {} for s in scenarios]
+        first = scenarios[0]
+        options.append(ServingOption(
+            service(facts[0]), facts[0]["training_jobs"], first.mode, sm_reserved(first),
+            short_name(name), len(scenarios), _median([f.get("p99_ms") for f in facts]),
+            _median([f.get("p99_vs_alone") for f in facts]), _median([f.get("training_kept") for f in facts]),
+            sum(bool(f.get("saturated")) for f in facts) * 2 > len(facts)))  # saturated in most of its runs
+    return options, device
+
+
+def _jobs(n: int) -> str:
+    return f"{n} training job{'s' * (n != 1)}"
+
+
+def _answer(budget: Budget, n: int, options: list[ServingOption]) -> tuple[ServingOption, str]:
+    """The way that keeps the budget while training keeps the most, with its sentence; where none keeps it, the one
+    with the smallest p99 (or, when every way saturated the service, the one whose training kept the most)."""
+    held = [o for o in options if budget.holds(o)]
+    if held:
+        best = max(held, key=lambda o: (o.training_kept or 0.0, -(o.p99_ms or 0.0)))
+        return best, (f"{_jobs(n)}: {best.way} ({best.scenario}) keeps p99 at {_ms(best)}, and training keeps "
+                      f"{_kept(best)} of its speed alone")
+    closest = _smallest(options)
+    if closest is None:
+        return (max(options, key=lambda o: o.training_kept or 0.0),
+                f"{_jobs(n)}: none within {budget}: every measured way saturated the service")
+    return closest, f"{_jobs(n)}: none within {budget}; the smallest p99: {_ms(closest)} under {closest.way} " \
+                    f"({closest.scenario})"
+
+
+def _smallest(options: list[ServingOption]) -> ServingOption | None:
+    unsaturated = [o for o in options if not o.saturated and o.p99_ms is not None]
+    return min(unsaturated, key=lambda o: o.p99_ms or 0.0) if unsaturated else None
+
+
+def _ms(option: ServingOption) -> str:
+    versus = f" ({option.p99_vs_alone:.2f}x alone)" if option.p99_vs_alone is not None else ""
+    return f"{option.p99_ms:,.1f} ms{versus}"
+
+
+def _kept(option: ServingOption) -> str:
+    return "-" if option.training_kept is None else f"{option.training_kept:.0%}"
+
+
+def serving_advice(runs: list[SavedRun], budget: Budget) -> dict:
+    """Per service and number of training jobs: the best way within the budget, or that none is and the smallest
+    p99 there. ``advice``: the answer in lines; ``met`` is False when some service has no measured way within the
+    budget at all."""
+    options, device = serving_options(runs)
+    if not options:
+        raise AdviceError("no saved scenario runs a serving job (Workload(..., rate=...)) beside training jobs; "
+                          "measure some first, e.g. benchmarks/test_serving.py")
+    answers: list[dict] = []
+    lines, met = [], True
+    for service in sorted({o.service for o in options}):
+        mine = [o for o in options if o.service == service]
+        found = []
+        for n in sorted({o.training_jobs for o in mine}):
+            option, sentence = _answer(budget, n, [o for o in mine if o.training_jobs == n])
+            found.append({"service": service, "training_jobs": n, "within": budget.holds(option), "option": option,
+                          "sentence": sentence})
+        answers += found
+        if any(a["within"] for a in found):
+            lines.append(f"{service}, p99 within {budget}, where training keeps the most:")
+            lines += [f"  {a['sentence']}" for a in found]
+            continue
+        met = False
+        closest = _smallest(mine)
+        lines.append(f"No measured way keeps {service}'s p99 within {budget} beside training; " + (
+            f"the smallest p99 seen: {_ms(closest)} under {closest.way} ({closest.scenario}, "
+            f"{_jobs(closest.training_jobs)})" if closest else "every measured way saturated it"))
+    if device == "cpu":
+        lines.append("(CPU smoke runs: they check the suite, not what a GPU does)")
+    return {"budget": str(budget), "device": device, "met": met, "answers": answers, "advice": lines}

@@ -408,6 +408,8 @@ def cmd_report(args) -> int:
 def cmd_advise(args) -> int:
     from . import advisor
 
+    if args.p99_within is not None:
+        return _advise_serving(args)
     try:
         jobs = advisor.parse_jobs(args.jobs)
     except advisor.AdviceError as error:
@@ -435,6 +437,40 @@ def cmd_advise(args) -> int:
     if not advice["graphed_measured"]:
         print("Not measured: the graphed variants (Workload(..., cuda_graph=True)).")
     return OK
+
+
+def _advise_serving(args) -> int:
+    """``advise --p99-within``: per service and number of training jobs, the way within the p99 budget where training
+    keeps the most; exit 1 when a service has none."""
+    from . import advisor
+
+    try:
+        budget = advisor.parse_budget(args.p99_within)
+    except advisor.AdviceError as error:
+        raise CommandError(str(error), USAGE) from None
+    runs = _read_runs(args.runs)
+    try:
+        advice = advisor.serving_advice(runs, budget)
+    except advisor.AdviceError as error:
+        raise CommandError(str(error), NOTHING_TO_READ) from None
+    code = OK if advice["met"] else NEGATIVE
+    if args.format == "json":
+        answers = [{**a, "option": vars(a["option"])} for a in advice["answers"]]
+        print(json.dumps({**advice, "answers": answers}, indent=2))
+        return code
+    rows = []
+    for answer in advice["answers"]:
+        o = answer["option"]
+        p99 = "saturated" if o.saturated else "-" if o.p99_ms is None else f"{o.p99_ms:,.1f}"
+        rows.append([answer["service"], str(answer["training_jobs"]), "yes" if answer["within"] else "no", o.way,
+                     o.scenario, str(o.runs), p99, "-" if o.p99_vs_alone is None or o.saturated
+                     else f"{o.p99_vs_alone:.2f}x", "-" if o.training_kept is None else f"{o.training_kept:.0%}"])
+    headers = ["service", "training jobs", f"p99 within {advice['budget']}", "way", "scenario", "runs", "p99 ms",
+               "p99 vs alone", "training kept"]
+    if args.format != "csv":
+        print("\n".join(advice["advice"]))
+    print(_tabular(rows, headers, args.format))
+    return code
 
 
 def cmd_plot(args) -> int:
@@ -610,11 +646,17 @@ def build_parser() -> argparse.ArgumentParser:
     report_cmd.set_defaults(run_command=cmd_report)
 
     advise_cmd = commands.add_parser("advise", help="rank the measured ways a job mix can share this GPU, and say "
-                                     "which and why (exit 3: nothing measured runs these jobs)")
+                                     "which and why (exit 3: nothing measured runs these jobs); or, with "
+                                     "--p99-within, which way keeps a service's p99 within a budget while training "
+                                     "gets the most (exit 1: no measured way does)")
     advise_cmd.add_argument("runs", nargs="+", type=Path, help="pytest-benchmark JSON files of this plugin's scenarios")
-    advise_cmd.add_argument("--jobs", required=True, help="the mix: labels as the summary shows them or workload "
-                            "names as Workload takes them, each with *COUNT, e.g. 'resnet26-cifar10/bs128*3,resnet50' "
-                            "(a bare name is its default batch size, 32)")
+    question = advise_cmd.add_mutually_exclusive_group(required=True)
+    question.add_argument("--jobs", help="the mix: labels as the summary shows them or workload "
+                          "names as Workload takes them, each with *COUNT, e.g. 'resnet26-cifar10/bs128*3,resnet50' "
+                          "(a bare name is its default batch size, 32)")
+    question.add_argument("--p99-within", metavar="BUDGET", help="a serving job's p99 budget: milliseconds (25) or a "
+                          "multiple of its p99 alone at the same rate (2x); answers, per service and number of "
+                          "training jobs, the mode and SM reservation within it where training keeps the most")
     _format_argument(advise_cmd, extra=("text",))
     advise_cmd.set_defaults(run_command=cmd_advise)
 

@@ -1,5 +1,5 @@
-"""The report page (``pytest-gpucolloc report``): the answer first, then the summary table and the run warnings,
-then the figures.
+"""The report page (``pytest-gpucolloc report``): the answer first, then the summary table, the run warnings and
+the serving jobs' latencies, then the figures.
 
 The page is small: its figures (``plots``, the same ones ``pytest-gpucolloc plot`` draws) are PNG files beside it in
 ``figures/``, linked, never also embedded; copy the folder as a whole. Sections without content are left out.
@@ -81,6 +81,30 @@ def _warnings(runs: list[SavedRun]) -> str:
             "</tr>" + "".join(rows) + "</table>")
 
 
+def _serving(runs: list[SavedRun]) -> str:
+    """Each scenario with a serving job, per machine kind: its latency percentiles beside what its training jobs
+    kept (``report.serving_rows``); a saturated service says why below its table."""
+    kinds: dict[str, list] = {}
+    for run in runs:
+        for name, scenario in run.scenarios.items():
+            if scenario.serving:
+                kinds.setdefault(plots.machine_kind(run, scenario), []).append((run.run_id, short_name(name), scenario))
+    if not kinds:
+        return ""
+    parts = ["<h2 id=serving>Serving</h2><p>Each serving job's latency from a request's scheduled arrival to its "
+             "answer (open loop), over every request measured, beside what its training neighbours kept of their "
+             "speed alone; p99 vs alone: against the same service alone at the same rate.</p>"]
+    for kind, found in sorted(kinds.items()):
+        entries = [(name, scenario) for _, name, scenario in found]
+        rows = "".join("<tr><td>" + "</td><td>".join(_e(cell) for cell in [row[0], run_id, *row[1:]]) + "</td></tr>"
+                       for (run_id, _, _), row in zip(found, report.serving_rows(entries)))
+        head = "".join(f"<th>{_e(h)}</th>" for h in [report.SERVING_HEADERS[0], "run", *report.SERVING_HEADERS[1:]])
+        parts.append((f"<h3>{_e(kind)}</h3>" if len(kinds) > 1 else "") + f"<table class=serving><tr>{head}</tr>"
+                     + rows + "</table>")
+        parts += [f"<p>{_e(name)}: {_e(why)}</p>" for name, why in report.saturated(entries)]
+    return "".join(parts)
+
+
 def _verdicts(counts: Counter) -> str:
     if not counts:
         return "-"
@@ -137,6 +161,9 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path) -> Path:
     warnings = _warnings(runs)
     if warnings:
         body.append(warnings)
+    served = _serving(runs)
+    if served:
+        body.append(served)
     if gate_table:
         body.append("<h2>Gate over the stored history</h2>" + gate_table)
     figures = itertools.chain(plots.for_runs(runs), plots.history(loaded) if loaded is not None else [])

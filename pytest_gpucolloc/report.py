@@ -4,6 +4,7 @@ report's summary (per workload and mode, the best way to share and the answer it
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -263,3 +264,69 @@ def _gain(row: SummaryRow, mode: str) -> str:
     if row.mixed:
         return f"{row.jobs} made {cell.speedup:.1f}x the progress of running them one after another"
     return f"{cell.n} {row.jobs} jobs made {cell.speedup:.1f}x the throughput of one alone"
+
+
+SERVING_HEADERS = ["scenario", "mode", "offered req/s", "achieved req/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms",
+                   "p99 vs alone", "training jobs", "SMs reserved", "training kept"]
+SATURATED = "saturated"  # in place of the percentiles: they measure the queue, not the service
+
+
+def _ms(value: float | None) -> str:
+    """A latency in milliseconds, three significant digits at most past the point (0.845, 12.3, 1,234)."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def service(facts: dict) -> str:
+    """The serving job as asked, from its record (``ScenarioRecord.serving``): its label, where the rate was asked as
+    a share of its rate alone named by that share (``.../serve-80%``), so that sessions whose share came to slightly
+    different requests/s are one service."""
+    label = facts.get("workload") or "service"
+    asked = re.match(r"(\d+%) of ", facts.get("rate_asked") or "")
+    return re.sub(r"/serve-[^/]+$", f"/serve-{asked.group(1)}", label) if asked else label
+
+
+def sm_reserved(scenario: ScenarioRecord) -> float | None:
+    """The share of the SMs (percent) that no training job beside a service may use: 100 less the largest SM limit
+    the sharing mode gave a training job (mps-partitioned); None where they were not limited."""
+    limits = [w.mode_facts.get("sm_percent") for w in scenario.workers if w.params.get("rate") is None]
+    numbers = [float(v) for v in limits if isinstance(v, (int, float))]
+    if not numbers or len(numbers) < len(limits) or max(numbers) >= 100:
+        return None
+    return 100 - max(numbers)
+
+
+def serving_rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
+    """One row per scenario with a serving job (``ScenarioRecord.serving``); a saturated one says so instead of
+    its percentiles."""
+    table = []
+    for name, scenario in entries:
+        facts = scenario.serving
+        if not facts:
+            continue
+        saturated = bool(facts.get("saturated"))
+        latencies = [SATURATED] * 4 if saturated else [_ms(facts.get(k)) for k in ("p50_ms", "p99_ms", "p999_ms",
+                                                                                   "max_ms")]
+        versus = facts.get("p99_vs_alone")
+        reserved = sm_reserved(scenario)
+        table.append([
+            name, scenario.mode, "max" if facts.get("offered_rps") is None else _rate(facts["offered_rps"]),
+            _rate(facts.get("achieved_rps")), *latencies,
+            "-" if versus is None or saturated else f"{versus:.2f}x",
+            str(facts.get("training_jobs", "-")), "-" if reserved is None else f"{reserved:g}%",
+            _pct(facts.get("training_kept")),
+        ])
+    return table
+
+
+def saturated(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[tuple[str, str]]:
+    """(scenario, why) for each saturated service: the rate was more than it answers."""
+    return [(name, s.serving.get("why") or "its queue grew") for name, s in entries
+            if s.serving and s.serving.get("saturated")]
+
+
+def serving_table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple") -> str | None:
+    """The serving table, or None when no scenario has a serving job."""
+    body = serving_rows(entries)
+    return tabulate(body, headers=SERVING_HEADERS, tablefmt=fmt, disable_numparse=True) if body else None

@@ -455,6 +455,15 @@ class CollocSession:
             "warm ('= alone': a sequential scenario, or one job under naive, '= mps': one mps-partitioned client has "
             "the whole GPU; each records that measurement, taken once)"
         )
+        served = report.serving_table(entries)
+        if served:
+            terminalreporter.write_line(served)
+            for name, why in report.saturated(entries):
+                terminalreporter.write_line(f"saturated: {name}: {why}", yellow=True)
+            terminalreporter.write_line(
+                "serving: latency from each request's scheduled arrival to its answer (open loop), over every request "
+                "measured; p99 vs alone: against the same service alone at the same rate; SMs reserved: the share no "
+                "training job may use; training kept: the training jobs' mean share of their throughput alone")
         spent = report.time_spent([scenario for _, scenario in entries], self.settings().round_s)
         if spent:
             terminalreporter.write_line(spent)

@@ -34,10 +34,10 @@ def test_language_model_service_beside_training(collocate, neighbours):
 @pytest.mark.parametrize("neighbours", [1, 3, 6], ids=lambda n: f"{n}train")
 @pytest.mark.parametrize("rate", ["50%", "80%"], ids=lambda r: f"rate{r[:-1]}")
 def test_service_with_sms_reserved(collocate, gpu_mode, rate, neighbours, reserved):
-    """mps-partitioned: every training client may use at most (100 - reserved)% of the SMs, so that share is always
-    free for the service (which itself may use them all)."""
+    """mps-partitioned: the service may use ``reserved`` percent of the SMs and the training clients share the rest
+    evenly, so neither side can take the other's SMs."""
     if gpu_mode != "mps-partitioned":
         pytest.skip("SM reservations are an mps-partitioned scenario")
-    service = Workload("resnet50-imagenet224", batch_size=4, precision="bf16", rate=rate, sm_percent=100)
-    trainer = Workload("resnet50-imagenet64", batch_size=64, sm_percent=100 - reserved)
+    service = Workload("resnet50-imagenet224", batch_size=4, precision="bf16", rate=rate, sm_percent=reserved)
+    trainer = Workload("resnet50-imagenet64", batch_size=64, sm_percent=(100 - reserved) / neighbours)
     collocate([service] + [trainer] * neighbours)

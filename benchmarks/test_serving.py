@@ -39,5 +39,5 @@ def test_service_with_sms_reserved(collocate, gpu_mode, rate, neighbours, reserv
     if gpu_mode != "mps-partitioned":
         pytest.skip("SM reservations are an mps-partitioned scenario")
     service = Workload("resnet50-imagenet224", batch_size=4, precision="bf16", rate=rate, sm_percent=reserved)
-    trainer = Workload("resnet50-imagenet64", batch_size=64, sm_percent=(100 - reserved) / neighbours)
+    trainer = Workload("resnet50-imagenet64", batch_size=64, sm_percent=(100 - reserved) // neighbours)
     collocate([service] + [trainer] * neighbours)

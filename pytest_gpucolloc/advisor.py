@@ -199,7 +199,7 @@ class ServingOption:
     service: str  # the serving job's label, its rate as asked (report.service)
     training_jobs: int
     mode: str
-    sm_reserved: float | None  # percent of the SMs no training job may use
+    sm_reserved: float | None  # percent of the SMs the service was given (report.sm_reserved)
     scenario: str
     runs: int
     p99_ms: float | None
@@ -209,7 +209,7 @@ class ServingOption:
 
     @property
     def way(self) -> str:
-        return self.mode + (f", {self.sm_reserved:g}% of SMs reserved" if self.sm_reserved else "")
+        return self.mode + (f", {self.sm_reserved:g}% of SMs reserved for the service" if self.sm_reserved else "")
 
 
 def _median(values: list) -> float | None:

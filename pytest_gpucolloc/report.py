@@ -288,13 +288,11 @@ def service(facts: dict) -> str:
 
 
 def sm_reserved(scenario: ScenarioRecord) -> float | None:
-    """The share of the SMs (percent) that no training job beside a service may use: 100 less the largest SM limit
-    the sharing mode gave a training job (mps-partitioned); None where they were not limited."""
-    limits = [w.mode_facts.get("sm_percent") for w in scenario.workers if w.params.get("rate") is None]
-    numbers = [float(v) for v in limits if isinstance(v, (int, float))]
-    if not numbers or len(numbers) < len(limits) or max(numbers) >= 100:
-        return None
-    return 100 - max(numbers)
+    """The share of the SMs (percent) the sharing mode gave a service beside training jobs (mps-partitioned: its MPS
+    limit, the training jobs sharing the rest); None where it was not limited."""
+    service = next((w for w in scenario.workers if w.params.get("rate") is not None), None)
+    limit = service.mode_facts.get("sm_percent") if service is not None else None
+    return float(limit) if isinstance(limit, (int, float)) and limit < 100 else None
 
 
 def serving_rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:

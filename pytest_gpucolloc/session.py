@@ -462,8 +462,9 @@ class CollocSession:
                 terminalreporter.write_line(f"saturated: {name}: {why}", yellow=True)
             terminalreporter.write_line(
                 "serving: latency from each request's scheduled arrival to its answer (open loop), over every request "
-                "measured; p99 vs alone: against the same service alone at the same rate; SMs reserved: the share no "
-                "training job may use; training kept: the training jobs' mean share of their throughput alone")
+                "measured; p99 vs alone: against the same service alone at the same rate; SMs reserved: the "
+                "service's share of the SMs (mps-partitioned; the training jobs share the rest); training kept: the "
+                "training jobs' mean share of their throughput alone")
         spent = report.time_spent([scenario for _, scenario in entries], self.settings().round_s)
         if spent:
             terminalreporter.write_line(spent)

@@ -46,7 +46,7 @@ def _runs(path):
 
 def _with_sms_reserved(tmp_path, p99_ms, kept):
     """The saved CPU run and, beside its service with one training job under naive, the same service under
-    mps-partitioned with 30% of the SMs reserved for it (the training job limited to 70%): what benchmarks/
+    mps-partitioned with 30% of the SMs reserved for it (the training job given the other 70%): what benchmarks/
     test_serving.py::test_service_with_sms_reserved measures on a GPU (MPS needs one)."""
     data = json.loads(SERVING_RUN.read_text())
     naive = next(b for b in data["benchmarks"] if b["name"].endswith("rate50-1train]"))
@@ -55,7 +55,7 @@ def _with_sms_reserved(tmp_path, p99_ms, kept):
     reserved["fullname"] = "benchmarks/test_serving.py::" + reserved["name"]
     info = reserved["extra_info"]
     info["mode"] = "mps-partitioned"
-    info["workers"][0]["mode_facts"], info["workers"][1]["mode_facts"] = {"sm_percent": 100}, {"sm_percent": 70}
+    info["workers"][0]["mode_facts"], info["workers"][1]["mode_facts"] = {"sm_percent": 30}, {"sm_percent": 70}
     facts = info["serving"]
     facts.update(p99_ms=p99_ms, p99_vs_alone=p99_ms / facts["alone_p99_ms"], training_kept=kept)
     data["benchmarks"].append(reserved)
@@ -125,7 +125,8 @@ def test_advise_picks_the_way_within_the_p99_budget_where_training_keeps_the_mos
     assert code == (0 if budget == "1.2x" else 1) and advice["met"] is (budget == "1.2x")
     assert cli.main(["advise", str(run), "--p99-within", budget]) == code
     out = capsys.readouterr().out
-    assert f"  1 training job: {answer['option']['mode']}" in out and picked in out.splitlines()[1]
+    way = "naive" if "naive" in picked else "mps-partitioned, 30% of SMs reserved for the service"
+    assert out.splitlines()[1].startswith(f"  1 training job: {way} ({picked}) keeps p99 at "), out
 
 
 def test_advise_says_when_no_way_keeps_the_budget_with_the_smallest_p99_seen(capsys):

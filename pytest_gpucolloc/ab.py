@@ -12,6 +12,10 @@ With m blocks, mean m_d and standard error s/sqrt(m) (Student t, m - 1 degrees o
 slower at one-sided p < alpha and by at least the threshold; ``improved`` likewise faster; ``unchanged`` when the
 two-sided (1 - 2 alpha) interval of the change lies within the threshold; otherwise ``inconclusive``, and another
 block is run, within the scenario's and the job's budgets.
+
+A scenario with a serving job is also judged on its p99 latency, lower being better: per block and arm the windows'
+latency histograms merged into one p99, d = log(p99 B / p99 A), the same statistics and stopping rule. A service
+whose queue grew in a window (``serving.summary``'s rule) is not judged on p99: its p99 measured the queue.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import history, interleave, machine
+from . import history, interleave, machine, serving
 from .outcome import Outcome
 
 # What may differ between two interpreters' runs: the stack is the change being compared.
@@ -205,20 +209,25 @@ class Judgement:
     scenario: str
     verdict: Outcome  # regressed | improved | unchanged | inconclusive
     pairs: int
-    change: float | None = None  # candidate vs baseline, fraction (+ faster)
+    metric: str = "throughput"  # or "p99": a serving job's p99 latency, lower is better
+    change: float | None = None  # candidate vs baseline, fraction of the metric (throughput: + faster; p99: + slower)
     ci: tuple[float, float] | None = None
-    p_slower: float | None = None
-    detectable: float | None = None  # smallest drop these pairs resolve (half-width of the interval)
+    p_slower: float | None = None  # one-sided p of the candidate being worse
+    detectable: float | None = None  # smallest worsening these pairs resolve (half-width of the interval)
     log_ratios: list[float] = field(default_factory=list)
     blocks: int = 0  # sets of fresh processes per arm (0: each ratio stands alone, e.g. alternated sessions)
     reason: str = ""
+    p99_ms: tuple[float, float] | None = None  # baseline's and candidate's p99, geometric means over the blocks
+    saturated: bool = False  # a service's queue grew: its p99 is not judged
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("scenario", "verdict", "pairs", "blocks", "change", "ci", "p_slower",
-                                               "detectable", "reason", "log_ratios")}
+        return {k: getattr(self, k) for k in ("scenario", "metric", "verdict", "pairs", "blocks", "change", "ci",
+                                               "p_slower", "detectable", "reason", "log_ratios", "p99_ms",
+                                               "saturated")}
 
 
-def judge(scenario: str, ratios: list[float], threshold: float, alpha: float) -> Judgement:
+def judge(scenario: str, ratios: list[float], threshold: float, alpha: float,
+          lower_is_better: bool = False) -> Judgement:
     """Each log-ratio an independent unit (a block's mean, or a session against its neighbours)."""
     from scipy import stats
 
@@ -232,23 +241,26 @@ def judge(scenario: str, ratios: list[float], threshold: float, alpha: float) ->
     critical = stats.t.ppf(1 - alpha, n - 1)
     low, high = mean - critical * error, mean + critical * error
     if error > 0:
-        p_slower, p_faster = stats.t.cdf(mean / error, n - 1), stats.t.sf(mean / error, n - 1)
+        p_down, p_up = stats.t.cdf(mean / error, n - 1), stats.t.sf(mean / error, n - 1)
     else:
-        p_slower, p_faster = float(mean >= 0), float(mean <= 0)
+        p_down, p_up = float(mean >= 0), float(mean <= 0)
+    p_worse, p_better = (p_up, p_down) if lower_is_better else (p_down, p_up)
     change = math.exp(mean) - 1
+    worse_by = change if lower_is_better else -change
     bound = math.log(1 + threshold)
     verdict: Outcome
-    if p_slower < alpha and -change >= threshold:
+    if p_worse < alpha and worse_by >= threshold:
         verdict = "regressed"
-    elif p_faster < alpha and change >= threshold:
+    elif p_better < alpha and -worse_by >= threshold:
         verdict = "improved"
     elif -bound < low and high < bound:
         verdict = "unchanged"
     else:
         verdict = "inconclusive"
+    detectable = math.exp(critical * error) - 1 if lower_is_better else 1 - math.exp(-critical * error)
     return Judgement(scenario=scenario, verdict=verdict, pairs=n, change=change,
-                     ci=(math.exp(low) - 1, math.exp(high) - 1), p_slower=float(p_slower),
-                     detectable=1 - math.exp(-critical * error), log_ratios=ratios)
+                     ci=(math.exp(low) - 1, math.exp(high) - 1), p_slower=float(p_worse), detectable=detectable,
+                     log_ratios=ratios)
 
 
 def judge_blocks(scenario: str, blocks: list[list[float]], threshold: float, alpha: float) -> Judgement:
@@ -259,7 +271,53 @@ def judge_blocks(scenario: str, blocks: list[list[float]], threshold: float, alp
     judged.pairs, judged.blocks = sum(map(len, blocks)), len(blocks)
     judged.log_ratios = [x for block in blocks for x in block]
     if len(blocks) < 2:
-        judged.reason = "one block of processes: the noise between processes is not known yet"
+        judged.reason = ONE_BLOCK
+    return judged
+
+
+ONE_BLOCK = "one block of processes: the noise between processes is not known yet"
+
+
+def _queue_grew(window: dict) -> str | None:
+    """Why a service's window shows a queue that grew instead of draining (``serving.summary``'s rule), or None."""
+    offered, backlog = window.get("offered_rps"), window["backlog"]
+    if not offered or backlog <= max(serving.SATURATED_MIN_REQUESTS, serving.SATURATED_BACKLOG_S * offered):
+        return None
+    return (f"{backlog:,} requests still queued at a window's end ({backlog / offered:.1f} s of arrivals at "
+            f"{offered:,.0f} requests/s)")
+
+
+def _p99_ms(windows: list[dict]) -> float | None:
+    merged = serving.new_histogram()
+    for window in windows:
+        merged.add(serving.decode(window["histogram"]))
+    return merged.get_value_at_percentile(99) / 1000 if merged.get_total_count() else None
+
+
+def judge_p99(scenario: str, blocks: list[dict[str, list[dict]]], labels: tuple[str, str], threshold: float,
+              alpha: float) -> Judgement:
+    """A serving job's p99 latency, lower is better: per block, each arm's windows merged into one p99, and the
+    block's log(candidate p99 / baseline p99) one unit. Not judged when a window of either arm saturated."""
+    pairs = sum(len(block.get(label, [])) for block in blocks for label in labels) // 2
+    p99s: list[tuple[float, float]] = []
+    for number, block in enumerate(blocks, 1):
+        for label in labels:
+            why = next(filter(None, map(_queue_grew, block.get(label, []))), None)
+            if why:
+                return Judgement(scenario=scenario, metric="p99", verdict="inconclusive", pairs=pairs,
+                                 blocks=len(blocks), saturated=True,
+                                 reason=f"not judged on p99: the {label}'s service saturated in block {number}, "
+                                        f"{why}; its p99 measured the queue, not the job (lower its rate)")
+        baseline, candidate = (_p99_ms(block.get(label, [])) for label in labels)
+        if baseline and candidate:
+            p99s.append((baseline, candidate))
+    judged = judge(scenario, [math.log(c / b) for b, c in p99s], threshold, alpha, lower_is_better=True)
+    judged.metric, judged.pairs, judged.blocks = "p99", pairs, len(p99s)
+    if p99s:
+        judged.p99_ms = (statistics.geometric_mean([b for b, _ in p99s]),
+                         statistics.geometric_mean([c for _, c in p99s]))
+    if len(p99s) < 2:
+        judged.reason = ONE_BLOCK
     return judged
 
 
@@ -345,6 +403,7 @@ class Coordinator:
         self.arms, self.labels, self.settings, self.say = arms, labels, settings, say
         self.random = random.Random(settings.seed)
         self.blocks: dict[str, list[list[float]]] = {}  # test -> per block, the windows' log(candidate / baseline)
+        self.latency: dict[str, list[dict[str, list[dict]]]] = {}  # test -> per block, a serving job's windows by arm
         self.spent: dict[str, float] = {}  # test -> seconds of its blocks so far
         self.unpaired: list[str] = []
         self.skipped: list[str] = []  # scenarios not started: the job's budget was spent
@@ -413,30 +472,47 @@ class Coordinator:
             told.append(label)
             if self._expect(label, "ready") is None:
                 break
-        ratios = self._windows() if not self.lost else []
+        ratios, latency = self._windows() if not self.lost else ([], {})
         if ratios:
             self.blocks.setdefault(test, []).append(ratios)
+            if any(latency.values()):
+                self.latency.setdefault(test, []).append(latency)
         self.spent[test] = self.spent.get(test, 0.0) + time.monotonic() - began
         more = bool(ratios) and not self.lost and self._want_more(test, time.monotonic() - began)
         for label in self.labels:
             if label not in self.lost:  # a warm arm without windows measures on its own
                 self.arms.send(label, {"do": "done", "more": more} if label in told else {"do": "solo"})
 
-    def _windows(self) -> list[float]:
+    def _windows(self) -> tuple[list[float], dict[str, list[dict]]]:
+        """The block's pairs of windows: each pair's log(candidate / baseline) throughput, and each arm's serving
+        job's latency per window (none without a serving job)."""
         baseline, candidate = self.labels
         ratios: list[float] = []
+        latency: dict[str, list[dict]] = {label: [] for label in self.labels}
         for _ in range(self.settings.pairs_per_block):
             order = list(self.labels)
             self.random.shuffle(order)
-            rate = {}
+            rate, served = {}, {}
             for label in order:
                 self.arms.send(label, {"do": "measure", "window_s": self.settings.window_s})
                 answer = self._expect(label, "measured")
                 if answer is None:
-                    return ratios
-                rate[label] = float(answer["throughput"])
+                    return ratios, latency
+                rate[label], served[label] = float(answer["throughput"]), answer.get("latency")
             ratios.append(math.log(rate[candidate] / rate[baseline]))
-        return ratios
+            windows = {label: window for label, window in served.items() if window}
+            if len(windows) == len(self.labels):  # kept in pairs, as the throughput's windows
+                for label, window in windows.items():
+                    latency[label].append(window)
+        return ratios, latency
+
+    def judged(self, test: str, name: str) -> list[Judgement]:
+        """``test``'s throughput judgement, and its serving job's p99 judgement when it has one."""
+        settings = self.settings
+        judgements = [judge_blocks(name, self.blocks.get(test, []), settings.threshold, settings.alpha)]
+        if test in self.latency:
+            judgements.append(judge_p99(name, self.latency[test], self.labels, settings.threshold, settings.alpha))
+        return judgements
 
     def _want_more(self, test: str, block_s: float) -> bool:
         settings, blocks = self.settings, self.blocks.get(test, [])
@@ -449,7 +525,7 @@ class Coordinator:
             return False
         if len(blocks) < settings.min_blocks:
             return True
-        return judge_blocks(test, blocks, settings.threshold, settings.alpha).verdict == "inconclusive"
+        return any(j.verdict == "inconclusive" and not j.saturated for j in self.judged(test, test))
 
 
 def _arm_command(arm: Arm, pytest_args: list[str], settings: Settings, out: Path, storage: Path, tag: str) -> list[str]:
@@ -516,23 +592,32 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
         raise ABError("the arms ran on machines that differ in more than the change being compared: "
                       + "; ".join(changes))
     judgements = []
-    for test, blocks in coordinator.blocks.items():
-        judged = judge_blocks(history.short_name(test), blocks, settings.threshold, settings.alpha)
-        if judged.verdict == "inconclusive" and test in coordinator.cut_short:
-            judged.reason = "; ".join(filter(None, [judged.reason, f"a budget stopped it after {judged.blocks} "
-                                                   "blocks: raise --ab-scenario-minutes or --ab-budget-minutes"]))
-        judgements.append(judged)
+    for test in coordinator.blocks:
+        for judged in coordinator.judged(test, history.short_name(test)):
+            if judged.verdict == "inconclusive" and not judged.saturated and test in coordinator.cut_short:
+                judged.reason = "; ".join(filter(None, [judged.reason, f"a budget stopped it after {judged.blocks} "
+                                                       "blocks: raise --ab-scenario-minutes or --ab-budget-minutes"]))
+            judgements.append(judged)
     return judgements, runs
 
 
-HEADERS = ["scenario", "verdict", "blocks", "pairs", "change (candidate vs baseline)", "interval", "p (slower)",
-           "detectable drop", "why"]
+HEADERS = ["scenario", "measure", "verdict", "blocks", "pairs", "change (candidate vs baseline)", "interval",
+           "p (slower)", "detectable worsening", "why"]
+
+
+def _measure(judged: Judgement) -> str:
+    if judged.metric != "p99":
+        return judged.metric
+    if judged.p99_ms is None:
+        return "p99 latency"
+    return f"p99 latency {judged.p99_ms[0]:.3g} -> {judged.p99_ms[1]:.3g} ms"
 
 
 def table(judgements: list[Judgement], fmt: str = "simple") -> str:
     from tabulate import tabulate
 
-    rows = [[j.scenario, j.verdict, str(j.blocks), str(j.pairs), "-" if j.change is None else f"{j.change:+.2%}",
+    rows = [[j.scenario, _measure(j), j.verdict, str(j.blocks), str(j.pairs),
+             "-" if j.change is None else f"{j.change:+.2%}",
              "-" if j.ci is None else f"[{j.ci[0]:+.2%}, {j.ci[1]:+.2%}]",
              "-" if j.p_slower is None else f"{j.p_slower:.2g}",
              "-" if j.detectable is None else f"{j.detectable:.2%}", j.reason or "-"] for j in judgements]

@@ -15,7 +15,9 @@ Messages are JSON lines on a Unix socket named by ``GPUCOLLOC_AB_SOCKET``:
     <- {"do": "go"} | {"do": "solo"} | {"do": "skip", "why": ...}   solo: no partner for this key, measure as
                                                       usual; skip: the A/B's budget is spent
     arm -> {"event": "ready"}                         workers warm and idle
-    <- {"do": "measure", "window_s": s}  arm -> {"event": "measured", "throughput": samples/s}   (repeated)
+    <- {"do": "measure", "window_s": s}  arm -> {"event": "measured", "throughput": samples/s}   (repeated;
+                                                      throughput of the training jobs, and a serving job's
+                                                      "latency": {"histogram", "backlog", "offered_rps"})
     <- {"do": "done", "more": bool}                   more: start another block of this test
 """
 from __future__ import annotations
@@ -77,13 +79,26 @@ class Link:
             results = pool.measure(time.monotonic() + LEAD_S, order["window_s"], 1,
                                    timeout_s=order["window_s"] + timeout_s)
             pool.idle()
-            aggregate = measure.concurrent_aggregate([measure.WorkerStats(list(r.rounds), 1) for r in results])
-            self._send({"event": "measured", "throughput": aggregate[0]})
+            self._send(measured(pool, results))
             merged = results if not merged else [protocol.joined(old, new) for old, new in zip(merged, results)]
         self.more[test] = bool(order.get("more"))
         if not merged:
             return None
         return merged, f"interleaved with the other arm: {len(merged[0].rounds)} windows"
+
+
+def measured(pool: WorkerPool, results: list[protocol.Result]) -> dict:
+    """One window as the controller judges it: the training jobs' samples/s (a serving job answers requests at its
+    rate: it is judged by its latency, which travels along)."""
+    jobs = [slot.workload for slot in pool.slots]
+    training = [r for r, job in zip(results, jobs) if not job.serves] or results
+    aggregate = measure.concurrent_aggregate([measure.WorkerStats(list(r.rounds), 1) for r in training])
+    message: dict = {"event": "measured", "throughput": aggregate[0]}
+    for result, job in zip(results, jobs):
+        if job.serves and result.latency:
+            offered = job.rate if isinstance(job.rate, (int, float)) else None  # None: back to back, no queue
+            message["latency"] = {**result.latency[-1], "offered_rps": offered}
+    return message
 
 
 _link: Link | None = None

@@ -1,0 +1,117 @@
+"""Paired A/B of a serving job (``pytest-gpucolloc ab``): its p99 latency judged beside the training jobs' throughput,
+lower being better, on real git revisions of a user's serving step, each arm a pytest session on the CPU."""
+import json
+import subprocess
+
+import pytest
+
+from pytest_gpucolloc import cli
+
+WORKLOAD = '''
+import time
+import torch
+
+
+class Service:
+    """A user's serving step: one request is a forward pass and {sleep_ms} ms of work."""
+
+    def __init__(self, batch_size):
+        self.samples_per_step = batch_size
+        self.model = torch.nn.Linear(8, 2)
+        self.x = torch.randn(batch_size, 8)
+
+    def serve_step(self):
+        with torch.inference_mode():
+            self.model(self.x)
+        time.sleep({sleep_ms} / 1000)
+
+
+class Training:
+    def __init__(self, batch_size):
+        self.samples_per_step = batch_size
+        self.model = torch.nn.Linear(8, 2)
+        self.x = torch.randn(batch_size, 8)
+
+    def train_step(self):
+        self.model(self.x).sum().backward()
+        time.sleep(0.002)
+
+
+def service(batch_size, device, precision="fp32"):
+    return Service(batch_size)
+
+
+def training(batch_size, device, precision="fp32"):
+    return Training(batch_size)
+'''
+
+SCENARIO = '''
+from pytest_gpucolloc import Workload
+
+def test_service(collocate):  # 40 requests/s: neither arm queues
+    collocate([Workload("workload:service", batch_size=2, rate=40)])
+
+def test_flooded(collocate):  # far more requests than either arm answers: the queue grows
+    collocate([Workload("workload:service", batch_size=2, rate=100000)])
+'''
+
+ARGS = ["--", "test_scenario.py", "--colloc-device=cpu", "--colloc-cpu-full", "--gpu-mode=naive",
+        "--colloc-warmup-seconds=0.3"]
+AB = ["ab", "--threshold", "10", "--alpha", "0.05", "--ab-pairs", "3", "--ab-window-seconds", "0.5"]
+
+
+def git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A project with two commits: the second makes each request five times the work (2 ms, then 10 ms; a 2 ms
+    request's p99 on a busy CPU can reach several ms)."""
+    path = tmp_path / "project"
+    path.mkdir()
+    git(path, "init", "-q")
+    git(path, "config", "user.email", "ab@example.invalid")
+    git(path, "config", "user.name", "ab")
+    (path / "workload.py").write_text(WORKLOAD.format(sleep_ms=2))
+    (path / "test_scenario.py").write_text(SCENARIO)
+    git(path, "add", ".")
+    git(path, "commit", "-qm", "2 ms a request")
+    (path / "workload.py").write_text(WORKLOAD.format(sleep_ms=10))
+    git(path, "commit", "-qam", "10 ms a request")
+    monkeypatch.chdir(path)
+    return path
+
+
+def ab(tmp_path, baseline, candidate, blocks, *pytest_args):
+    """The A/B's exit code, and its judgements by scenario and metric; ``blocks``: the fewest and the most."""
+    report = tmp_path / "ab.json"
+    code = cli.main([*AB, "--ab-min-blocks", str(blocks[0]), "--ab-max-blocks", str(blocks[1]), "--baseline", baseline,
+                     "--candidate", candidate, "--out", str(tmp_path / "arms"), "--storage", str(tmp_path / "storage"),
+                     "--json", str(report), *ARGS, *pytest_args])
+    judged = {(j["scenario"], j["metric"]): j for j in json.loads(report.read_text())["judgements"]}
+    return code, judged
+
+
+def test_a_slower_serving_step_is_regressed_on_p99_and_fails_the_job(repo, tmp_path, capsys):
+    code, judged = ab(tmp_path, "HEAD~1", "HEAD", (3, 5), "-k", "service")
+    out = capsys.readouterr()
+    assert code == 1, out.out + out.err
+    throughput, p99 = judged[("test_service[cpu-naive]", "throughput")], judged[("test_service[cpu-naive]", "p99")]
+    assert throughput["verdict"] != "regressed", throughput  # both arms answer 40 requests/s: the p99 fails the job
+    assert p99["verdict"] == "regressed" and p99["change"] > 0.5 and p99["blocks"] >= 3, p99
+    baseline_ms, candidate_ms = p99["p99_ms"]
+    assert 2 <= baseline_ms < candidate_ms and 10 <= candidate_ms, p99
+    row = next(line for line in out.out.splitlines() if "p99 latency" in line)
+    assert "test_service[cpu-naive]" in row and "regressed" in row and " ms " in row, out.out
+
+
+def test_an_a_a_is_not_regressed_on_p99_and_a_saturated_service_is_not_judged_on_it(repo, tmp_path, capsys):
+    code, judged = ab(tmp_path, "HEAD", "HEAD", (2, 2))
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    p99 = judged[("test_service[cpu-naive]", "p99")]
+    assert p99["verdict"] != "regressed" and not p99["saturated"] and p99["blocks"] == 2, p99
+    flooded = judged[("test_flooded[cpu-naive]", "p99")]
+    assert flooded["verdict"] == "inconclusive" and flooded["saturated"] and flooded["change"] is None, flooded
+    assert "not judged on p99" in flooded["reason"] and "requests still queued" in flooded["reason"], flooded

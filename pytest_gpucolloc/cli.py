@@ -281,37 +281,20 @@ def cmd_gate(args) -> int:
     return NEGATIVE if any(verdict.failed for _, verdict in verdicts) else OK
 
 
-def _milliseconds(value: float) -> str:
-    """A latency in ms: three significant digits, whole numbers from 100 ms."""
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{_milliseconds(value)} ms"
-
-
 def _gate_render(verdicts, fmt: str, title: str) -> str:
-    """The gate's table: a row per scenario, and below a serving scenario's a row of its p99 latency (ms; its change
-    + is a higher latency, its detectable change a rise). JSON: each verdict as saved, the p99 one inside it."""
+    """The gate's table: a row per scenario, and below a serving scenario's a row of its p99 latency
+    (``report.gate_rows``). JSON: each verdict as saved, the p99 one inside it."""
     from . import report
 
     if fmt == "json":
         return json.dumps([{"scenario": name, **verdict.to_dict()} for name, verdict in verdicts], indent=2)
-    rows = []
-    for name, verdict in verdicts:
-        rows += report.gate_rows([(name, verdict.to_dict())])
-        if verdict.p99 is not None:
-            latency = verdict.p99
-            row = report.gate_rows([(f"{name} p99 latency", latency.to_dict())])[0]
-            row[2], row[3] = _ms(latency.baseline), _ms(latency.current)
-            row[6] = row[6] if latency.mde is None else f"rise {row[6]}"
-            rows.append(row)
-    table = _tabular(rows, report.GATE_HEADERS, fmt)
+    table = _tabular(report.gate_rows([(name, verdict.to_dict()) for name, verdict in verdicts]),
+                     report.GATE_HEADERS, fmt)
     return {"csv": table, "markdown": f"### {title}\n\n{table}"}.get(fmt, f"{title}\n{table}")
 
 
 def cmd_history(args) -> int:
-    from . import changepoints
+    from . import changepoints, report
     from .history import short_name
 
     loaded = _history(args.storage)
@@ -332,7 +315,7 @@ def cmd_history(args) -> int:
         print(json.dumps({"metric": args.metric, "change_points": [p.to_dict() for p in points],
                           "series": [{"scenario": s, "gpu": g, "runs": n} for s, g, n in looked]}, indent=2))
         return 0
-    level = _milliseconds if p99 else (lambda value: f"{value:,.0f}")
+    level = report.ms if p99 else (lambda value: f"{value:,.0f}")
     rows = [[short_name(p.scenario), p.gpu[:16], p.run_id, (p.commit or "-")[:10], p.driver or "-", p.datetime[:19],
              level(p.before), level(p.after), f"{p.change:+.1%}", f"{p.p_value:.2g}", f"{p.runs_before}/{p.runs_after}"]
             for p in points]

@@ -354,10 +354,11 @@ _PHASE = _object({"sm_activity_pct": _finite, "power_capped_share": _finite, "th
                   "foreign_pids": _list(_count)})
 _MEASUREMENT = _object({"fixed_cost_s": _finite, "wall_s": _finite, "rounds": _count, "same_as": _text,
                         "stopped": _text})
-_GATE = _object({"verdict": _text, "reason": _text, "baseline": _finite, "current": _finite, "change": _real,
-                 "ci": _list(_real), "mde": _finite, "mde_noise": _finite, "threshold": _finite,
-                 "baseline_runs": _list(_text), "notes": _list(_text),
-                 "noise": _object({"shares": _object(values=_optional(_finite)), "dominant": _text, "lever": _text})})
+_VERDICT = {"verdict": _text, "reason": _text, "baseline": _finite, "current": _finite, "change": _real,
+            "ci": _list(_real), "mde": _finite, "mde_noise": _finite, "threshold": _finite,
+            "baseline_runs": _list(_text), "notes": _list(_text), "metric": _text,
+            "noise": _object({"shares": _object(values=_optional(_finite)), "dominant": _text, "lever": _text})}
+_GATE = _object({**_VERDICT, "p99": _object(_VERDICT)})  # a serving scenario's p99 judgement inside its verdict
 _MODE_FACTS = _object({"mig_layout": _list(_object())})
 _PARAMS = _object({"model": _text, "options": _object(), "mig": _text, "cuda_graph": _flag, "batch_size": _count})
 _SERVING = _object({  # a serving job's numbers (serving.summary; fixture._serving adds the rest)

@@ -171,17 +171,23 @@ def _noise(noise: dict | None) -> str:
 
 
 def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
+    """A row per verdict (a saved ``Verdict.to_dict()``); below a serving scenario's, a row of its p99 latency (in
+    ms; its change + is a higher latency, its detectable change a rise)."""
     table = []
     for name, v in verdicts:
+        latency = v.get("metric") == "p99"
         change = "-" if v.get("change") is None else f"{v['change']:+.1%}"
         interval = "-" if not v.get("ci") else f"[{_bound(v['ci'][0])}, {_bound(v['ci'][1])}]"
-        mde = "-" if v.get("mde") is None else f"{v['mde']:.1%}"
+        mde = "-" if v.get("mde") is None else f"{'rise ' if latency else ''}{v['mde']:.1%}"
         if v.get("mde_noise") is not None and v["mde_noise"] < v["mde"]:  # the threshold binds, not the noise
             mde += f" (noise: {v['mde_noise']:.1%})"
         why = "; ".join([v.get("reason", "")] + list(v.get("notes", [])))
         lever = ((v.get("noise") or {}).get("lever")) or "-"
-        table.append([name, v["verdict"], _rate(v.get("baseline")), _rate(v.get("current")), change, interval, mde,
+        shown = (lambda value: "-" if value is None else f"{ms(value)} ms") if latency else _rate
+        table.append([name, v["verdict"], shown(v.get("baseline")), shown(v.get("current")), change, interval, mde,
                       str(len(v.get("baseline_runs", []))), _noise(v.get("noise")), lever, why])
+        if isinstance(v.get("p99"), dict):
+            table += gate_rows([(f"{name} p99 latency", v["p99"])])
     return table
 
 
@@ -271,7 +277,7 @@ SERVING_HEADERS = ["scenario", "mode", "offered req/s", "achieved req/s", "p50 m
 SATURATED = "saturated"  # in place of the percentiles: they measure the queue, not the service
 
 
-def _ms(value: float | None) -> str:
+def ms(value: float | None) -> str:
     """A latency in milliseconds, three significant digits at most past the point (0.845, 12.3, 1,234)."""
     if value is None:
         return "-"
@@ -304,7 +310,7 @@ def serving_rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str
         if not facts:
             continue
         saturated = bool(facts.get("saturated"))
-        latencies = [SATURATED] * 4 if saturated else [_ms(facts.get(k)) for k in ("p50_ms", "p99_ms", "p999_ms",
+        latencies = [SATURATED] * 4 if saturated else [ms(facts.get(k)) for k in ("p50_ms", "p99_ms", "p999_ms",
                                                                                    "max_ms")]
         versus = facts.get("p99_vs_alone")
         reserved = sm_reserved(scenario)

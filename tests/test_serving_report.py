@@ -15,7 +15,7 @@ DATA = Path(__file__).resolve().parent / "data"
 SERVING_RUN = DATA / "serving-cpu-run.json"
 
 
-_ms = report._ms  # a latency as the tables show it
+_ms = report.ms  # a latency as the tables show it
 
 def test_the_summary_has_a_serving_table_with_the_saved_numbers_and_says_why_a_service_saturated(pytester):
     pytester.makepyfile(tiny_workload=TINY_SOURCE, serve_workload=SERVE_SOURCE, test_scenarios=SCENARIOS)

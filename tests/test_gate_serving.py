@@ -1,9 +1,9 @@
 """The gate judges a serving job's p99 latency (lower is better) beside the scenario's throughput: saved histories of
 serving scenarios through ``pytest-gpucolloc gate`` and ``history --metric p99``, and a gated pytest run."""
 import json
-import re
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest

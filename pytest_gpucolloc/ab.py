@@ -263,6 +263,9 @@ def judge(scenario: str, ratios: list[float], threshold: float, alpha: float,
                      log_ratios=ratios)
 
 
+ONE_BLOCK = "one block of processes: the noise between processes is not known yet"
+
+
 def judge_blocks(scenario: str, blocks: list[list[float]], threshold: float, alpha: float) -> Judgement:
     """Windows paired within blocks of fresh processes: each block's mean log-ratio is one unit, so that a
     difference between two arms' processes is noise, not a verdict."""
@@ -273,9 +276,6 @@ def judge_blocks(scenario: str, blocks: list[list[float]], threshold: float, alp
     if len(blocks) < 2:
         judged.reason = ONE_BLOCK
     return judged
-
-
-ONE_BLOCK = "one block of processes: the noise between processes is not known yet"
 
 
 def _queue_grew(window: dict) -> str | None:

@@ -120,11 +120,11 @@ def _gate_history(loaded: History) -> tuple[str, int]:
             series.setdefault((name, series_gpu(run, scenario)), []).append((run, scenario))
     rows, regressed = [], 0
     for (name, gpu), points in sorted(series.items()):
-        gated = [(run, s) for run, s in points if (s.gate or {}).get("verdict")]
+        gated = [(run, s) for run, s in points if s.verdict]
         if not gated:
             continue
         run, scenario = gated[-1]
-        verdict, change = scenario.gate["verdict"], scenario.gate.get("change")
+        verdict, change = scenario.verdict or "", (scenario.gate or {}).get("change")
         regressed += verdict == "regressed"
         shown = f"<span class=regressed>{verdict}</span>" if verdict == "regressed" else _e(verdict)
         rows.append(f"<tr><td>{_e(short_name(name))}</td><td>{_e(gpu)}</td><td>{len(points)}</td><td>{shown}</td>"

@@ -80,7 +80,7 @@ def jobs(scenario: ScenarioRecord) -> str:
 
 
 def regressed(scenario: ScenarioRecord) -> bool:
-    return (scenario.gate or {}).get("verdict") == "regressed"
+    return scenario.verdict == "regressed"
 
 
 def _alone(mode: str) -> bool:
@@ -452,7 +452,7 @@ def _history_figure(name: str, gpu: str, points: list, shifts: list) -> Figure:
 
     for x, (_, scenario) in zip(xs, points):
         gate = scenario.gate or {}
-        verdict = str(gate.get("verdict") or "")
+        verdict = scenario.verdict or ""
         mark = dict(VERDICT_MARKS.get(verdict, RUN_MARK))
         hollow = bool(scenario.throttled or scenario.foreign_pids)
         if hollow:

@@ -127,6 +127,16 @@ class ScenarioRecord:
     serving: dict | None = None  # a serving job's latencies beside training neighbours (absent before 2026-12-03)
 
     @property
+    def verdict(self) -> str | None:
+        """The gate's verdict on the run, None when it was not gated: ``regressed`` when either its throughput or,
+        for a serving scenario, its p99 latency regressed."""
+        if not self.gate or not self.gate.get("verdict"):
+            return None
+        if (self.gate.get("p99") or {}).get("verdict") == "regressed":
+            return "regressed"
+        return self.gate["verdict"]
+
+    @property
     def config(self) -> dict:
         """The configuration that bounds performance, as recorded with the scenario (version 2)."""
         return {k: v for k, v in (self.gpu or {}).items() if k not in ("index", "uuid", "name")}

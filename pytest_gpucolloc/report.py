@@ -232,8 +232,8 @@ def summary(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[SummaryRow]:
     verdicts: dict[Key, Counter] = defaultdict(Counter)
     for _, scenario in entries:
         key = (jobs(scenario), not scenario.homogeneous)
-        if scenario.gate and scenario.gate.get("verdict"):
-            verdicts[key][scenario.gate["verdict"]] += 1
+        if scenario.verdict:
+            verdicts[key][scenario.verdict] += 1
         if scenario.mode != "sequential" and scenario.n_workers > 1 and scenario.speedup:
             runs[key][scenario.mode][scenario.n_workers].append(scenario)
     found = []

@@ -190,3 +190,21 @@ def test_service(collocate):
     saved = json.loads(out.read_text())["benchmarks"][0]["extra_info"]["gate"]
     assert saved["verdict"] == "no baseline" and saved["p99"]["verdict"] == "regressed"
     assert gate.Verdict.from_dict(saved).failed  # as an xdist controller reads it back
+
+
+def test_a_p99_regression_is_the_runs_regression_wherever_verdicts_are_counted():
+    """The report's summary, its gate history and the figures mark a run regressed when its service's p99 regressed,
+    though its throughput did not."""
+    from pytest_gpucolloc import plots, record, report
+
+    saved = json.loads((DATA / "serving-cpu-run.json").read_text())
+    info = next(b["extra_info"] for b in saved["benchmarks"]
+                if (b["extra_info"].get("serving") or {}).get("training_jobs"))
+    throughput = {"verdict": "unchanged", "reason": "change within noise", "baseline_runs": ["a", "b", "c"]}
+    info["gate"] = {**throughput, "p99": {**throughput, "verdict": "regressed", "metric": "p99"}}
+    scenario = record.read(info)
+    assert scenario.verdict == "regressed" and plots.regressed(scenario)
+    (row,) = report.summary([("test_service", scenario)])
+    assert row.verdicts["regressed"] == 1
+    info["gate"]["p99"]["verdict"] = "unchanged"
+    assert record.read(info).verdict == "unchanged"

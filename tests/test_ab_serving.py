@@ -5,55 +5,18 @@ import subprocess
 
 import pytest
 
+import serving_workload
 from pytest_gpucolloc import ab as ab_module
 from pytest_gpucolloc import cli, serving
-
-WORKLOAD = '''
-import time
-import torch
-
-
-class Service:
-    """A user's serving step: one request is a forward pass and {sleep_ms} ms of work."""
-
-    def __init__(self, batch_size):
-        self.samples_per_step = batch_size
-        self.model = torch.nn.Linear(8, 2)
-        self.x = torch.randn(batch_size, 8)
-
-    def serve_step(self):
-        with torch.inference_mode():
-            self.model(self.x)
-        time.sleep({sleep_ms} / 1000)
-
-
-class Training:
-    def __init__(self, batch_size):
-        self.samples_per_step = batch_size
-        self.model = torch.nn.Linear(8, 2)
-        self.x = torch.randn(batch_size, 8)
-
-    def train_step(self):
-        self.model(self.x).sum().backward()
-        time.sleep(0.002)
-
-
-def service(batch_size, device, precision="fp32"):
-    return Service(batch_size)
-
-
-def training(batch_size, device, precision="fp32"):
-    return Training(batch_size)
-'''
 
 SCENARIO = '''
 from pytest_gpucolloc import Workload
 
 def test_service(collocate):  # 40 requests/s: neither arm queues
-    collocate([Workload("workload:service", batch_size=2, rate=40)])
+    collocate([Workload("serve_workload:factory", batch_size=2, rate=40)])
 
 def test_flooded(collocate):  # far more requests than either arm answers: the queue grows
-    collocate([Workload("workload:service", batch_size=2, rate=100000)])
+    collocate([Workload("serve_workload:factory", batch_size=2, rate=100000)])
 '''
 
 # unpinned: both arms' services pinned to one core of a small, busy machine would share it with whatever else runs
@@ -75,11 +38,11 @@ def repo(tmp_path, monkeypatch):
     git(path, "init", "-q")
     git(path, "config", "user.email", "ab@example.invalid")
     git(path, "config", "user.name", "ab")
-    (path / "workload.py").write_text(WORKLOAD.format(sleep_ms=2))
+    (path / "serve_workload.py").write_text(serving_workload.source(ms=2))
     (path / "test_scenario.py").write_text(SCENARIO)
     git(path, "add", ".")
     git(path, "commit", "-qm", "2 ms a request")
-    (path / "workload.py").write_text(WORKLOAD.format(sleep_ms=10))
+    (path / "serve_workload.py").write_text(serving_workload.source(ms=10))
     git(path, "commit", "-qam", "10 ms a request")
     monkeypatch.chdir(path)
     return path

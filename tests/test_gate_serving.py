@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucolloc import cli, gate
+from serving_workload import SOURCE as SERVE_SOURCE
 from tiny_workload import SOURCE as TINY_SOURCE
 
 DATA = Path(__file__).resolve().parent / "data"  # cut from real runs: data/README.md
@@ -135,26 +136,7 @@ def test_history_of_p99_without_a_serving_scenario_says_so(capsys):
     assert "no saved scenario with a serving job's p99" in capsys.readouterr().err
 
 
-SERVE_SOURCE = '''
-import time
-import torch
 
-
-class Service:
-    def __init__(self, batch_size):
-        self.samples_per_step = batch_size
-        self.model = torch.nn.Linear(8, 2)
-        self.x = torch.randn(batch_size, 8)
-
-    def serve_step(self):
-        with torch.inference_mode():
-            self.model(self.x)
-        time.sleep(0.002)
-
-
-def factory(batch_size, device, precision="fp32"):
-    return Service(batch_size)
-'''
 
 
 def test_a_gated_pytest_run_judges_the_services_p99_and_fails_on_its_regression(pytester, monkeypatch):

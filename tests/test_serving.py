@@ -7,30 +7,8 @@ import pytest
 
 from pytest_gpucolloc import serving
 from pytest_gpucolloc.workloads import Workload, WorkloadError
+from serving_workload import SOURCE as SERVE_SOURCE
 from tiny_workload import SOURCE as TINY_SOURCE
-
-SERVE_SOURCE = '''
-import time
-import torch
-
-
-class Service:
-    """A user's own serving step: one request is a forward pass (and a fixed 2 ms of work)."""
-
-    def __init__(self, batch_size):
-        self.samples_per_step = batch_size
-        self.model = torch.nn.Linear(8, 2)
-        self.x = torch.randn(batch_size, 8)
-
-    def serve_step(self):
-        with torch.inference_mode():
-            self.model(self.x)
-        time.sleep(0.002)
-
-
-def factory(batch_size, device, precision="fp32"):
-    return Service(batch_size)
-'''
 
 SCENARIOS = '''
 import pytest

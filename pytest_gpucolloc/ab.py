@@ -297,17 +297,29 @@ def _p99_ms(windows: list[dict]) -> float | None:
 def judge_p99(scenario: str, blocks: list[dict[str, list[dict]]], labels: tuple[str, str], threshold: float,
               alpha: float) -> Judgement:
     """A serving job's p99 latency, lower is better: per block, each arm's windows merged into one p99, and the
-    block's log(candidate p99 / baseline p99) one unit. Not judged when a window of either arm saturated."""
+    block's log(candidate p99 / baseline p99) one unit. Not judged when a window of either arm saturated, but
+    ``regressed`` when the candidate's queue grew in most blocks (at least two) and the baseline's never did."""
     pairs = sum(len(block.get(label, [])) for block in blocks for label in labels) // 2
     p99s: list[tuple[float, float]] = []
-    for number, block in enumerate(blocks, 1):
-        for label in labels:
-            why = next(filter(None, map(_queue_grew, block.get(label, []))), None)
-            if why:
-                return Judgement(scenario=scenario, metric="p99", verdict="inconclusive", pairs=pairs,
-                                 blocks=len(blocks), saturated=True,
-                                 reason=f"not judged on p99: the {label}'s service saturated in block {number}, "
-                                        f"{why}; its p99 measured the queue, not the job (lower its rate)")
+    grew = {label: [(number, why) for number, block in enumerate(blocks, 1)
+                    for why in map(_queue_grew, block.get(label, [])) if why] for label in labels}
+    behind = {number for number, _ in grew[labels[1]]}  # blocks in which the candidate's queue grew
+    if len(behind) >= max(2, math.ceil(len(blocks) / 2)) and not grew[labels[0]]:
+        # in most blocks the candidate cannot keep up where the baseline does (one block: a stall, not judged)
+        number, why = grew[labels[1]][0]
+        return Judgement(scenario=scenario, metric="p99", verdict="regressed", pairs=pairs, blocks=len(blocks),
+                         saturated=True,
+                         reason=f"the {labels[1]}'s service saturated in {len(behind)} of {len(blocks)} blocks (block "
+                                f"{number}: {why}) at a rate the {labels[0]}'s served without a queue: it can no "
+                                "longer keep up")
+    for label in labels:
+        if grew[label]:
+            number, why = grew[label][0]
+            return Judgement(scenario=scenario, metric="p99", verdict="inconclusive", pairs=pairs,
+                             blocks=len(blocks), saturated=True,
+                             reason=f"not judged on p99: the {label}'s service saturated in block {number}, "
+                                    f"{why}; its p99 measured the queue, not the job (lower its rate)")
+    for block in blocks:
         baseline, candidate = (_p99_ms(block.get(label, [])) for label in labels)
         if baseline and candidate:
             p99s.append((baseline, candidate))

@@ -447,7 +447,16 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
     (a drop of 1/p99 by threshold / (1 + threshold)); the verdict is said in ms and as changes of p99."""
     terms = terms_of(current)
     result = Verdict(verdict="unchanged", threshold=policy.threshold, current=current.throughput, metric=terms.metric)
-    if current.saturated:
+    served = [r for r in _comparable(current, history)[0] if r.gpu_uuid == current.gpu_uuid] \
+        if current.saturated else []
+    if current.saturated and len(served) >= policy.min_runs:  # it kept up before, on this GPU: the worst regression
+        result.verdict = "regressed"
+        result.baseline_runs = [r.run_id for r in served[-policy.runs:]]
+        result.reason = (f"the service saturated ({current.saturated}) at the rate its last "
+                         f"{len(result.baseline_runs)} runs on this GPU served without a queue: it can no longer "
+                         "keep up")
+        result.disturbed = "its service saturated where earlier runs kept up"  # a stall, or slower: measured again
+    elif current.saturated:
         result.verdict = "not comparable"
         result.reason = (f"not judged on p99: the service was saturated ({current.saturated}); its latency measured "
                          "a queue that grew with the run's length, not the service: judge it at a rate it can serve")

@@ -106,3 +106,7 @@ def test_a_queue_that_grew_in_either_arm_is_not_judged_on_p99():
     judged = ab_module.judge_p99("s", blocks, ("baseline", "candidate"), 0.1, 0.05)
     assert judged.verdict == "inconclusive" and judged.saturated and judged.change is None
     assert "the candidate's service saturated in block 2, 26 requests still queued" in judged.reason
+    # its queue grew in most blocks, the baseline's never: it can no longer keep up with the rate
+    slower = [{"baseline": [window(2.0)], "candidate": [window(900.0, backlog=40)]}] * 3
+    judged = ab_module.judge_p99("s", slower, ("baseline", "candidate"), 0.1, 0.05)
+    assert judged.verdict == "regressed" and "saturated in 3 of 3 blocks" in judged.reason

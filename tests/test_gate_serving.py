@@ -100,8 +100,20 @@ def test_p99_down_is_improved_never_a_failure(storage, capsys):
     assert "lower p99 latency" in verdict["p99"]["reason"]
 
 
-def test_a_saturated_service_is_not_judged_on_p99_and_is_left_out_of_p99_baselines(storage, capsys):
+def test_a_service_that_saturates_where_its_history_kept_up_is_regressed(storage, capsys):
+    """The worst latency regression: the service can no longer keep up with a rate its earlier runs on this GPU
+    served. Named disturbed too, so that the pytest gate measures it again before failing (a stall is not it)."""
     code, verdict = gate_json(write_run(storage, 7, 13.0, saturated=True), storage, capsys)
+    assert code == 1 and verdict["p99"]["verdict"] == "regressed"
+    assert "at the rate its last 6 runs on this GPU served without a queue: it can no longer keep up" in \
+        verdict["p99"]["reason"] and verdict["p99"]["disturbed"]
+
+
+def test_a_saturated_service_without_a_history_that_kept_up_is_not_judged_and_leaves_p99_baselines(storage, capsys,
+                                                                                                     tmp_path):
+    fresh = tmp_path / "fresh" / ".benchmarks" / "Linux"
+    fresh.mkdir(parents=True)
+    code, verdict = gate_json(write_run(fresh, 1, 13.0, saturated=True), fresh, capsys)
     assert code == 0 and verdict["p99"]["verdict"] == "not comparable"
     assert "not judged on p99: the service was saturated (120.0 requests/s is more than it serves" in \
         verdict["p99"]["reason"]

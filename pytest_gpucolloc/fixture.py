@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import benchmark_api, distributed, interleave, measure, progress, record, run_warnings
+from . import benchmark_api, distributed, interleave, measure, progress, record, run_warnings, serving
 from .device import release
 from .modes import MODES, ModeFailed, ModeUnavailable
 from .modes.sequential import SequentialMode
@@ -120,15 +120,23 @@ class CollocateFixture:
         return self._alone([flat_out], context, always=True)[context.settings.adapt(flat_out).key()]
 
     def _rates_resolved(self, jobs: list[Workload], context: ScenarioContext) -> list[Workload]:
-        """A serving job's ``rate="80%"``: that share of the requests/s it answers back to back alone here."""
+        """A serving job's ``rate="80%"``: that share of the requests/s it answers back to back alone here. A rate
+        too slow to answer a few requests in every round is refused, saying so (there would be nothing to judge)."""
         resolved = []
+        round_s = context.settings.round_s
         for job in jobs:
-            share = job.share_of_alone
-            if share is not None:
+            asked = job.rate
+            if job.share_of_alone is not None:
                 worker = self._capacity(job, context).workers[0]
                 per_second = worker.stats.throughput / worker.ready.samples_per_step
-                job = job.at_rate(round(share * per_second, 1))
-                self.session.rates_asked[job.key()] = f"{share:.0%} of {per_second:,.1f}/s alone back to back"
+                job = job.at_rate(max(round(job.share_of_alone * per_second, 1), 0.1))
+                # by the key of the job as the workers run it (the settings may change it: CPU smoke, cuDNN, ...)
+                self.session.rates_asked[context.settings.adapt(job).key()] = \
+                    f"{asked} of {per_second:,.1f}/s alone back to back"
+            if isinstance(job.rate, (int, float)) and job.rate * round_s < serving.MIN_REQUESTS_PER_ROUND:
+                pytest.fail(f"{job.label}: {job.rate:g} requests/s answers fewer than "
+                            f"{serving.MIN_REQUESTS_PER_ROUND} requests in a round of {round_s:g} s: raise the rate or "
+                            "--colloc-round-seconds", pytrace=False)
             resolved.append(job)
         return resolved
 

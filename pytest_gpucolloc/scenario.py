@@ -278,7 +278,8 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
             window = (start, start + longest * (settings.round_s + START_LEAD_S))  # ends early when stopped
             sampler = sampler_factory(window, pool.pids, slots) if sampler_factory else contextlib.nullcontext()
             with sampler as sampling:
-                results, facts["stopped"] = measure_until_precise(pool, start, settings)
+                results, facts["stopped"] = measure_until_precise(pool, start, settings,
+                                                                  [slot.workload.serves for slot in slots])
             if sampling is not None:
                 telemetry = sampling.summary()
         except WorkerFailed as error:
@@ -289,7 +290,8 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
     return list(zip(ready, results)), assignment.note, telemetry, facts
 
 
-def measure_until_precise(pool: WorkerPool, start: float, settings: Settings) -> tuple[list[protocol.Result], str]:
+def measure_until_precise(pool: WorkerPool, start: float, settings: Settings, serves: list[bool] | None = None
+                          ) -> tuple[list[protocol.Result], str]:
     """The fewest rounds first; then more, as many as the spread so far says are needed, until the mean
     aggregate throughput is known within ``settings.precision`` or ``settings.max_rounds`` is reached, or the
     precision is out of reach within the most rounds. The workers train on between batches, so every round is
@@ -302,7 +304,9 @@ def measure_until_precise(pool: WorkerPool, start: float, settings: Settings) ->
                         (len(merged[0].rounds) if merged else 0) + batch, longest)
         results = pool.measure(start, settings.round_s, batch, timeout_s=batch * settings.round_s + settings.timeout_s)
         merged = results if not merged else [protocol.joined(old, new) for old, new in zip(merged, results)]
-        aggregate = measure.concurrent_aggregate([measure.WorkerStats(list(r.rounds), 1) for r in merged])
+        training = [r for r, serving in zip(merged, serves or [False] * len(merged)) if not serving] \
+            or merged  # the workers the aggregate counts (``counted``)
+        aggregate = measure.concurrent_aggregate([measure.WorkerStats(list(r.rounds), 1) for r in training])
         stopped, needed = measure.enough_rounds(aggregate, settings.precision, longest)
         if stopped:
             return merged, stopped

@@ -26,6 +26,8 @@ SPIN_S = 0.001  # the last millisecond before an arrival is waited for by spinni
 # Saturated: at the end of the measurement more requests wait than arrive in this long (and at least a few): the
 # queue grew instead of draining, and the percentiles describe how long the run lasted, not the job.
 SATURATED_BACKLOG_S, SATURATED_MIN_REQUESTS = 0.25, 5
+QUEUED_SAMPLES = 10_000  # requests still queued at the end are recorded in at most about this many groups
+MIN_REQUESTS_PER_ROUND = 2  # a slower rate leaves rounds without a request: no latency, no throughput to judge
 
 
 def new_histogram() -> HdrHistogram:
@@ -72,14 +74,19 @@ class Requests:
         return self.clock() - arrival
 
 
-def serve_rounds(requests: Requests, start: float, round_s: float, rounds: int, samples_per_request: int
-                 ) -> tuple[list[tuple[float, int]], list[dict[str, Any]]]:
-    """Serve from ``start`` (a new schedule) through ``rounds`` rounds sharing the training workers' boundaries:
-    per round (seconds, samples answered), and its latencies (an encoded histogram) and queue at its end."""
-    while requests.next_arrival() < start and requests.clock() < start:  # unmeasured load until the shared start
+def serve_rounds(requests: Requests, start: float, round_s: float, rounds: int, samples_per_request: int,
+                 fresh: bool = True) -> tuple[list[tuple[float, int]], list[dict[str, Any]]]:
+    """Serve through ``rounds`` rounds from ``start``, sharing the training workers' boundaries: per round (seconds,
+    samples answered), and its latencies (an encoded histogram) and queue at its end. ``fresh``: the first batch of
+    a measurement, on a new schedule from ``start`` with nobody queued; else more rounds of the same measurement,
+    whose schedule and queue go on (a service that falls behind is seen to, however the rounds are batched)."""
+    if fresh:
+        requests.restart(requests.clock())  # at its rate until the start, even after a pause (Idle)
+    while requests.next_arrival() < start and requests.clock() < start:  # unmeasured load until the start
         requests.serve_one()  # (a job that has fallen behind its schedule stops at the start all the same)
     requests.wait_until(start)
-    requests.restart(start)
+    if fresh:
+        requests.restart(start)
     measured: list[tuple[float, int]] = []
     latencies: list[dict[str, Any]] = []
     histogram, answered, last = new_histogram(), 0, start
@@ -94,8 +101,11 @@ def serve_rounds(requests: Requests, start: float, round_s: float, rounds: int, 
         if now >= boundary:
             backlog = requests.backlog(now)
             if len(measured) == rounds - 1:  # still queued at the end: counted at their wait so far
-                for k in range(requests.answered, requests.answered + backlog):
-                    record(histogram, now - (requests.start + k * (requests.interval or 0.0)))
+                step = max(backlog // QUEUED_SAMPLES, 1)  # a long queue in groups of equal waits (same percentiles)
+                for k in range(requests.answered, requests.answered + backlog, step):
+                    waited = now - (requests.start + k * (requests.interval or 0.0))
+                    histogram.record_value(min(max(round(waited * 1e6), LOWEST_US), HIGHEST_US),
+                                           min(step, requests.answered + backlog - k))
             measured.append((now - last, answered * samples_per_request))
             latencies.append({"histogram": histogram.encode().decode("ascii"), "backlog": backlog})
             histogram, answered, last = new_histogram(), 0, now

@@ -222,17 +222,19 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
                                                           rate if isinstance(rate, (int, float)) else None)
     cuda = device.type == "cuda"
     command = _train_until_told(step, channel, requests)  # all workers stay under load until told when to measure
+    continuing = False  # the next Measure adds rounds to the last one (a service's schedule and queue go on)
     while not isinstance(command, protocol.Stop):
         if isinstance(command, protocol.Idle):  # leave the device alone until the next command
             sync()
             command = channel.commands.get()
+            continuing = False
             continue
         if not isinstance(command, protocol.Measure):
             raise protocol.ProtocolError(f"unexpected command {command!r}")
         latency = None
         if requests is not None:
             rounds, latency = serving.serve_rounds(requests, command.start, command.round_s, command.rounds,
-                                                   ready.samples_per_step)
+                                                   ready.samples_per_step, fresh=not continuing)
             waits = None
         else:
             rounds, waits = measure_rounds(step, sync, command, ready.samples_per_step,
@@ -241,20 +243,31 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
                                      peak_memory_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
                                      reserved_memory_bytes=torch.cuda.memory_reserved(device) if cuda else None))
         # Unmeasured: keep the load on until every worker has finished measuring and the controller decides.
-        command = _train_until_told(step, channel, requests)
+        command = _train_until_told(step, channel, requests, restart=False)
+        continuing = True
     return 0
 
 
-def _train_until_told(step, channel: Channel, requests: serving.Requests | None = None) -> protocol.Command:
-    """Train (or serve requests at the job's rate, on a schedule of its own) until a command arrives."""
+def _train_until_told(step, channel: Channel, requests: serving.Requests | None = None, restart: bool = True
+                      ) -> protocol.Command:
+    """Train (or serve requests at the job's rate: from now, or, ``restart=False``, on the schedule it keeps) until a
+    command arrives. A service waiting for its next request waits for a command at the same time, so that a slow rate
+    never makes a command late."""
     command = None
-    if requests is not None:
+    if requests is not None and restart:
         requests.restart(time.monotonic())
     while command is None:
-        if requests is not None:
-            requests.serve_one()
-        else:
+        if requests is None:
             step.train_step()
+            command = channel.poll()
+            continue
+        wait = requests.next_arrival() - time.monotonic()
+        if wait > serving.SPIN_S:
+            try:
+                return channel.commands.get(timeout=wait - serving.SPIN_S)
+            except queue.Empty:
+                pass
+        requests.serve_one()
         command = channel.poll()
     return command
 

@@ -2,10 +2,13 @@
 latency kept, a rate the job cannot serve said as such, and one record holding the service's percentiles beside its
 training neighbours' throughput. Real workers on the CPU through pytester; the schedule on a pretend clock."""
 import json
+import queue
+import threading
+import time
 
 import pytest
 
-from pytest_gpucolloc import serving
+from pytest_gpucolloc import protocol, serving, worker
 from pytest_gpucolloc.workloads import Workload, WorkloadError
 from serving_workload import SOURCE as SERVE_SOURCE
 from tiny_workload import SOURCE as TINY_SOURCE
@@ -15,7 +18,7 @@ import pytest
 from pytest_gpucolloc import Workload
 
 pytestmark = pytest.mark.gpucolloc_quick
-SERVE = Workload("serve_workload:factory", batch_size=2, rate="50%")
+SERVE = Workload("serve_workload:factory", batch_size=8, rate="50%")  # CPU smoke mode runs it at batch size 4
 
 @pytest.mark.parametrize("neighbours", [0, 1])
 def test_service(collocate, neighbours):
@@ -54,6 +57,62 @@ def test_back_to_back_has_no_queue():
     requests = serving.Requests(lambda: setattr(clock, "now", clock.now + 0.01), lambda: None, rate=None, clock=clock)
     assert [requests.serve_one() for _ in range(3)] == pytest.approx([0.01] * 3, abs=1e-6)
     assert requests.backlog(clock.now) == 0
+
+
+def test_a_queue_goes_on_when_more_rounds_are_asked_for_so_a_slow_service_is_seen_to_fall_behind():
+    """Rounds come in batches (more until the mean is precise): between them the schedule and the queue go on. A
+    service answering every 15 ms a request sent every 10 ms is saturated over both batches, however short the
+    last one is."""
+    clock = Clock()
+    requests = serving.Requests(lambda: setattr(clock, "now", clock.now + 0.015), lambda: None, rate=100.0,
+                                clock=clock)
+    first, first_latency = serving.serve_rounds(requests, clock.now, 0.5, 4, samples_per_request=1)
+    more, more_latency = serving.serve_rounds(requests, clock.now + 0.05, 0.5, 1, samples_per_request=1, fresh=False)
+    backlog = [entry["backlog"] for entry in first_latency + more_latency]
+    assert backlog == sorted(backlog) and backlog[-1] > backlog[-2] > 60
+    facts = serving.summary(100.0, 100.0, first + more, first_latency + more_latency, 1)
+    assert facts["saturated"] and facts["achieved_rps"] == pytest.approx(100 / 1.5, rel=0.05)
+
+
+def test_a_slow_service_waiting_for_its_next_request_still_hears_a_command_at_once():
+    """One request a second: a command sent between two of them is taken when it arrives, not at the next
+    request (a measurement's start would otherwise be missed and its lateness counted as latency)."""
+    channel = Channel()
+    requests = serving.Requests(lambda: None, lambda: None, rate=1.0)
+    threading.Timer(0.2, channel.commands.put, [protocol.Stop()]).start()
+    began = time.monotonic()
+    assert isinstance(worker._train_until_told(None, channel, requests), protocol.Stop)
+    assert time.monotonic() - began < 0.6
+
+
+class Channel:
+    """The worker's command channel, as _train_until_told reads it."""
+
+    def __init__(self):
+        self.commands = queue.Queue()
+
+    def poll(self):
+        try:
+            return self.commands.get_nowait()
+        except queue.Empty:
+            return None
+
+
+def test_a_rate_too_slow_to_answer_requests_in_every_round_is_refused_before_it_runs(pytester):
+    pytester.makepyfile(serve_workload=SERVE_SOURCE, test_slow=SLOW)
+    result = pytester.runpytest_subprocess(*ARGS, "--colloc-cpu-full")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*1 requests/s answers fewer than 2 requests in a round of 0.3 s: raise the rate or "
+                                 "--colloc-round-seconds*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+SLOW = """
+from pytest_gpucolloc import Workload
+
+def test_slow(collocate):
+    collocate([Workload("serve_workload:factory", rate=1)])
+"""
 
 
 @pytest.mark.parametrize("rate", [0, -5, True, "fast", "0%", "150%", 1e9])

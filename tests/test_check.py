@@ -71,5 +71,7 @@ def test_the_command_without_a_gpu_checks_the_cpu_side_and_exits_by_what_it_foun
     assert checks[0] == "GPU" and "no NVIDIA GPU" in rows[0]["finding"]  # this machine has none
     assert {"MPS daemons", "CPU governor", "CPU load"} <= set(checks)
     assert code == (1 if any(row["severity"] == "unsteady" for row in rows) else 0)
-    assert cli.main(["check", "--format", "markdown"]) == code
-    assert "that make numbers unsteady" in capsys.readouterr().out
+    # the machine's load may cross the line between two calls: each call's text goes by its own exit code
+    again = cli.main(["check", "--format", "markdown"])
+    said = capsys.readouterr().out
+    assert ("that make numbers unsteady" if again == 1 else "nothing found that makes numbers unsteady") in said

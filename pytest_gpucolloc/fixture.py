@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import benchmark_api, distributed, interleave, measure, progress, record, run_warnings, serving
+from . import benchmark_api, distributed, interleave, measure, progress, record, run_warnings
 from .device import release
 from .modes import MODES, ModeFailed, ModeUnavailable
 from .modes.sequential import SequentialMode
@@ -122,6 +122,10 @@ class CollocateFixture:
     def _rates_resolved(self, jobs: list[Workload], context: ScenarioContext) -> list[Workload]:
         """A serving job's ``rate="80%"``: that share of the requests/s it answers back to back alone here. A rate
         too slow to answer a few requests in every round is refused, saying so (there would be nothing to judge)."""
+        if not any(job.serves for job in jobs):
+            return jobs
+        from .serving import MIN_REQUESTS_PER_ROUND  # loaded with hdrhistogram only where a test has a service
+
         resolved = []
         round_s = context.settings.round_s
         for job in jobs:
@@ -133,9 +137,9 @@ class CollocateFixture:
                 # by the key of the job as the workers run it (the settings may change it: CPU smoke, cuDNN, ...)
                 self.session.rates_asked[context.settings.adapt(job).key()] = \
                     f"{asked} of {per_second:,.1f}/s alone back to back"
-            if isinstance(job.rate, (int, float)) and job.rate * round_s < serving.MIN_REQUESTS_PER_ROUND:
+            if isinstance(job.rate, (int, float)) and job.rate * round_s < MIN_REQUESTS_PER_ROUND:
                 pytest.fail(f"{job.label}: {job.rate:g} requests/s answers fewer than "
-                            f"{serving.MIN_REQUESTS_PER_ROUND} requests in a round of {round_s:g} s: raise the rate or "
+                            f"{MIN_REQUESTS_PER_ROUND} requests in a round of {round_s:g} s: raise the rate or "
                             "--colloc-round-seconds", pytrace=False)
             resolved.append(job)
         return resolved

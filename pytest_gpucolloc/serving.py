@@ -41,6 +41,8 @@ def record(histogram: HdrHistogram, seconds: float) -> None:
 class Requests:
     """The request schedule of one serving job; ``serve_one`` answers the next request and returns its latency."""
 
+    SPIN_S = SPIN_S
+
     def __init__(self, step: Callable[[], None], sync: Callable[[], None], rate: float | None,
                  clock: Callable[[], float] = time.monotonic):
         self.step, self.sync, self.clock = step, sync, clock

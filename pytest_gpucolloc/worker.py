@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 
-from . import measure, protocol, serving
+from . import measure, protocol
 
 
 def _die_with_parent() -> None:
@@ -218,8 +218,11 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
     rate = Workload.from_dict(spec.workload).rate
     if isinstance(rate, str) and rate != BACK_TO_BACK:
         raise ValueError(f"a serving job's rate {rate!r} reached the worker unresolved")
-    requests = None if rate is None else serving.Requests(step.train_step, sync,
-                                                          rate if isinstance(rate, (int, float)) else None)
+    requests = None
+    if rate is not None:  # a serving job (hdrhistogram is loaded only here)
+        from . import serving
+
+        requests = serving.Requests(step.train_step, sync, rate if isinstance(rate, (int, float)) else None)
     cuda = device.type == "cuda"
     command = _train_until_told(step, channel, requests)  # all workers stay under load until told when to measure
     continuing = False  # the next Measure adds rounds to the last one (a service's schedule and queue go on)
@@ -233,6 +236,8 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
             raise protocol.ProtocolError(f"unexpected command {command!r}")
         latency = None
         if requests is not None:
+            from . import serving
+
             rounds, latency = serving.serve_rounds(requests, command.start, command.round_s, command.rounds,
                                                    ready.samples_per_step, fresh=not continuing)
             waits = None
@@ -248,7 +253,7 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
     return 0
 
 
-def _train_until_told(step, channel: Channel, requests: serving.Requests | None = None, restart: bool = True
+def _train_until_told(step, channel: Channel, requests=None, restart: bool = True
                       ) -> protocol.Command:
     """Train (or serve requests at the job's rate: from now, or, ``restart=False``, on the schedule it keeps) until a
     command arrives. A service waiting for its next request waits for a command at the same time, so that a slow rate
@@ -262,9 +267,9 @@ def _train_until_told(step, channel: Channel, requests: serving.Requests | None 
             command = channel.poll()
             continue
         wait = requests.next_arrival() - time.monotonic()
-        if wait > serving.SPIN_S:
+        if wait > requests.SPIN_S:
             try:
-                return channel.commands.get(timeout=wait - serving.SPIN_S)
+                return channel.commands.get(timeout=wait - requests.SPIN_S)
             except queue.Empty:
                 pass
         requests.serve_one()

@@ -181,3 +181,19 @@ def test_two(collocate):
     result = pytester.runpytest_subprocess("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-cpu-full")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*one serving job (rate=...) per scenario*"])
+
+
+def test_training_runs_without_hdrhistogram_installed(pytester, monkeypatch):
+    """hdrhistogram is loaded only where a test has a service: an environment without it (an offline machine
+    installed with --no-deps) still loads the plugin and trains."""
+    broken = pytester.mkdir("no_hdrh") / "hdrh"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('hdrhistogram is not installed here')\n")
+    monkeypatch.setenv("PYTHONPATH", str(broken.parent))
+    pytester.makepyfile(tiny_workload=TINY_SOURCE, test_train='''
+from pytest_gpucolloc import Workload
+
+def test_train(collocate):
+    collocate([Workload("tiny_workload:factory", batch_size=4)])
+''')
+    pytester.runpytest_subprocess(*ARGS, "--colloc-cpu-full").assert_outcomes(passed=1)

@@ -281,7 +281,7 @@ def judge_blocks(scenario: str, blocks: list[list[float]], threshold: float, alp
 def _queue_grew(window: dict) -> str | None:
     """Why a service's window shows a queue that grew instead of draining (``serving.summary``'s rule), or None."""
     offered, backlog = window.get("offered_rps"), window["backlog"]
-    if not offered or backlog <= max(serving.SATURATED_MIN_REQUESTS, serving.SATURATED_BACKLOG_S * offered):
+    if not offered or not serving.queue_grew(backlog, offered):
         return None
     return (f"{backlog:,} requests still queued at a window's end ({backlog / offered:.1f} s of arrivals at "
             f"{offered:,.0f} requests/s)")

@@ -196,7 +196,7 @@ def parse_budget(text: str) -> Budget:
 @dataclass
 class ServingOption:
     """One measured way to run a service beside training jobs: medians over the runs of its scenario."""
-    service: str  # the serving job's label, its rate as asked (report.service)
+    service: str  # the serving job's label, its rate as asked (record.service_as_asked)
     training_jobs: int
     mode: str
     sm_reserved: float | None  # percent of the SMs the service was given (report.sm_reserved)
@@ -220,7 +220,8 @@ def _median(values: list) -> float | None:
 def serving_options(runs: list[SavedRun]) -> tuple[list[ServingOption], str]:
     """Each scenario with a service and training jobs beside it, and the device they ran on: GPU runs where there
     are any, else CPU smoke runs (never the two together)."""
-    from .report import service, sm_reserved
+    from .record import service_as_asked
+    from .report import sm_reserved
 
     found = [(name, s) for run in runs for name, s in run.scenarios.items()
              if s.serving and (s.serving.get("training_jobs") or 0) > 0]
@@ -234,7 +235,7 @@ def serving_options(runs: list[SavedRun]) -> tuple[list[ServingOption], str]:
         facts = [s.serving or {} for s in scenarios]
         first = scenarios[0]
         options.append(ServingOption(
-            service(facts[0]), facts[0]["training_jobs"], first.mode, sm_reserved(first),
+            service_as_asked(facts[0]), facts[0]["training_jobs"], first.mode, sm_reserved(first),
             short_name(name), len(scenarios), _median([f.get("p99_ms") for f in facts]),
             _median([f.get("p99_vs_alone") for f in facts]), _median([f.get("training_kept") for f in facts]),
             sum(bool(f.get("saturated")) for f in facts) * 2 > len(facts)))  # saturated in most of its runs

@@ -55,13 +55,11 @@ def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | 
 
 
 def _jobs(scenario: record.ScenarioRecord) -> tuple[str, ...]:
-    """The workers' labels, sorted, a serving job's with its rate as asked ('serve-80%'), not the requests/s that
-    came to in its session: each session measures the job's capacity anew, so that number differs from run to run.
-    (``rate_asked`` reads "80% of 152.3/s alone back to back": fixture._rates_resolved.)"""
+    """The workers' labels, sorted, a serving job's with its rate as asked (``record.service_as_asked``)."""
     serving = scenario.serving or {}
-    labels, label, asked = list(scenario.workloads), serving.get("workload"), serving.get("rate_asked")
-    if asked and label in labels and "/serve-" in label:
-        labels[labels.index(label)] = f"{label.rsplit('/serve-', 1)[0]}/serve-{asked.split(' of ', 1)[0]}"
+    labels, label = list(scenario.workloads), serving.get("workload")
+    if label in labels:
+        labels[labels.index(label)] = record.service_as_asked(serving)
     return tuple(sorted(labels))
 
 

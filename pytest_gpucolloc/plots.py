@@ -345,7 +345,7 @@ def serving(kind: str, entries: Entries) -> list[Figure]:
     against what its training jobs kept of their speed alone, a colour and marker per mode, labelled with its training
     jobs and the SMs reserved for the service; p99 logarithmic, the service alone at the same rate dashed. Several
     runs of a scenario are one point (their medians); a saturated service, whose p99 measures its queue, is hollow."""
-    from .report import service as service_of
+    from .record import service_as_asked as service_of
     from .report import sm_reserved
 
     # service -> (mode, training jobs, SMs reserved) -> [(training kept, p99 ms, saturated)]

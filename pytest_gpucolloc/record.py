@@ -253,6 +253,16 @@ def _write_worker(worker) -> dict[str, Any]:
     }
 
 
+def service_as_asked(serving: dict) -> str:
+    """A serving job's label (a record's ``serving``) with its rate as asked (``.../serve-80%``) rather than the
+    requests/s that came to in its session: each session measures the job's capacity anew, so that number differs
+    from run to run while the service is the same (``rate_asked`` reads "80% of 152.3/s alone back to back")."""
+    label, asked = serving.get("workload") or "service", serving.get("rate_asked")
+    if not asked or "/serve-" not in label:
+        return label
+    return f"{label.rsplit('/serve-', 1)[0]}/serve-{asked.split(' of ', 1)[0]}"
+
+
 def is_record(info: Any) -> bool:
     return isinstance(info, dict) and bool(info.get(MARKER))
 

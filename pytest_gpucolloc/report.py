@@ -4,7 +4,6 @@ report's summary (per workload and mode, the best way to share and the answer it
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -282,15 +281,6 @@ def ms(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
-
-
-def service(facts: dict) -> str:
-    """The serving job as asked, from its record (``ScenarioRecord.serving``): its label, where the rate was asked as
-    a share of its rate alone named by that share (``.../serve-80%``), so that sessions whose share came to slightly
-    different requests/s are one service."""
-    label = facts.get("workload") or "service"
-    asked = re.match(r"(\d+%) of ", facts.get("rate_asked") or "")
-    return re.sub(r"/serve-[^/]+$", f"/serve-{asked.group(1)}", label) if asked else label
 
 
 def sm_reserved(scenario: ScenarioRecord) -> float | None:

@@ -34,8 +34,14 @@ def new_histogram() -> HdrHistogram:
     return HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS)
 
 
-def record(histogram: HdrHistogram, seconds: float) -> None:
-    histogram.record_value(min(max(round(seconds * 1e6), LOWEST_US), HIGHEST_US))
+def record(histogram: HdrHistogram, seconds: float, count: int = 1) -> None:
+    histogram.record_value(min(max(round(seconds * 1e6), LOWEST_US), HIGHEST_US), count)
+
+
+def queue_grew(backlog: int, offered_rps: float | None) -> bool:
+    """More requests wait than arrive in SATURATED_BACKLOG_S (and more than a few): the queue grew instead of
+    draining (open loop only: back to back nobody waits)."""
+    return bool(offered_rps) and backlog > max(SATURATED_MIN_REQUESTS, SATURATED_BACKLOG_S * (offered_rps or 0.0))
 
 
 class Requests:
@@ -106,8 +112,7 @@ def serve_rounds(requests: Requests, start: float, round_s: float, rounds: int, 
                 step = max(backlog // QUEUED_SAMPLES, 1)  # a long queue in groups of equal waits (same percentiles)
                 for k in range(requests.answered, requests.answered + backlog, step):
                     waited = now - (requests.start + k * (requests.interval or 0.0))
-                    histogram.record_value(min(max(round(waited * 1e6), LOWEST_US), HIGHEST_US),
-                                           min(step, requests.answered + backlog - k))
+                    record(histogram, waited, min(step, requests.answered + backlog - k))
             measured.append((now - last, answered * samples_per_request))
             latencies.append({"histogram": histogram.encode().decode("ascii"), "backlog": backlog})
             histogram, answered, last = new_histogram(), 0, now
@@ -161,7 +166,7 @@ def summary(rate: float | str, offered_rps: float | None, rounds: Sequence[tuple
         "round_p99_ms": round_p99, "backlog": [entry["backlog"] for entry in latencies], "unserved": unserved,
         "saturated": False, "histogram": merged.encode().decode("ascii") if merged.get_total_count() else None,
     }
-    if offered_rps and unserved > max(SATURATED_MIN_REQUESTS, SATURATED_BACKLOG_S * offered_rps):
+    if offered_rps and queue_grew(unserved, offered_rps):
         facts["saturated"] = True
         facts["why"] = (f"{offered_rps:,.0f} requests/s is more than it serves: the queue grew to {unserved:,} "
                         f"requests ({unserved / offered_rps:.1f} s of arrivals) by the end, while it answered "

@@ -152,10 +152,10 @@ class CollocateFixture:
         if worker is None or facts is None:
             return None
         alone = self.session.baselines.alone.get((worker.workload.key(), self.session.device().key))
-        alone_facts = alone.workers[0].serving if alone is not None and alone is not result else None
+        alone_facts = alone.workers[0].serving if alone is not None else None
         facts["workload"] = worker.workload.label
         facts["rate_asked"] = self.session.rates_asked.get(worker.workload.key())
-        facts["alone_p99_ms"] = (alone_facts or facts)["p99_ms"] if alone is not None else None
+        facts["alone_p99_ms"] = alone_facts["p99_ms"] if alone_facts else None
         if facts["p99_ms"] and facts["alone_p99_ms"]:
             facts["p99_vs_alone"] = facts["p99_ms"] / facts["alone_p99_ms"]
         training = [w for w in result.workers if not w.workload.serves]

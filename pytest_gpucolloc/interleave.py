@@ -91,8 +91,7 @@ def measured(pool: WorkerPool, results: list[protocol.Result]) -> dict:
     """One window as the controller judges it: the training jobs' samples/s (a serving job answers requests at its
     rate: it is judged by its latency, which travels along)."""
     jobs = [slot.workload for slot in pool.slots]
-    training = [r for r, job in zip(results, jobs) if not job.serves] or results
-    aggregate = measure.concurrent_aggregate([measure.WorkerStats(list(r.rounds), 1) for r in training])
+    aggregate = measure.counted_aggregate([list(r.rounds) for r in results], [job.serves for job in jobs])
     message: dict = {"event": "measured", "throughput": aggregate[0]}
     for result, job in zip(results, jobs):
         if job.serves and result.latency:

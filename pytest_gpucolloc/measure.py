@@ -63,6 +63,13 @@ def concurrent_aggregate(workers: Sequence[WorkerStats]) -> list[float]:
     return [sum(w.round_throughputs[k] for w in workers) for k in range(n_rounds)]
 
 
+def counted_aggregate(rounds: Sequence[list[Round]], serves: Sequence[bool]) -> list[float]:
+    """Aggregate throughput per round of the workers a scenario counts (``scenario.counted``): its training jobs, a
+    serving job beside them being judged by its latency; a serving job alone counts its answered samples."""
+    training = [r for r, serving in zip(rounds, serves) if not serving] or list(rounds)
+    return concurrent_aggregate([WorkerStats(list(r), 1) for r in training])
+
+
 def sequential_aggregate(workers: Sequence[WorkerStats]) -> list[float]:
     """Aggregate throughput per round when the jobs run one after another, each doing equal work:
     N samples take sum(1/throughput_i) seconds."""

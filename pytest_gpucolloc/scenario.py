@@ -304,9 +304,7 @@ def measure_until_precise(pool: WorkerPool, start: float, settings: Settings, se
                         (len(merged[0].rounds) if merged else 0) + batch, longest)
         results = pool.measure(start, settings.round_s, batch, timeout_s=batch * settings.round_s + settings.timeout_s)
         merged = results if not merged else [protocol.joined(old, new) for old, new in zip(merged, results)]
-        training = [r for r, serving in zip(merged, serves or [False] * len(merged)) if not serving] \
-            or merged  # the workers the aggregate counts (``counted``)
-        aggregate = measure.concurrent_aggregate([measure.WorkerStats(list(r.rounds), 1) for r in training])
+        aggregate = measure.counted_aggregate([list(r.rounds) for r in merged], serves or [False] * len(merged))
         stopped, needed = measure.enough_rounds(aggregate, settings.precision, longest)
         if stopped:
             return merged, stopped

@@ -86,14 +86,14 @@ def device_report(torch, device) -> dict:
 
 
 def training_device(torch, kind: str, threads: int | None):
-    """The device a worker trains on, set up as for every worker (CPU threads, cuDNN autotuning), with its
-    CUDA context created; and the matching synchronise function."""
+    """The device a worker trains on, set up as for every worker (CPU threads), with its CUDA context created; and
+    the matching synchronise function. cuDNN's settings are the job's: the named workloads set autotuning
+    themselves (``cudnn_autotune``), a user's step keeps what its own code sets (PyTorch's default: heuristics)."""
     device = torch.device("cuda", 0) if kind == "cuda" else torch.device(kind)
     if threads:
         torch.set_num_threads(threads)
     if device.type != "cuda":
         return device, (lambda: None)
-    torch.backends.cudnn.benchmark = True
     torch.cuda.set_device(device)
     torch.zeros(1, device=device)  # creates the CUDA context (an MPS client connects here)
     return device, torch.cuda.synchronize

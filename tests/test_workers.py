@@ -182,3 +182,24 @@ def test_a_child_forked_into_its_own_session_is_gone_when_its_scenario_returns(c
     except OSError:
         state = "gone"
     assert state in ("gone", "Z"), "the workload's child outlived its scenario"
+
+
+def test_the_worker_leaves_cudnn_settings_to_the_job():
+    """On a GPU the worker sets up the device but not cuDNN: a user's step keeps PyTorch's default (heuristics,
+    the same algorithms in every process), named workloads choose autotuning themselves (tests/test_gpu_user_step.py
+    runs it on a GPU). Here a stand-in torch records what the worker touches."""
+    from types import SimpleNamespace
+
+    from pytest_gpucolloc.worker import training_device
+
+    class Cudnn(SimpleNamespace):
+        def __setattr__(self, name, value):
+            raise AssertionError(f"the worker set torch.backends.cudnn.{name} = {value!r}")
+
+    calls = []
+    torch = SimpleNamespace(device=lambda kind, index: SimpleNamespace(type=kind, index=index), backends=SimpleNamespace(cudnn=Cudnn()),
+                            set_num_threads=calls.append,
+                            cuda=SimpleNamespace(set_device=calls.append, synchronize=lambda: None),
+                            zeros=lambda *shape, device: calls.append(device))
+    device, sync = training_device(torch, "cuda", 2)
+    assert device.type == "cuda" and calls == [2, device, device] and sync is torch.cuda.synchronize

@@ -11,7 +11,9 @@ from torch import nn
 
 class TinyStep:
     def __init__(self, batch_size, device, fail_after=None, failure="raise", step_sleep=0.0, host_sync=False,
-                 spawn=None, pid_file=None):
+                 spawn=None, pid_file=None, expect_cudnn_benchmark=None):
+        if expect_cudnn_benchmark is not None and torch.backends.cudnn.benchmark != expect_cudnn_benchmark:
+            raise RuntimeError(f"torch.backends.cudnn.benchmark is {torch.backends.cudnn.benchmark} in the user's step")
         self.samples_per_step = batch_size
         self.model = nn.Linear(16, 4).to(device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)

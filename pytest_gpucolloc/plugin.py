@@ -21,7 +21,8 @@ MARKERS = [
     "gpucolloc_full: scenario of the full matrix, deselected unless --colloc-full is given",
     "gpucolloc_gpu: test needs a real NVIDIA GPU; skipped with the reason without one",
     "gpucolloc_mig_layout(layout): MIG layout of this scenario, e.g. '3g,2g,1g*2'",
-    "gpucolloc_gate(threshold=PERCENT): this scenario's regression threshold",
+    "gpucolloc_gate(threshold=PERCENT, by='history'|'ab'): this scenario's regression threshold; by='ab': the "
+    "history gate measures and saves it but leaves judging it to paired A/B (pytest-gpucolloc ab)",
     "gpucolloc_repeats(K): start this scenario's workers K times afresh (see --colloc-repeats)",
 ]
 

@@ -82,6 +82,7 @@ class CollocSession:
         self.skipped: list[tuple[str, str]] = []  # (scenario, why it was skipped): said in the summary
         self.verdicts: list[tuple[str, gate.Verdict]] = []  # (test, gate verdict): objects until saved or shown
         self.judged: list[tuple[str, gate.RunSample]] = []  # (test id, run) gated so far: they place this GPU's level
+        self.left_to_ab: list[str] = []  # gated run: scenarios marked gpucolloc_gate(by="ab"), measured, not judged
         self.machine_warmup: machine_warmup.WarmUp | None = None  # once the GPU was warmed
         self.history: history.History | None = None  # loaded before this run saved anything
         self.stale_removed: list[str] = []
@@ -221,13 +222,21 @@ class CollocSession:
 
     def gate_policy(self, node):
         """The gate's policy for this test (its colloc_gate marker may set the threshold), or None when the
-        run is not gated."""
+        run is not gated or the marker leaves the test to paired A/B (``by="ab"``)."""
         if self.history is None:
             return None
         from . import gate
 
         threshold = self.options.colloc_gate_threshold
         marker = node.get_closest_marker("gpucolloc_gate")
+        by = marker.kwargs.get("by", "history") if marker else "history"
+        if by not in ("history", "ab"):
+            pytest.fail(f"gpucolloc_gate(by=...) is 'history' (the gate judges it against its saved runs) or 'ab' "
+                        f"(paired A/B judges it), got {by!r}", pytrace=False)
+        if by == "ab":  # its fresh processes differ by more than a threshold: history cannot decide
+            if node.nodeid not in self.left_to_ab:
+                self.left_to_ab.append(node.nodeid)
+            return None
         if marker and "threshold" in marker.kwargs:
             threshold = marker.kwargs["threshold"]
             if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
@@ -480,12 +489,21 @@ class CollocSession:
     def _gate_summary(self, terminalreporter) -> None:
         regressed = [name for name, v in self.verdicts if v.failed]
         terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(self.verdicts)}")
+        if self.left_to_ab:
+            terminalreporter.write_line(self._left_to_ab_line())
         for problem in self.history.problems if self.history else []:
             terminalreporter.write_line(f"history: {problem}")
         for name, verdict in self.verdicts:
             if verdict.remeasured:
                 terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
         terminalreporter.write_line(report.gate_table(self._shown_verdicts()))
+
+    def _left_to_ab_line(self) -> str:
+        names = ", ".join(nodeid.split("::")[-1] for nodeid in self.left_to_ab)
+        tests = " ".join(dict.fromkeys(nodeid.split("[")[0] for nodeid in self.left_to_ab))
+        return (f"left to paired A/B (gpucolloc_gate(by=\"ab\")), measured and saved but not judged against history: "
+                f"{names}. Their fresh processes differ by more than the threshold; judge a change with "
+                f"pytest-gpucolloc ab --baseline BASE --candidate HEAD -- {tests} (and this run's options)")
 
     def _shown_verdicts(self) -> list[tuple[str, dict]]:
         return [(name, verdict.to_dict()) for name, verdict in self.verdicts]  # as saved, so as ``compare`` shows
@@ -498,6 +516,7 @@ class CollocSession:
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             table = report.gate_table(self._shown_verdicts(), "github")
-            Path(path).write_text(f"### Collocation regression gate\n\n{table}\n")
+            left = f"\n{self._left_to_ab_line()}\n" if self.left_to_ab else ""
+            Path(path).write_text(f"### Collocation regression gate\n\n{table}\n{left}")
         except OSError as error:
             self.save_problems.append(f"could not write the gate report to {path}: {error}")

@@ -324,6 +324,50 @@ def test_x(collocate):
     result.stdout.fnmatch_lines(["*gpucolloc_gate(threshold=...) must be a percentage between 0 and 99, got -5*"])
 
 
+def test_a_scenario_left_to_ab_is_measured_and_saved_but_not_judged(pytester, suite):
+    """A launch-bound scenario whose runs differ by more than any useful threshold would be `inconclusive` forever
+    under the history gate: gpucolloc_gate(by="ab") says so once, the gated run still measures and saves it (the
+    history keeps its level), judges the others, and names it with the ab command that can judge it."""
+    import json
+
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_pair='''
+import pytest
+@pytest.mark.gpucolloc_quick
+def test_judged(collocate):
+    collocate(["tiny_workload:factory"])
+@pytest.mark.gpucolloc_quick
+@pytest.mark.gpucolloc_gate(by="ab")
+def test_noisy(collocate):
+    collocate(["tiny_workload:factory"])
+''')
+    gated = ["--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", "--benchmark-autosave", "-p",
+             "no:cacheprovider", "--colloc-gate-report=gate.md", *FAST]
+    for _ in range(3):
+        assert pytester.runpytest(*gated).ret == 0
+    result = pytester.runpytest(*gated, "--benchmark-json=run.json")
+    result.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 1*",
+                                 "left to paired A/B (gpucolloc_gate(by=\"ab\"))*test_noisy?cpu-naive?*"
+                                 "pytest-gpucolloc ab --baseline BASE --candidate HEAD -- test_pair.py::test_noisy *"])
+    saved = {b["name"]: b["extra_info"] for b in json.loads((pytester.path / "run.json").read_text())["benchmarks"]}
+    assert "gate" in saved["test_judged[cpu-naive]"] and "gate" not in saved["test_noisy[cpu-naive]"]
+    assert saved["test_noisy[cpu-naive]"]["aggregate_throughput"] > 0
+    assert "test_noisy" in (pytester.path / "gate.md").read_text()
+
+
+def test_gate_marker_by_names_who_judges(pytester, suite):
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile('''
+import pytest
+@pytest.mark.gpucolloc_quick
+@pytest.mark.gpucolloc_gate(by="nobody")
+def test_x(collocate):
+    collocate(["tiny_workload:factory"])
+''')
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", *FAST)
+    result.stdout.fnmatch_lines(["*gpucolloc_gate(by=...) is 'history'*or 'ab'*got 'nobody'*"])
+
+
 def test_unwritable_storage_is_refused_before_anything_runs(pytester, suite, tmp_path):
     suite()
     blocker = tmp_path / "a-file"

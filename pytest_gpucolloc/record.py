@@ -31,6 +31,8 @@ read only the ``ScenarioRecord`` it returns.
                          measurement taken once in the session: "alone" for sequential scenarios and one job under
                          naive, "mps" for one mps-partitioned client; its fixed_cost_s and wall_s are 0)
     gate                 the gate's verdict when the run was gated, else absent
+    gate_by              "ab" when a gated run measured the scenario but left judging it to paired A/B
+                         (gpucolloc_gate(by="ab")), else absent
     serving              a scenario with a serving job (Workload(..., rate=...)): its request latencies over the whole
                          measurement (p50_ms, p90_ms, p99_ms, p999_ms, max_ms, requests, round_p99_ms, the encoded HDR
                          histogram), offered_rps and achieved_rps, backlog per round and unserved at the end,
@@ -77,7 +79,7 @@ _WORKER_FIELDS = ("workload", "params", "throughput", "round_throughputs", "cv",
 _SCENARIO_FIELDS = ("mode", "device", "gpu", "workloads", "n_workers", "aggregate_round_throughputs", "repeats",
                     "aggregate_throughput", "aggregate_cv", "speedup_vs_sequential", "ideal_throughput",
                     "efficiency", "cpu_affinity", "samples_per_joule", "throttled", "foreign_pids", "telemetry",
-                    "gate", "workers", "measurement", "warnings", "serving")
+                    "gate", "gate_by", "workers", "measurement", "warnings", "serving")
 
 
 class RecordError(ValueError):
@@ -399,7 +401,7 @@ _SCENARIO = {
     "gpu": _GPU, "device": _text, "n_workers": _count, "aggregate_throughput": _finite, "aggregate_cv": _finite,
     "speedup_vs_sequential": _finite, "ideal_throughput": _finite, "efficiency": _finite,
     "samples_per_joule": _finite, "throttled": _flag, "foreign_pids": _list(_count), "telemetry": _list(_PHASE),
-    "cpu_affinity": _text, "cpu_placement": _text, "gate": _GATE, "measurement": _MEASUREMENT,
+    "cpu_affinity": _text, "cpu_placement": _text, "gate": _GATE, "gate_by": _text, "measurement": _MEASUREMENT,
     "warnings": _list(_text), "serving": _SERVING,
 }
 

@@ -82,7 +82,7 @@ class CollocSession:
         self.skipped: list[tuple[str, str]] = []  # (scenario, why it was skipped): said in the summary
         self.verdicts: list[tuple[str, gate.Verdict]] = []  # (test, gate verdict): objects until saved or shown
         self.judged: list[tuple[str, gate.RunSample]] = []  # (test id, run) gated so far: they place this GPU's level
-        self.left_to_ab: list[str] = []  # gated run: scenarios marked gpucolloc_gate(by="ab"), measured, not judged
+        self.measured_for_ab: list[str] = []  # gated run: node ids marked gpucolloc_gate(by="ab"), saved, not judged
         self.machine_warmup: machine_warmup.WarmUp | None = None  # once the GPU was warmed
         self.history: history.History | None = None  # loaded before this run saved anything
         self.stale_removed: list[str] = []
@@ -227,16 +227,10 @@ class CollocSession:
             return None
         from . import gate
 
+        if self.left_to_ab(node):  # its fresh processes differ by more than a threshold: history cannot decide
+            return None
         threshold = self.options.colloc_gate_threshold
         marker = node.get_closest_marker("gpucolloc_gate")
-        by = marker.kwargs.get("by", "history") if marker else "history"
-        if by not in ("history", "ab"):
-            pytest.fail(f"gpucolloc_gate(by=...) is 'history' (the gate judges it against its saved runs) or 'ab' "
-                        f"(paired A/B judges it), got {by!r}", pytrace=False)
-        if by == "ab":  # its fresh processes differ by more than a threshold: history cannot decide
-            if node.nodeid not in self.left_to_ab:
-                self.left_to_ab.append(node.nodeid)
-            return None
         if marker and "threshold" in marker.kwargs:
             threshold = marker.kwargs["threshold"]
             if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
@@ -245,6 +239,17 @@ class CollocSession:
                             f"got {threshold!r}", pytrace=False)
         return gate.Policy(threshold=threshold / 100, alpha=self.options.colloc_gate_alpha,
                            runs=self.options.colloc_gate_runs, min_runs=self.options.colloc_gate_min_runs)
+
+    @staticmethod
+    def left_to_ab(node) -> bool:
+        """Whether the test's gpucolloc_gate marker leaves judging it to paired A/B (``by="ab"``); checked in every
+        run, gated or not, so that a misspelt value fails where it was written, not first in CI."""
+        marker = node.get_closest_marker("gpucolloc_gate")
+        by = marker.kwargs.get("by", "history") if marker else "history"
+        if by not in ("history", "ab"):
+            pytest.fail(f"gpucolloc_gate(by=...) is 'history' (the gate judges it against its saved runs) or 'ab' "
+                        f"(paired A/B judges it), got {by!r}", pytrace=False)
+        return by == "ab"
 
     def repeats(self, node) -> int:
         marker = node.get_closest_marker("gpucolloc_repeats")
@@ -263,6 +268,7 @@ class CollocSession:
         marker = node.get_closest_marker("gpucolloc_mig_layout")
         if marker:
             options = dataclasses.replace(options, mig_layout=marker.args[0] if marker.args else None)
+        self.left_to_ab(node)  # a misspelt marker fails in every run
         policy = self.gate_policy(node)
         self.warm_up_machine()
         target = make_target(self.device(), options)
@@ -382,6 +388,8 @@ class CollocSession:
         for entry in entries:
             benchmark_api.add_to_session(node.config, entry)
             self.forwarded.append((entry["name"], entry["extra_info"]))
+            if entry["extra_info"].get("gate_by") == "ab":
+                self.measured_for_ab.append(entry["fullname"])
             if entry["extra_info"].get("gate"):
                 from . import gate  # a gated run: its worker loaded it already
                 self.verdicts.append((entry["name"], gate.Verdict.from_dict(entry["extra_info"]["gate"])))
@@ -489,7 +497,7 @@ class CollocSession:
     def _gate_summary(self, terminalreporter) -> None:
         regressed = [name for name, v in self.verdicts if v.failed]
         terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(self.verdicts)}")
-        if self.left_to_ab:
+        if self.measured_for_ab:
             terminalreporter.write_line(self._left_to_ab_line())
         for problem in self.history.problems if self.history else []:
             terminalreporter.write_line(f"history: {problem}")
@@ -499,11 +507,12 @@ class CollocSession:
         terminalreporter.write_line(report.gate_table(self._shown_verdicts()))
 
     def _left_to_ab_line(self) -> str:
-        names = ", ".join(nodeid.split("::")[-1] for nodeid in self.left_to_ab)
-        tests = " ".join(dict.fromkeys(nodeid.split("[")[0] for nodeid in self.left_to_ab))
+        names = ", ".join(nodeid.split("::")[-1] for nodeid in self.measured_for_ab)
+        tests = " ".join(dict.fromkeys(nodeid.split("[")[0] for nodeid in self.measured_for_ab))
+        mode = f" --gpu-mode={','.join(self.options.gpu_mode)}" if self.options.gpu_mode else ""
         return (f"left to paired A/B (gpucolloc_gate(by=\"ab\")), measured and saved but not judged against history: "
-                f"{names}. Their fresh processes differ by more than the threshold; judge a change with "
-                f"pytest-gpucolloc ab --baseline BASE --candidate HEAD -- {tests} (and this run's options)")
+                f"{names}. Their fresh processes differ by more than the threshold; judge a change from the "
+                f"rootdir with `pytest-gpucolloc ab --baseline BASE --candidate HEAD -- {tests}{mode}`")
 
     def _shown_verdicts(self) -> list[tuple[str, dict]]:
         return [(name, verdict.to_dict()) for name, verdict in self.verdicts]  # as saved, so as ``compare`` shows
@@ -516,7 +525,7 @@ class CollocSession:
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             table = report.gate_table(self._shown_verdicts(), "github")
-            left = f"\n{self._left_to_ab_line()}\n" if self.left_to_ab else ""
+            left = f"\n{self._left_to_ab_line()}\n" if self.measured_for_ab else ""
             Path(path).write_text(f"### Collocation regression gate\n\n{table}\n{left}")
         except OSError as error:
             self.save_problems.append(f"could not write the gate report to {path}: {error}")

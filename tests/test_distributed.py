@@ -64,3 +64,17 @@ def test_xdist_workers_gate_verdicts_reach_the_controllers_gate_summary(pytester
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 2*", "*test_tiny?cpu-naive-1?*no baseline*"])
     assert (pytester.path / "gate.md").read_text().count("no baseline") == 2
+
+
+def test_xdist_workers_scenarios_left_to_ab_reach_the_controllers_gate_summary(pytester):
+    """A scenario an xdist worker measured but left to paired A/B is named by the controller, as without xdist."""
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001).replace(
+        "@pytest.mark.parametrize", '@pytest.mark.gpucolloc_gate(by="ab")\n@pytest.mark.parametrize'))
+    result = pytester.runpytest_subprocess("-n", "2", "--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate",
+                                           "--colloc-gate-report=gate.md", "--benchmark-autosave", *FAST)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 0*",
+                                 "left to paired A/B*test_tiny?cpu-naive-?*test_tiny?cpu-naive-?*"
+                                 "-- test_scenarios.py::test_tiny --gpu-mode=naive`"])
+    assert "left to paired A/B" in (pytester.path / "gate.md").read_text()

@@ -340,17 +340,23 @@ def test_judged(collocate):
 @pytest.mark.gpucolloc_gate(by="ab")
 def test_noisy(collocate):
     collocate(["tiny_workload:factory"])
+@pytest.mark.gpucolloc_quick
+@pytest.mark.gpucolloc_gate(by="ab")
+def test_broken(collocate):
+    collocate(["tiny_workload:missing"])
 ''')
     gated = ["--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", "--benchmark-autosave", "-p",
              "no:cacheprovider", "--colloc-gate-report=gate.md", *FAST]
     for _ in range(3):
-        assert pytester.runpytest(*gated).ret == 0
+        pytester.runpytest(*gated).assert_outcomes(passed=2, failed=1)
     result = pytester.runpytest(*gated, "--benchmark-json=run.json")
     result.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 1*",
-                                 "left to paired A/B (gpucolloc_gate(by=\"ab\"))*test_noisy?cpu-naive?*"
-                                 "pytest-gpucolloc ab --baseline BASE --candidate HEAD -- test_pair.py::test_noisy *"])
+                                 "left to paired A/B (gpucolloc_gate(by=\"ab\"))*: test_noisy?cpu-naive?. *"
+                                 "`pytest-gpucolloc ab --baseline BASE --candidate HEAD -- test_pair.py::test_noisy "
+                                 "--gpu-mode=naive`"])  # not the scenario that failed before it was measured
     saved = {b["name"]: b["extra_info"] for b in json.loads((pytester.path / "run.json").read_text())["benchmarks"]}
     assert "gate" in saved["test_judged[cpu-naive]"] and "gate" not in saved["test_noisy[cpu-naive]"]
+    assert saved["test_noisy[cpu-naive]"]["gate_by"] == "ab" and "gate_by" not in saved["test_judged[cpu-naive]"]
     assert saved["test_noisy[cpu-naive]"]["aggregate_throughput"] > 0
     assert "test_noisy" in (pytester.path / "gate.md").read_text()
 
@@ -364,7 +370,7 @@ import pytest
 def test_x(collocate):
     collocate(["tiny_workload:factory"])
 ''')
-    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", *FAST)
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", *FAST)  # said in an ungated run too
     result.stdout.fnmatch_lines(["*gpucolloc_gate(by=...) is 'history'*or 'ab'*got 'nobody'*"])
 
 

@@ -234,14 +234,20 @@ class MachineLevel:
     """This GPU's level against another GPU of its model (log), from scenarios measured on both."""
 
     offset: float  # add to a run on the other GPU to read it at this GPU's level
-    variance: float  # of ``offset``: each shared scenario's run-to-run noise, averaged over them
+    variance: float  # what reading the judged scenario at ``offset`` may be off by (log, squared)
     scenarios: int
+
+
+MIN_SHARED = 2  # scenarios that place a GPU: one cannot say whether the others move as it does
 
 
 def machine_levels(current: RunSample, references) -> dict[str, MachineLevel]:
     """Per other GPU (UUID) of the current run's model: this GPU's level relative to it, estimated from
     ``references``, pairs of (another scenario's run on this GPU, that scenario's history): the mean over the
-    scenarios both GPUs ran of (its run here - its mean there)."""
+    scenarios both GPUs ran of (its run here - its mean there). Scenarios do not all move alike between two machines
+    (on two H200s a GPU-bound transformer ran at one level where an LSTM paced by its host differed by 2-4%): the
+    spread of the shared scenarios' offsets is what the judged scenario's own offset may differ by, so at least
+    ``MIN_SHARED`` are needed, and that spread widens the bound."""
     found: dict[str, list[tuple[float, float]]] = {}
     for here, saved in references:
         if here.gpu_uuid != current.gpu_uuid or here.throttled or here.contaminated:
@@ -256,9 +262,14 @@ def machine_levels(current: RunSample, references) -> dict[str, MachineLevel]:
                 noise = _variance_of(means)
                 found.setdefault(gpu, []).append((here.log_mean - statistics.fmean(means),
                                                   noise * (1 + 1 / len(means))))
-    return {gpu: MachineLevel(statistics.fmean(d for d, _ in pairs),
-                              statistics.fmean(v for _, v in pairs) / len(pairs), len(pairs))
-            for gpu, pairs in found.items()}
+    levels = {}
+    for gpu, pairs in found.items():
+        if len(pairs) < MIN_SHARED:
+            continue
+        offsets, k = [d for d, _ in pairs], len(pairs)
+        noise = statistics.fmean(v for _, v in pairs) / k  # of the mean offset: the references' own run noise
+        levels[gpu] = MachineLevel(statistics.fmean(offsets), noise + _variance_of(offsets) * (1 + 1 / k), k)
+    return levels
 
 
 def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy,
@@ -274,7 +285,8 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
     adjusted = [_at_level(r, levels[r.gpu_uuid].offset) for r in calm if r.gpu_uuid in levels]
     if len(same_gpu) + len(adjusted) < policy.min_runs:
         others = len({r.gpu_uuid for r in calm}) - bool(same_gpu)
-        fleet = f"other GPUs of this model ({others}), not adjusted: no scenarios shared with this GPU"
+        fleet = (f"other GPUs of this model ({others}), not adjusted: fewer than {MIN_SHARED} scenarios shared with "
+                 "this GPU")
         return sorted(calm, key=lambda r: r.datetime), notes, None, fleet
     unplaced = len(calm) - len(same_gpu) - len(adjusted)
     if unplaced:
@@ -508,10 +520,10 @@ def _decide(result: Verdict, current: RunSample, history: list[RunSample], polic
     if offset_variance is None:  # identical GPUs differ by up to 15% (H200s): a level from other GPUs decides nothing
         own = sum(r.gpu_uuid == current.gpu_uuid for r in history)
         result.verdict = "no baseline"
-        result.reason = (f"{own} comparable run(s) on this GPU (the gate needs {needed}) and no scenario measured both "
-                         "here and on the other GPUs of this model whose runs are saved, so this GPU's level is "
-                         "unknown: gate a scenario that ran on them earlier in the same session (its level places this "
-                         "GPU), or save runs on this GPU")
+        result.reason = (f"{own} comparable run(s) on this GPU (the gate needs {needed}) and fewer than "
+                         f"{MIN_SHARED} scenarios measured both here and on the other GPUs of this model whose runs "
+                         f"are saved, so this GPU's level is unknown: gate {MIN_SHARED} or more scenarios that ran "
+                         "on them earlier in the same session (their levels place this GPU), or save runs on this GPU")
         if terms.inverse:  # no other scenario's p99 places this GPU (``references`` are of throughput)
             result.reason = (f"{own} comparable run(s) on this GPU (the gate needs {needed}); p99 latency is judged "
                              "against runs on this GPU only (GPUs of one model differ): save runs on this GPU")

@@ -583,7 +583,34 @@ def test_a_new_gpu_is_judged_against_the_fleet_at_its_own_level():
     assert gate.decide(slowed, saved["target"], references=references).verdict == "regressed"
     plain = gate.decide(current, saved["target"])  # no references: GPUs 8% apart, this one's level unknown
     assert plain.verdict == "no baseline" and "this GPU's level is unknown" in plain.reason
-    assert "not adjusted: no scenarios shared" in plain.fleet and any("not adjusted" in n for n in plain.notes)
+    assert "not adjusted: fewer than 2 scenarios shared" in plain.fleet and any("not adjusted" in n for n in plain.notes)
+
+
+def test_one_shared_scenario_does_not_place_a_new_gpu():
+    """One reference cannot say whether the judged scenario moves with it between machines: no baseline."""
+    rng = random.Random(5)
+    saved = fleet(rng, {"GPU-a": 0.0, "GPU-b": 0.0})
+    references = [(synthetic_run(rng, "new-s1", 500.0, 0.003, 0.002, 10, uuid="GPU-new"), saved["s1"])]
+    current = synthetic_run(rng, "now", 3500.0 * 0.96, 0.003, 0.002, 10, uuid="GPU-new")
+    verdict = gate.decide(current, saved["target"], references=references)
+    assert verdict.verdict == "no baseline" and "fewer than 2 scenarios measured both" in verdict.reason
+
+
+def test_scenarios_that_move_unalike_between_machines_widen_the_bound():
+    """Real H200s: a GPU-bound job ran at the same level on two GPUs where a job paced by its host differed by
+    2-4%. When the shared scenarios' offsets disagree, a judged scenario's own offset is that uncertain: a 4% gap
+    from the fleet is no longer called a regression, where scenarios that agree still place the GPU exactly."""
+    rng = random.Random(12)
+    saved = fleet(rng, {"GPU-a": 0.0, "GPU-b": 0.0})
+    current = synthetic_run(rng, "now", 3500.0 * 0.96, 0.003, 0.002, 10, uuid="GPU-new")
+
+    def judged(offsets):
+        references = [(synthetic_run(rng, f"new-{n}", lvl * math.exp(o), 0.003, 0.002, 10, uuid="GPU-new"), saved[n])
+                      for (n, lvl), o in zip((("s1", 500.0), ("s2", 2000.0), ("s3", 9000.0)), offsets)]
+        return gate.decide(current, saved["target"], references=references)
+    assert judged([0.0, 0.0, 0.0]).verdict == "regressed"  # the machine is the fleet's: -4% is the code
+    unalike = judged([0.0, 0.03, -0.03])
+    assert unalike.verdict == "inconclusive" and unalike.mde > 0.05, unalike
 
 
 def test_fleet_adjustment_keeps_false_alarms_at_alpha():

@@ -267,20 +267,36 @@ def machine_levels(current: RunSample, references) -> dict[str, MachineLevel]:
         if len(pairs) < MIN_SHARED:
             continue
         offsets, k = [d for d, _ in pairs], len(pairs)
-        noise = statistics.fmean(v for _, v in pairs) / k  # of the mean offset: the references' own run noise
-        levels[gpu] = MachineLevel(statistics.fmean(offsets), noise + _variance_of(offsets) * (1 + 1 / k), k)
+        # the offsets' spread holds the references' run noise and how unalike scenarios move (at least the noise);
+        # the judged scenario's own offset differs from their mean by that much, plus the mean's own error
+        spread = max(_variance_of(offsets), statistics.fmean(v for _, v in pairs))
+        levels[gpu] = MachineLevel(statistics.fmean(offsets), spread * (1 + 1 / k), k)
     return levels
 
 
+@dataclass(frozen=True)
+class Placement:
+    """How other GPUs' runs were read at the current GPU's level: what that may be off by, and how many scenarios
+    placed it (None: the baseline is this GPU's own runs, nothing was placed)."""
+
+    variance: float = 0.0  # log, squared: added to the baseline centre's uncertainty
+    shared: int | None = None
+
+    def dof(self, k: int) -> int:
+        """Degrees of freedom of the test on k baseline runs: the placement's spread is estimated from ``shared``
+        offsets, so with few of them the test has fewer (a t on k - 1 would call machines' differences changes)."""
+        return k - 1 if self.shared is None else max(1, min(k - 1, self.shared - 1))
+
+
 def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy,
-                    references=()) -> tuple[list[RunSample], list[str], float | None, str | None]:
-    """Comparable runs, newest last, at the current GPU's level; notes on what was left out and why; the variance
-    that reading other GPUs at this one's level adds to the baseline's centre (log; None: their level relative to
-    this GPU is unknown); and how other GPUs' runs were used."""
+                    references=()) -> tuple[list[RunSample], list[str], Placement | None, str | None]:
+    """Comparable runs, newest last, at the current GPU's level; notes on what was left out and why; how other
+    GPUs' runs were placed at this one's level (None: their level relative to this GPU is unknown); and how other
+    GPUs' runs were used, in words."""
     calm, notes = _comparable(current, history)
     same_gpu = [r for r in calm if current.gpu_uuid and r.gpu_uuid == current.gpu_uuid]
     if len(same_gpu) >= policy.min_runs or not current.gpu_uuid or len(same_gpu) == len(calm):
-        return sorted(calm if not current.gpu_uuid else same_gpu, key=lambda r: r.datetime), notes, 0.0, None
+        return sorted(calm if not current.gpu_uuid else same_gpu, key=lambda r: r.datetime), notes, Placement(), None
     levels = machine_levels(current, references)
     adjusted = [_at_level(r, levels[r.gpu_uuid].offset) for r in calm if r.gpu_uuid in levels]
     if len(same_gpu) + len(adjusted) < policy.min_runs:
@@ -290,7 +306,7 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
         return sorted(calm, key=lambda r: r.datetime), notes, None, fleet
     unplaced = len(calm) - len(same_gpu) - len(adjusted)
     if unplaced:
-        notes.append(f"{unplaced} run(s) on GPUs that share no scenario with this one left out "
+        notes.append(f"{unplaced} run(s) on GPUs that share fewer than {MIN_SHARED} scenarios with this one left out "
                      "(their level is unknown)")
     used = {r.gpu_uuid for r in calm if r.gpu_uuid in levels}
     runs = [r for r in calm if r.gpu_uuid in used]
@@ -300,9 +316,10 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
              f"{terms_of(current).level(math.exp(mean_offset) - 1)} from "
              f"{shared}{'+' if any(levels[g].scenarios > shared for g in used) else ''} shared scenario(s)")
     chosen = sorted(same_gpu + adjusted, key=lambda r: r.datetime)
-    # each GPU's offset is one estimate shared by its runs: its error moves the centre by the GPU's share of runs
+    # each GPU's offset moves the centre by its share of the runs; the offsets share this GPU's reference runs and
+    # the judged scenario's own way of moving, so their errors are taken as one (a weighted mean, not of squares)
     share = {g: sum(r.gpu_uuid == g for r in chosen) / len(chosen) for g in used}
-    return chosen, notes, sum(share[g] ** 2 * levels[g].variance for g in used), fleet
+    return chosen, notes, Placement(sum(share[g] * levels[g].variance for g in used), shared), fleet
 
 
 def _at_level(run: RunSample, offset: float) -> RunSample:
@@ -422,29 +439,32 @@ def _c4(k: int) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def _unit_drop(k: int, alpha: float, power: float) -> float:
+def _unit_drop(k: int, alpha: float, power: float, dof: int | None = None) -> float:
     """The log drop, in units of sigma, that the prediction-bound test catches with ``power``: the spread
-    is itself estimated from k runs, so the test statistic follows a noncentral t."""
+    is itself estimated from k runs (``dof`` degrees of freedom, k - 1 by default), so the test statistic follows a
+    noncentral t."""
     from scipy import optimize, stats
 
+    dof = k - 1 if dof is None else dof
     scale = math.sqrt(1 + 1 / k)
-    critical = stats.t.ppf(1 - alpha, k - 1)
+    critical = stats.t.ppf(1 - alpha, dof)
 
     def shortfall(drop: float) -> float:
-        return stats.nct.cdf(-critical, k - 1, -drop / scale) - power
+        return stats.nct.cdf(-critical, dof, -drop / scale) - power
 
     return optimize.brentq(shortfall, 0.0, 1000.0)
 
 
-def mde(spread: float, k: int, policy: Policy, with_threshold: bool = True) -> float:
+def mde(spread: float, k: int, policy: Policy, with_threshold: bool = True, dof: int | None = None) -> float:
     """Smallest drop (fraction) caught with probability ``power`` for a run-mean spread (log) measured
     over k runs. Without the threshold: what the noise alone lets the statistics resolve; with it, the
     drop must also be estimated at or above the threshold (the larger of the two requirements binds, so with
     a 2% threshold a drop of exactly 2% is caught about half the time)."""
     from scipy import stats
 
-    sigma = spread / _c4(k)
-    drop_log = _unit_drop(k, policy.alpha, policy.power) * sigma
+    dof = k - 1 if dof is None else dof
+    sigma = spread / _c4(dof + 1)
+    drop_log = _unit_drop(k, policy.alpha, policy.power, dof) * sigma
     if with_threshold:
         needed = -math.log(1 - policy.threshold) + stats.norm.ppf(policy.power) * sigma * math.sqrt(1 + 1 / k)
         drop_log = max(drop_log, needed)
@@ -504,7 +524,7 @@ def _decide(result: Verdict, current: RunSample, history: list[RunSample], polic
     if current.contaminated:
         result.verdict, result.reason = "not comparable", "other processes used the GPU during this run"
         return
-    chosen, result.notes, offset_variance, result.fleet = choose_baseline(current, history, policy, references)
+    chosen, result.notes, placement, result.fleet = choose_baseline(current, history, policy, references)
     if result.fleet:
         result.notes.append(result.fleet)
     result.disturbed = signature(current, Usual.of(chosen))
@@ -517,7 +537,7 @@ def _decide(result: Verdict, current: RunSample, history: list[RunSample], polic
                             + "; ".join(f"{run} ({why})" for run, why in result.left_out.items()))
     result.baseline_runs = [r.run_id for r in baseline]
     needed = max(policy.min_runs, 2)  # a spread needs two runs at least
-    if offset_variance is None:  # identical GPUs differ by up to 15% (H200s): a level from other GPUs decides nothing
+    if placement is None:  # identical GPUs differ by up to 15% (H200s): a level from other GPUs decides nothing
         own = sum(r.gpu_uuid == current.gpu_uuid for r in history)
         result.verdict = "no baseline"
         result.reason = (f"{own} comparable run(s) on this GPU (the gate needs {needed}) and fewer than "
@@ -544,22 +564,23 @@ def _decide(result: Verdict, current: RunSample, history: list[RunSample], polic
     k = len(means)
     centre = statistics.fmean(means)
     # the spread of the runs, plus what placing other GPUs at this one's level may be off by (0 on one GPU)
-    spread = math.sqrt(_variance_of(means) + offset_variance / (1 + 1 / k))
+    spread = math.sqrt(_variance_of(means) + placement.variance / (1 + 1 / k))
     scale = spread * math.sqrt(1 + 1 / k)
+    dof = placement.dof(k)
     d = current.log_mean - centre
     result.baseline = math.exp(centre)
     result.change = math.exp(d) - 1
     if scale > 0:
-        half = stats.t.ppf(1 - policy.alpha, k - 1) * scale
+        half = stats.t.ppf(1 - policy.alpha, dof) * scale
         result.ci = (math.exp(d - half) - 1, math.exp(d + half) - 1)
-        p_lower = stats.t.cdf(d / scale, k - 1)  # chance of a run this low if nothing changed
-        p_higher = stats.t.sf(d / scale, k - 1)
+        p_lower = stats.t.cdf(d / scale, dof)  # chance of a run this low if nothing changed
+        p_higher = stats.t.sf(d / scale, dof)
     else:  # identical baseline runs: any difference is real
         result.ci = (result.change, result.change)
         p_lower = 0.0 if d < 0 else 1.0
         p_higher = 0.0 if d > 0 else 1.0
-    result.mde = mde(spread, k, policy)
-    result.mde_noise = resolvable = mde(spread, k, policy, with_threshold=False)
+    result.mde = mde(spread, k, policy, dof=dof)
+    result.mde_noise = resolvable = mde(spread, k, policy, with_threshold=False, dof=dof)
     result.noise = noise_levels(baseline, spread, policy, resolvable > policy.threshold)
     shown = abs(terms.change(result.change))
     if p_lower < policy.alpha and -result.change >= policy.threshold:

@@ -559,13 +559,17 @@ def test_the_baseline_is_the_level_since_the_last_shift_not_only_the_last_five_r
     assert verdict.verdict == "unchanged"
 
 
-def fleet(rng, effects, scenarios=("s1", "s2", "s3", "target"), runs=4):
-    """Histories of several scenarios on GPUs whose levels differ by ``effects`` (log)."""
+LEVELS = {"s1": 500.0, "s2": 2000.0, "s3": 9000.0, "s4": 1200.0, "s5": 6000.0, "target": 3500.0}
+
+
+def fleet(rng, effects, scenarios=tuple(LEVELS), runs=4, unalike=0.0):
+    """Histories of several scenarios on GPUs whose levels differ by ``effects`` (log); ``unalike``: each scenario
+    also moves by its own N(0, unalike) on each GPU (a GPU-bound job and a host-paced one do not move alike)."""
     saved = {}
     for name in scenarios:
-        level = {"s1": 500.0, "s2": 2000.0, "s3": 9000.0, "target": 3500.0}[name]
-        saved[name] = [synthetic_run(rng, f"{gpu}-{name}-{i}", level * math.exp(effect), 0.003, 0.002, 10, uuid=gpu)
-                       for gpu, effect in effects.items() for i in range(runs)]
+        saved[name] = [synthetic_run(rng, f"{gpu}-{name}-{i}", LEVELS[name] * math.exp(effect + own), 0.003, 0.002,
+                                     10, uuid=gpu)
+                       for gpu, effect in effects.items() for own in [rng.gauss(0, unalike)] for i in range(runs)]
     return saved
 
 
@@ -573,12 +577,12 @@ def test_a_new_gpu_is_judged_against_the_fleet_at_its_own_level():
     rng = random.Random(8)
     saved = fleet(rng, {"GPU-a": 0.0, "GPU-b": 0.08})
     here = -0.06  # the new GPU is 6% slower than GPU-a
-    references = [(synthetic_run(rng, f"new-{n}", lvl * math.exp(here), 0.003, 0.002, 10, uuid="GPU-new"), saved[n])
-                  for n, lvl in (("s1", 500.0), ("s2", 2000.0), ("s3", 9000.0))]
+    references = [(synthetic_run(rng, f"new-{n}", LEVELS[n] * math.exp(here), 0.003, 0.002, 10, uuid="GPU-new"),
+                   saved[n]) for n in ("s1", "s2", "s3", "s4", "s5")]
     current = synthetic_run(rng, "now", 3500.0 * math.exp(here), 0.003, 0.002, 10, uuid="GPU-new")
-    adjusted = gate.decide(current, saved["target"], references=references)
-    assert adjusted.verdict == "unchanged", adjusted
-    assert adjusted.fleet.startswith("other GPUs of this model (2), level adjusted by") and "3 shared scenario" in adjusted.fleet
+    adjusted = gate.decide(current, saved["target"], references=references)  # placed to within about 2-3%
+    assert adjusted.verdict in ("unchanged", "inconclusive") and abs(adjusted.change) < 0.01, adjusted
+    assert adjusted.fleet.startswith("other GPUs of this model (2), level adjusted by") and "5 shared scenario" in adjusted.fleet
     slowed = dataclass_replace(current, rounds=tuple(x * 0.96 for x in current.rounds))
     assert gate.decide(slowed, saved["target"], references=references).verdict == "regressed"
     plain = gate.decide(current, saved["target"])  # no references: GPUs 8% apart, this one's level unknown
@@ -605,12 +609,31 @@ def test_scenarios_that_move_unalike_between_machines_widen_the_bound():
     current = synthetic_run(rng, "now", 3500.0 * 0.96, 0.003, 0.002, 10, uuid="GPU-new")
 
     def judged(offsets):
-        references = [(synthetic_run(rng, f"new-{n}", lvl * math.exp(o), 0.003, 0.002, 10, uuid="GPU-new"), saved[n])
-                      for (n, lvl), o in zip((("s1", 500.0), ("s2", 2000.0), ("s3", 9000.0)), offsets)]
+        references = [(synthetic_run(rng, f"new-{n}", LEVELS[n] * math.exp(o), 0.003, 0.002, 10, uuid="GPU-new"),
+                       saved[n]) for n, o in zip(("s1", "s2", "s3", "s4", "s5"), offsets)]
         return gate.decide(current, saved["target"], references=references)
-    assert judged([0.0, 0.0, 0.0]).verdict == "regressed"  # the machine is the fleet's: -4% is the code
-    unalike = judged([0.0, 0.03, -0.03])
+    assert judged([0.0] * 5).verdict == "regressed"  # the machine is the fleet's: -4% is the code
+    unalike = judged([0.0, 0.03, -0.03, 0.03, -0.03])
     assert unalike.verdict == "inconclusive" and unalike.mde > 0.05, unalike
+
+
+def test_placement_keeps_false_alarms_at_alpha_when_scenarios_move_unalike():
+    """Each scenario moves by its own 2% between machines beside the GPUs' 5%: the spread of the references'
+    offsets is estimated from few of them, so the test's degrees of freedom are theirs, and A/A runs stay at
+    alpha (with the baseline runs' degrees of freedom instead, 2-4% of them were called regressed)."""
+    rng = random.Random(77)
+    alarms = 0
+    for trial in range(400):
+        effects = {f"GPU-{g}": rng.gauss(0, 0.05) for g in "ab"}
+        saved = fleet(rng, effects, runs=4, unalike=0.02)
+        here = rng.gauss(0, 0.05)
+        names = ("s1", "s2") if trial % 2 else ("s1", "s2", "s3")
+        references = [(synthetic_run(rng, f"{trial}-{n}", LEVELS[n] * math.exp(here + rng.gauss(0, 0.02)), 0.003,
+                                     0.002, 10, uuid="GPU-new"), saved[n]) for n in names]
+        current = synthetic_run(rng, f"{trial}-now", 3500.0 * math.exp(here + rng.gauss(0, 0.02)), 0.003, 0.002, 10,
+                                uuid="GPU-new")
+        alarms += gate.decide(current, saved["target"], references=references).failed
+    assert alarms <= 4  # 400 trials at alpha 0.5%: 2 expected
 
 
 def test_fleet_adjustment_keeps_false_alarms_at_alpha():
@@ -622,8 +645,8 @@ def test_fleet_adjustment_keeps_false_alarms_at_alpha():
         effects = {f"GPU-{g}": rng.gauss(0, 0.05) for g in "ab"}
         saved = fleet(rng, effects, runs=3)
         here = rng.gauss(0, 0.05)
-        references = [(synthetic_run(rng, f"{trial}-{n}", lvl * math.exp(here), 0.003, 0.002, 10, uuid="GPU-new"),
-                       saved[n]) for n, lvl in (("s1", 500.0), ("s2", 2000.0))]
+        references = [(synthetic_run(rng, f"{trial}-{n}", LEVELS[n] * math.exp(here), 0.003, 0.002, 10,
+                                     uuid="GPU-new"), saved[n]) for n in ("s1", "s2")]
         current = synthetic_run(rng, f"{trial}-now", 3500.0 * math.exp(here), 0.003, 0.002, 10, uuid="GPU-new")
         alarms += gate.decide(current, saved["target"], references=references).failed
     assert alarms <= 2  # 150 trials at alpha 0.5%: 0.75 expected

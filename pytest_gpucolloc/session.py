@@ -377,6 +377,8 @@ class CollocSession:
         return lines
 
     def pytest_runtest_setup(self, item):
+        if item.get_closest_marker("gpucolloc_gate"):
+            self.left_to_ab(item)  # a misspelt marker fails here, before any skip could hide it
         if item.get_closest_marker("gpucolloc_gpu") and self.device().gpu is None:
             pytest.skip(f"needs an NVIDIA GPU: {self.device().reason}")
 
@@ -497,6 +499,8 @@ class CollocSession:
     def _gate_summary(self, terminalreporter) -> None:
         regressed = [name for name, v in self.verdicts if v.failed]
         terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(self.verdicts)}")
+        if not self.verdicts:
+            terminalreporter.write_line(self._nothing_judged_line())
         if self.measured_for_ab:
             terminalreporter.write_line(self._left_to_ab_line())
         for problem in self.history.problems if self.history else []:
@@ -506,13 +510,20 @@ class CollocSession:
                 terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
         terminalreporter.write_line(report.gate_table(self._shown_verdicts()))
 
+    def _nothing_judged_line(self) -> str:
+        """Why a gated run judged no scenario: a gate that passes without judging anything must say so."""
+        why = [f"{len(self.measured_for_ab)} left to paired A/B"] if self.measured_for_ab else []
+        why += [f"{len(self.skipped)} skipped ({'; '.join(f'{name}: {reason}' for name, reason in self.skipped[:3])}"
+                f"{'; ...' if len(self.skipped) > 3 else ''})"] if self.skipped else []
+        return "no scenario was judged against history" + (f": {', '.join(why)}" if why else "")
+
     def _left_to_ab_line(self) -> str:
         names = ", ".join(nodeid.split("::")[-1] for nodeid in self.measured_for_ab)
         tests = " ".join(dict.fromkeys(nodeid.split("[")[0] for nodeid in self.measured_for_ab))
         mode = f" --gpu-mode={','.join(self.options.gpu_mode)}" if self.options.gpu_mode else ""
         return (f"left to paired A/B (gpucolloc_gate(by=\"ab\")), measured and saved but not judged against history: "
-                f"{names}. Their fresh processes differ by more than the threshold; judge a change from the "
-                f"rootdir with `pytest-gpucolloc ab --baseline BASE --candidate HEAD -- {tests}{mode}`")
+                f"{names} (marked too noisy between runs for a history gate); judge a change from the rootdir "
+                f"with `pytest-gpucolloc ab --baseline HEAD~1 --candidate HEAD -- {tests}{mode}`")
 
     def _shown_verdicts(self) -> list[tuple[str, dict]]:
         return [(name, verdict.to_dict()) for name, verdict in self.verdicts]  # as saved, so as ``compare`` shows
@@ -525,7 +536,8 @@ class CollocSession:
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             table = report.gate_table(self._shown_verdicts(), "github")
-            left = f"\n{self._left_to_ab_line()}\n" if self.measured_for_ab else ""
+            left = "".join(f"\n{line}\n" for line in [self._nothing_judged_line()] * (not self.verdicts)
+                           + [self._left_to_ab_line()] * bool(self.measured_for_ab))
             Path(path).write_text(f"### Collocation regression gate\n\n{table}\n{left}")
         except OSError as error:
             self.save_problems.append(f"could not write the gate report to {path}: {error}")

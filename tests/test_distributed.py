@@ -75,6 +75,7 @@ def test_xdist_workers_scenarios_left_to_ab_reach_the_controllers_gate_summary(p
                                            "--colloc-gate-report=gate.md", "--benchmark-autosave", *FAST)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 0*",
+                                 "no scenario was judged against history: 2 left to paired A/B",
                                  "left to paired A/B*test_tiny?cpu-naive-?*test_tiny?cpu-naive-?*"
                                  "-- test_scenarios.py::test_tiny --gpu-mode=naive`"])
     assert "left to paired A/B" in (pytester.path / "gate.md").read_text()

@@ -350,8 +350,8 @@ def test_broken(collocate):
     result = pytester.runpytest(*gated, "--benchmark-json=run.json")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 1*",
-                                 "left to paired A/B (gpucolloc_gate(by=\"ab\"))*: test_noisy?cpu-naive?. *"
-                                 "`pytest-gpucolloc ab --baseline BASE --candidate HEAD -- test_pair.py::test_noisy "
+                                 "left to paired A/B (gpucolloc_gate(by=\"ab\"))*: test_noisy?cpu-naive? (marked*"
+                                 "`pytest-gpucolloc ab --baseline HEAD~1 --candidate HEAD -- test_pair.py::test_noisy "
                                  "--gpu-mode=naive`"])  # not the scenario that failed before it was measured
     saved = {b["name"]: b["extra_info"] for b in json.loads((pytester.path / "run.json").read_text())["benchmarks"]}
     assert "gate" in saved["test_judged[cpu-naive]"] and "gate" not in saved["test_noisy[cpu-naive]"]
@@ -364,12 +364,13 @@ def test_gate_marker_by_names_who_judges(pytester, suite):
     pytester.makepyfile(tiny_workload=TINY)
     pytester.makepyfile('''
 import pytest
-@pytest.mark.gpucolloc_quick
 @pytest.mark.gpucolloc_gate(by="nobody")
 def test_x(collocate):
     collocate(["tiny_workload:factory"])
 ''')
-    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", *FAST)  # said in an ungated run too
+    # an ungated run, and a test CPU smoke mode would skip (not of the quick tier): said all the same
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", *FAST)
+    result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*gpucolloc_gate(by=...) is 'history'*or 'ab'*got 'nobody'*"])
 
 

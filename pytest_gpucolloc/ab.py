@@ -607,8 +607,9 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
     for test in coordinator.blocks:
         for judged in coordinator.judged(test, history.short_name(test)):
             if judged.verdict == "inconclusive" and not judged.saturated and test in coordinator.cut_short:
-                judged.reason = "; ".join(filter(None, [judged.reason, f"a budget stopped it after {judged.blocks} "
-                                                       "blocks: raise --ab-scenario-minutes or --ab-budget-minutes"]))
+                blocks = f"{judged.blocks} block{'s' * (judged.blocks != 1)}"
+                judged.reason = "; ".join(filter(None, [judged.reason, f"a budget stopped it after {blocks}: raise "
+                                                       "--ab-scenario-minutes or --ab-budget-minutes"]))
             judgements.append(judged)
     return judgements, runs
 

@@ -4,7 +4,7 @@ big one.
 
 Under the CI gate (--colloc-gate) the graphed scenario is judged against its history; the two with eager
 launch-bound jobs are measured and saved but left to paired A/B (``gpucolloc_gate(by="ab")``): their fresh processes
-and runs differ by several percent to tens of percent on an H200 (docs/gate.md), so a history gate could only ever
+and runs differ by 7-11% on H200s (docs/gate.md), so a history gate could only ever
 answer `inconclusive` for them, where `pytest-gpucolloc ab` decides in minutes."""
 import pytest
 

@@ -7,10 +7,10 @@ its workers (under mps: a client of a private daemon, verified as the suite veri
 - per_kernel_us: the same loop until the GPU has finished it (throughput of back-to-back tiny kernels);
 - round_trip_us: one launch plus synchronize (median of 2,000);
 - step_s and kernels_per_step: the training step of --workload alone, synchronised after every step (median
-  over 3 s after warm-up; kernel launches per step counted with torch.profiler), so a per-launch difference can
+  over --seconds (3) after warm-up; kernel launches per step counted with torch.profiler), so a per-launch difference can
   be scaled to a step; step_issue_s and step_drain_s split it into the CPU's time to issue the step and the
   GPU's tail after the last launch;
-- pipelined_step_s: steps issued back to back for 3 s with one synchronise at the end, as workers run.
+- pipelined_step_s: steps issued back to back for --seconds with one synchronise at the end, as workers run.
 
     python studies/launch_probe.py --modes naive,mps --repeats 4 --json OUT.json
 """
@@ -34,9 +34,9 @@ METRICS = ("enqueue_us", "per_kernel_us", "round_trip_us", "step_s", "step_issue
            "pipelined_step_s", "kernels_per_step")
 
 
-def probe(device: str, workload: Workload, cpus: list[int]) -> None:
-    """The probe process, set up as a worker is (cores, threads, cuDNN autotuning): report readiness, wait
-    until the controller has checked how it is attached, measure."""
+def probe(device: str, workload: Workload, cpus: list[int], seconds: float) -> None:
+    """The probe process, set up as a worker is (cores, threads): report readiness, wait until the controller has
+    checked how it is attached, measure (each timed window ``seconds`` long, the warm-up two thirds of that)."""
     os.sched_setaffinity(0, cpus)
     import torch
 
@@ -72,7 +72,7 @@ def probe(device: str, workload: Workload, cpus: list[int]) -> None:
         round_trip.append((time.perf_counter() - begin) * 1e6)
 
     step = build(workload, dev)
-    warm_until = time.perf_counter() + 2.0
+    warm_until = time.perf_counter() + 2 * seconds / 3
     while time.perf_counter() < warm_until:
         step.train_step()
     sync()
@@ -80,7 +80,7 @@ def probe(device: str, workload: Workload, cpus: list[int]) -> None:
     # CPU's time to issue it and the GPU's tail after the last launch; then steps issued back to back with one
     # synchronise at the end (as the suite's workers run).
     step_times, issue_times, drain_times = [], [], []
-    measure_until = time.perf_counter() + 3.0
+    measure_until = time.perf_counter() + seconds
     while time.perf_counter() < measure_until:
         begin = time.perf_counter()
         step.train_step()
@@ -91,7 +91,7 @@ def probe(device: str, workload: Workload, cpus: list[int]) -> None:
         issue_times.append(issued - begin)
         drain_times.append(done - issued)
     steps, begin = 0, time.perf_counter()
-    while time.perf_counter() < begin + 3.0:
+    while time.perf_counter() < begin + seconds:
         step.train_step()
         steps += 1
     sync()
@@ -121,7 +121,7 @@ def kernels_per_step(step, cuda: bool) -> float | None:
     return launches / steps or None
 
 
-def run_probe(mode, device: str, workload: Workload) -> dict:
+def run_probe(mode, device: str, workload: Workload, seconds: float) -> dict:
     """One probe process under ``mode``, attached as that mode attaches its workers."""
     with standalone_target(device) as target, mode.provision([workload], target) as prov:
         slot = prov.phases[0][0]
@@ -129,7 +129,7 @@ def run_probe(mode, device: str, workload: Workload) -> dict:
         cpus = assign_cpus(1, CpuPolicy()).cpus[0] or sorted(os.sched_getaffinity(0))  # as a lone worker's
         child = subprocess.Popen([sys.executable, __file__, "--child", "--device", device, "--workload",
                                   workload.model, "--batch", str(workload.batch_size),
-                                  "--cpus", ",".join(map(str, cpus))],
+                                  "--cpus", ",".join(map(str, cpus)), "--seconds", str(seconds)],
                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             ready = json.loads(child.stdout.readline() or "null")
@@ -154,17 +154,18 @@ def main() -> int:
     parser = ab_parser(__doc__)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cpus", help=argparse.SUPPRESS)
+    parser.add_argument("--seconds", type=float, default=3.0, help="each timed window of the step (default 3)")
     args = parser.parse_args()
     workload = Workload(args.workload, batch_size=args.batch)
     if args.child:
-        probe(args.device, workload, [int(c) for c in args.cpus.split(",")])
+        probe(args.device, workload, [int(c) for c in args.cpus.split(",")], args.seconds)
         return 0
     names = two_modes(parser, args.modes)
     where = machine_of(args.device, names)
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for _ in range(args.repeats):
         for name in names:
-            result = run_probe(MODES[name](), args.device, workload)
+            result = run_probe(MODES[name](), args.device, workload, args.seconds)
             runs[name].append(result)
             print(f"{name}: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items() if v is not None), flush=True)
     summary = {"workload": workload.label, "repeats": args.repeats, "machine": where,

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_launch_probe_measures_each_mode_in_a_fresh_process(tmp_path):
     out = tmp_path / "probe.json"
     run = subprocess.run([sys.executable, str(ROOT / "studies" / "launch_probe.py"), "--modes", "naive,sequential",
-                          "--device", "cpu", "--batch", "4", "--repeats", "1", "--json", str(out)],
+                          "--device", "cpu", "--batch", "4", "--repeats", "1", "--seconds", "0.5", "--json", str(out)],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     summary = json.loads(out.read_text())

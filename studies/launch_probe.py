@@ -8,8 +8,8 @@ its workers (under mps: a client of a private daemon, verified as the suite veri
 - round_trip_us: one launch plus synchronize (median of 2,000);
 - step_s and kernels_per_step: the training step of --workload alone, synchronised after every step (median
   over --seconds (3) after warm-up; kernel launches per step counted with torch.profiler), so a per-launch
-  difference can be scaled to a step; step_issue_s and step_drain_s split it into the CPU's time to issue the step and the
-  GPU's tail after the last launch;
+  difference can be scaled to a step; step_issue_s and step_drain_s split it into the CPU's time to issue the step
+  and the GPU's tail after the last launch;
 - pipelined_step_s: steps issued back to back for --seconds with one synchronise at the end, as workers run.
 
     python studies/launch_probe.py --modes naive,mps --repeats 4 --json OUT.json

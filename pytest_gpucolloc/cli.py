@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from . import __version__, nvml
-from .history import METRICS
+from .history import LATENCY, METRICS
 from .modes import MODES
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
@@ -271,9 +271,11 @@ def cmd_gate(args) -> int:
     verdicts = []
     for name in run.scenarios:
         verdict = gate.decide(run.sample(name), loaded.samples(name, exclude=excluded), policy)
-        latency = run.sample(name, "p99")
-        if latency is not None:  # a serving job: its p99 latency judged too
-            gate.with_p99(verdict, gate.decide(latency, loaded.samples(name, exclude=excluded, metric="p99"), policy))
+        for metric in LATENCY:  # a serving job: its latency judged too
+            latency = run.sample(name, metric)
+            if latency is not None:
+                gate.with_latency(verdict, gate.decide(latency, loaded.samples(name, exclude=excluded, metric=metric),
+                                                       policy))
         verdicts.append((name, verdict))
     if args.markdown:  # written first: an output that cannot be written is said before the verdicts
         _write(args.markdown, _gate_render(verdicts, "markdown", f"Collocation regression gate: {run.run_id}") + "\n")
@@ -282,8 +284,8 @@ def cmd_gate(args) -> int:
 
 
 def _gate_render(verdicts, fmt: str, title: str) -> str:
-    """The gate's table: a row per scenario, and below a serving scenario's a row of its p99 latency
-    (``report.gate_rows``). JSON: each verdict as saved, the p99 one inside it."""
+    """The gate's table: a row per scenario, and below a serving scenario's a row per latency judged
+    (``report.gate_rows``). JSON: each verdict as saved, the latency ones inside it."""
     from . import report
 
     if fmt == "json":
@@ -304,11 +306,11 @@ def cmd_history(args) -> int:
         raise CommandError(f"pytest-gpucolloc history needs the {missing.name} package, a dependency of "
                            f"pytest-gpucolloc that is not installed in this environment: pip install {missing.name}",
                            USAGE) from None
-    p99 = args.metric == "p99"
+    p99 = args.metric != "throughput"  # a latency
     if not looked:
         filters = " and ".join(
             f"{flag} {value}" for flag, value in (("--scenario", args.scenario), ("--gpu", args.gpu)) if value)
-        what = "no saved scenario with a serving job's p99 (Workload(..., rate=...), not saturated)" if p99 \
+        what = f"no saved scenario with a serving job's {args.metric} (Workload(..., rate=...), not saturated)" if p99 \
             else "no saved scenario"
         raise CommandError(what + (f" matches {filters}" if filters else ""), USAGE)
     if args.format == "json":
@@ -319,14 +321,14 @@ def cmd_history(args) -> int:
     rows = [[short_name(p.scenario), p.gpu[:16], p.run_id, (p.commit or "-")[:10], p.driver or "-", p.datetime[:19],
              level(p.before), level(p.after), f"{p.change:+.1%}", f"{p.p_value:.2g}", f"{p.runs_before}/{p.runs_after}"]
             for p in points]
-    unit = "p99 ms" if p99 else "samples/s"
+    unit = f"{args.metric} ms" if p99 else "samples/s"
     headers = ["scenario", "GPU", "starts at run", "commit", "driver", "date", f"before {unit}", f"after {unit}",
                "change", "p", "runs before/after"]
     if args.format == "csv":
         print(_tabular(rows, headers, "csv"))
         return OK
     print(f"{len(points)} level shift(s) in {len(looked)} series (scenario x physical GPU)"
-          + (" of the serving job's p99 latency (a + change is slower)" if p99 else "")
+          + (f" of the serving job's {args.metric} latency (a + change is slower)" if p99 else "")
           + f"; a level must hold for {args.min_runs} runs and differ at p < {args.alpha:g} with any one run left out")
     if points:
         print(_tabular(rows, headers, args.format))
@@ -599,8 +601,8 @@ def build_parser() -> argparse.ArgumentParser:
     ab_cmd.add_argument("--candidate", required=True, help="the same kinds as --baseline")
     ab_cmd.add_argument("--ab-min-blocks", type=_checked("--ab-min-blocks", 2, 1000, integer=True), default=3,
                         help="blocks (fresh processes in each arm) per scenario at least (default 3)")
-    ab_cmd.add_argument("--ab-max-blocks", type=_checked("--ab-max-blocks", 2, 1000, integer=True), default=10,
-                        help="blocks per scenario at most while it is inconclusive (default 10)")
+    ab_cmd.add_argument("--ab-max-blocks", type=_checked("--ab-max-blocks", 2, 1000, integer=True), default=12,
+                        help="blocks per scenario at most while it is inconclusive (default 12)")
     ab_cmd.add_argument("--ab-pairs", type=_checked("--ab-pairs", 1, 1000, integer=True), default=5,
                         help="pairs of windows per block, each arm measured once a pair, in random order (default 5)")
     ab_cmd.add_argument("--ab-window-seconds", type=_checked("--ab-window-seconds", 0.05, 600), default=1.0,

@@ -155,7 +155,8 @@ class CollocateFixture:
         alone_facts = alone.workers[0].serving if alone is not None else None
         facts["workload"] = worker.workload.label
         facts["rate_asked"] = self.session.rates_asked.get(worker.workload.key())
-        facts["alone_p99_ms"] = alone_facts["p99_ms"] if alone_facts else None
+        for key in ("p50_ms", "p99_ms", "round_p50_ms", "round_p99_ms"):  # the service's own yardstick, judged too
+            facts[f"alone_{key}"] = alone_facts.get(key) if alone_facts else None
         if facts["p99_ms"] and facts["alone_p99_ms"]:
             facts["p99_vs_alone"] = facts["p99_ms"] / facts["alone_p99_ms"]
         training = [w for w in result.workers if not w.workload.serves]
@@ -296,9 +297,9 @@ class CollocateFixture:
         """The gate's verdict. A run that looks disturbed by its own signature (``gate.signature``) is measured
         again first, --colloc-gate-remeasure times at most, when this scenario measured it (``jobs``); the verdict
         says why each earlier measurement was not judged. Scenarios judged earlier in the session place this GPU's
-        level when it has no history of its own (``gate.machine_levels``). A serving job's p99 latency is judged
-        beside the throughput (``gate.with_p99``), against this GPU's runs only, and a run whose p99 rounds look
-        disturbed is measured again too."""
+        level when it has no history of its own (``gate.machine_levels``). A serving job's latency is judged beside
+        the throughput at p50 and p99, with its neighbours and alone (``gate.with_latency``), against this GPU's runs
+        only, and a run whose latency rounds look disturbed is measured again too."""
         from . import gate, history  # scipy loads only when the run is gated
 
         loaded = self.session.history
@@ -310,13 +311,13 @@ class CollocateFixture:
             judged = record.read(record.write(result))  # judged as it will be saved
             current = history.sample_of(judged, "current")
             verdict = gate.decide(current, saved, context.policy, references)
-            latency = history.p99_sample_of(judged, "current")
-            if latency is not None:
-                gate.with_p99(verdict, gate.decide(latency, loaded.samples(self.node.nodeid, metric="p99"),
-                                                   context.policy))
-            disturbed = verdict.disturbed
-            if disturbed is None and verdict.p99 is not None and verdict.p99.disturbed:
-                disturbed = f"p99: {verdict.p99.disturbed}"
+            for metric in history.LATENCY:
+                latency = history.latency_sample_of(judged, "current", metric=metric)
+                if latency is not None:
+                    gate.with_latency(verdict, gate.decide(latency, loaded.samples(self.node.nodeid, metric=metric),
+                                                           context.policy))
+            disturbed = verdict.disturbed or next(
+                (f"{metric}: {v.disturbed}" for metric, v in verdict.latency.items() if v.disturbed), None)
             if not disturbed or jobs is None or len(remeasured) >= self.session.options.colloc_gate_remeasure:
                 break
             remeasured.append(disturbed)

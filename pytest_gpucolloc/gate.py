@@ -19,10 +19,13 @@ Method (all in log throughput, so changes are ratios):
   run-to-run noise alone is too large).
 A current run with a disturbed signature is named (``Verdict.disturbed``): the pytest gate measures it again.
 
-A serving job's p99 latency (lower is better) is judged by the same method on each round's 1/p99
-(``history.p99_sample_of``): a rise of p99 beyond the noise and by at least the threshold is a regression. The
-verdict (``Verdict.p99`` of the scenario's) says it in ms and as changes of p99 (``Terms``). A saturated service
-is not judged on p99: its latency measured a queue that grew with the run's length.
+A serving job's latency (lower is better) is judged by the same method at p50 and p99, beside its training
+neighbours and alone at the same rate (its own yardstick: "it got slower" apart from "it suffers more from its
+neighbours"), on each round's 1/latency (``history.latency_sample_of``): a rise beyond the noise and by at least the
+threshold is a regression. The verdicts (``Verdict.latency`` of the scenario's) say it in ms and as changes of the
+percentile (``Terms``). A saturated service is not judged on latency: it measured a queue that grew with the run's
+length. A change the runs cannot resolve (the smallest one caught would be a halving of the throughput, a doubling
+of a latency) is said to be so, not given as a number.
 """
 from __future__ import annotations
 
@@ -89,8 +92,8 @@ class RunSample:
     autotuned: bool = False  # convolutions whose algorithms cuDNN times in each process (cudnn_autotune)
     jobs: tuple[str, ...] = ()  # the workers' job labels, sorted (what is trained); () when not known
     power_capped_share: float | None = None  # share of the measurement window at the power cap (telemetry)
-    p99: bool = False  # rounds hold a serving job's 1/p99 latency (1/ms) per round: judged as throughput is
-    saturated: str | None = None  # why the serving job could not keep up with its rate (a p99 sample)
+    latency: str | None = None  # rounds hold a serving job's 1/latency (1/ms) at this percentile ("p50", "alone p99")
+    saturated: str | None = None  # why the serving job could not keep up with its rate (a latency sample)
 
     @property
     def process_sets(self) -> tuple[tuple[float, ...], ...]:
@@ -118,7 +121,7 @@ class Terms:
     """How a verdict says what it judges. A sample is higher-is-better (throughput, or a serving job's 1/p99): the
     statistics never differ, only the numbers shown and the words."""
 
-    metric: str  # "throughput" (samples/s) or "p99" (latency, ms)
+    metric: str  # "throughput" (samples/s) or a latency percentile ("p50", "alone p99"; ms)
     worse: str  # a change for the worse, after its size
     better: str
     drops: str  # what the detectable change is a change of
@@ -133,20 +136,24 @@ class Terms:
         return 1 / (1 + sample_change) - 1 if self.inverse else sample_change
 
     def detectable(self, sample_drop: float) -> float:
-        """The smallest change for the worse caught, from the sample's smallest drop: p99 rises by 1/(1 - drop) - 1."""
+        """The smallest change for the worse caught, from the sample's smallest drop (a latency's rise: 1/(1-drop)-1)."""
         return 1 / (1 - sample_drop) - 1 if self.inverse else sample_drop
 
     def level(self, sample_change: float) -> str:
         """A level's change in a note, e.g. ``+5.0%`` or ``p99 +5.0%``."""
-        return f"{'p99 ' if self.inverse else ''}{self.change(sample_change):+.1%}"
+        return f"{self.metric + ' ' if self.inverse else ''}{self.change(sample_change):+.1%}"
 
 
 THROUGHPUT = Terms("throughput", "slower", "faster", "drops", "the noise alone", inverse=False)
-P99 = Terms("p99", "higher p99 latency", "lower p99 latency", "p99 rises", "the tail's own noise", inverse=True)
+
+
+def latency_terms(metric: str) -> Terms:
+    return Terms(metric, f"higher {metric} latency", f"lower {metric} latency", f"{metric} rises",
+                 f"the {metric} latency's own noise", inverse=True)
 
 
 def terms_of(sample: RunSample) -> Terms:
-    return P99 if sample.p99 else THROUGHPUT
+    return latency_terms(sample.latency) if sample.latency else THROUGHPUT
 
 
 @dataclass(kw_only=True)
@@ -155,9 +162,9 @@ class Verdict:
     reason: str = ""
     baseline: float | None = None
     current: float | None = None
-    change: float | None = None  # fraction, + is faster (of a p99 verdict: + is a higher latency)
+    change: float | None = None  # fraction, + is faster (of a latency verdict: + is a higher latency)
     ci: tuple[float, float] | None = None  # of change, two-sided 1 - 2*alpha
-    mde: float | None = None  # smallest drop (p99: rise) detectable at the policy's alpha and power (and the threshold)
+    mde: float | None = None  # smallest drop (latency: rise) detectable at the policy's alpha and power, and threshold
     mde_noise: float | None = None  # the same without the threshold: what the noise alone lets the test resolve
     threshold: float = DEFAULT_THRESHOLD
     baseline_runs: list[str] = field(default_factory=list)
@@ -167,18 +174,19 @@ class Verdict:
     disturbed: str | None = None  # why the current run itself looks disturbed (the pytest gate measures it again)
     remeasured: list[str] = field(default_factory=list)  # why each earlier measurement of this run was taken again
     fleet: str | None = None  # how runs on other GPUs of the model entered the baseline, when they did
-    metric: str = "throughput"  # what is judged: "throughput" (baseline, current in samples/s) or "p99" (in ms)
-    p99: Verdict | None = None  # a scenario with a serving job: its p99 latency judged (``with_p99``)
+    metric: str = "throughput"  # what is judged: "throughput" (baseline, current in samples/s) or a latency (ms)
+    latency: dict[str, Verdict] = field(default_factory=dict)  # a serving job's, by metric (``with_latency``)
 
     @property
     def failed(self) -> bool:
-        """Regressed: its throughput, or its serving job's p99 latency."""
-        return self.verdict == "regressed" or (self.p99 is not None and self.p99.failed)
+        """Regressed: its throughput, or a latency of its serving job."""
+        return self.verdict == "regressed" or any(v.failed for v in self.latency.values())
 
     def to_dict(self) -> dict:
         """As saved (a record's ``gate``) and printed."""
-        return {f.name: value.to_dict() if isinstance(value := getattr(self, f.name), Verdict) else value
-                for f in fields(self)}
+        saved = {f.name: getattr(self, f.name) for f in fields(self)}
+        saved["latency"] = {metric: verdict.to_dict() for metric, verdict in self.latency.items()}
+        return saved
 
     @classmethod
     def from_dict(cls, saved: dict) -> Verdict:
@@ -187,20 +195,22 @@ class Verdict:
         values = {k: v for k, v in saved.items() if k in known}
         if values.get("ci") is not None:
             values["ci"] = tuple(values["ci"])  # JSON keeps a list
-        if values.get("p99") is not None:
-            values["p99"] = cls.from_dict(values["p99"])
+        latency = dict(values.get("latency") or {})
+        if saved.get("p99") is not None:  # saved before the latency was judged at several percentiles
+            latency.setdefault("p99", saved["p99"])
+        values["latency"] = {metric: cls.from_dict(verdict) for metric, verdict in latency.items()}
         return cls(**values)
 
 
-def with_p99(verdict: Verdict, p99: Verdict) -> Verdict:
-    """The scenario's verdict carrying its serving job's p99 verdict, named in its notes too (a table of one row per
-    scenario still says it)."""
-    verdict.p99 = p99
-    if p99.change is not None and p99.baseline is not None and p99.current is not None:
-        said = f" ({p99.change:+.1%}: {p99.baseline:.3g} -> {p99.current:.3g} ms)"
+def with_latency(verdict: Verdict, latency: Verdict) -> Verdict:
+    """The scenario's verdict carrying a latency verdict of its serving job, named in its notes too (a table of one
+    row per scenario still says it)."""
+    verdict.latency[latency.metric] = latency
+    if latency.change is not None and latency.baseline is not None and latency.current is not None:
+        said = f" ({latency.change:+.1%}: {latency.baseline:.3g} -> {latency.current:.3g} ms)"
     else:
-        said = f": {p99.reason}"
-    verdict.notes.append(f"p99 latency {p99.verdict}{said}")
+        said = f": {latency.reason}"
+    verdict.notes.append(f"{latency.metric} latency {latency.verdict}{said}")
     return verdict
 
 
@@ -475,8 +485,9 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
     """``references``: pairs of (another scenario's run on the current GPU, that scenario's history), from which
     this GPU's level is estimated when it has too little history of its own (``machine_levels``).
 
-    A p99 sample (``current.p99``) is judged on its 1/p99 with the threshold a rise of p99 by ``policy.threshold``
-    (a drop of 1/p99 by threshold / (1 + threshold)); the verdict is said in ms and as changes of p99."""
+    A latency sample (``current.latency``) is judged on its 1/latency with the threshold a rise of the latency by
+    ``policy.threshold`` (a drop of 1/latency by threshold / (1 + threshold)); the verdict is said in ms and as
+    changes of the latency."""
     terms = terms_of(current)
     result = Verdict(verdict="unchanged", threshold=policy.threshold, current=current.throughput, metric=terms.metric)
     served = [r for r in _comparable(current, history)[0] if r.gpu_uuid == current.gpu_uuid] \
@@ -490,13 +501,14 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
         result.disturbed = "its service saturated where earlier runs kept up"  # a stall, or slower: measured again
     elif current.saturated:
         result.verdict = "not comparable"
-        result.reason = (f"not judged on p99: the service was saturated ({current.saturated}); its latency measured "
+        result.reason = (f"latency not judged: the service was saturated ({current.saturated}); its latency measured "
                          "a queue that grew with the run's length, not the service: judge it at a rate it can serve")
     else:
-        rise = policy.threshold  # of p99: a drop of 1/p99 by rise / (1 + rise)
+        rise = policy.threshold  # of a latency: a drop of 1/latency by rise / (1 + rise)
         judged = dataclasses.replace(policy, threshold=rise / (1 + rise)) if terms.inverse else policy
         _decide(result, current, history, judged, references, terms)
-    if terms.inverse:  # what the statistics saw as 1/p99, said as p99
+        unresolvable(result, terms)
+    if terms.inverse:  # what the statistics saw as 1/latency, said as latency
         result.current = terms.value(current.throughput)
         result.baseline = None if result.baseline is None else terms.value(result.baseline)
         result.change = None if result.change is None else terms.change(result.change)
@@ -504,6 +516,23 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
         result.mde = None if result.mde is None else terms.detectable(result.mde)
         result.mde_noise = None if result.mde_noise is None else terms.detectable(result.mde_noise)
     return result
+
+
+UNRESOLVABLE_DROP = 0.5  # a detectable drop this large (a latency: a doubling) is no number to give a reader
+
+
+def unresolvable(result: Verdict, terms: Terms) -> None:
+    """An inconclusive verdict whose runs could only catch a halving (a latency's doubling) says so in words: its
+    interval and detectable change would be numbers the data cannot stand behind (``+21309%``)."""
+    if result.verdict != "inconclusive" or result.mde_noise is None or result.mde_noise < UNRESOLVABLE_DROP:
+        return
+    runs = len(result.baseline_runs)
+    result.reason = (f"not resolvable with {runs} baseline run{'s' * (runs != 1)}: they spread so much that only "
+                     f"{'a doubling' if terms.inverse else 'a halving'} or more would be caught; steady the scenario "
+                     "(see the noise column) or save more runs")
+    result.ci = result.mde = result.mde_noise = None
+    if result.noise:
+        result.noise["lever"] = None
 
 
 def _decide(result: Verdict, current: RunSample, history: list[RunSample], policy: Policy, references,
@@ -544,8 +573,8 @@ def _decide(result: Verdict, current: RunSample, history: list[RunSample], polic
                          f"{MIN_SHARED} scenarios measured both here and on the other GPUs of this model whose runs "
                          f"are saved, so this GPU's level is unknown: gate {MIN_SHARED} or more scenarios that ran "
                          "on them earlier in the same session (their levels place this GPU), or save runs on this GPU")
-        if terms.inverse:  # no other scenario's p99 places this GPU (``references`` are of throughput)
-            result.reason = (f"{own} comparable run(s) on this GPU (the gate needs {needed}); p99 latency is judged "
+        if terms.inverse:  # no other scenario's latency places this GPU (``references`` are of throughput)
+            result.reason = (f"{own} comparable run(s) on this GPU (the gate needs {needed}); latency is judged "
                              "against runs on this GPU only (GPUs of one model differ): save runs on this GPU")
         if baseline:
             result.baseline = math.exp(statistics.fmean(r.log_mean for r in baseline))
@@ -672,8 +701,7 @@ def noise_levels(baseline: list[RunSample], spread: float, policy: Policy, too_n
             assumption = "" if process_var is not None else " (if its run-to-run noise lives between processes)"
             levers.append(f"--colloc-repeats={max(repeats, 2)}{assumption}")
         else:
-            levers.append(f"not by repeats: it would take {repeats} fresh-process repeats per run (over "
-                          f"{MAX_USEFUL_REPEATS}): this scenario cannot be gated at this threshold that way")
+            levers.append(f"not by repeats (it would take over {MAX_USEFUL_REPEATS} fresh-process repeats per run)")
     if baseline[-1].eager:
         levers.append("cuda_graph=True (removes CPU launch noise at its source)")
     if dominant != "rounds" and baseline[-1].autotuned and not baseline[-1].eager:  # measured on graphed jobs

@@ -14,7 +14,10 @@ from pathlib import Path
 from . import machine, record
 from .gate import RunSample, power_cap_share
 
-METRICS = ("throughput", "p99")  # what a scenario is judged and followed by; p99: of its serving job, when it has one
+# What a scenario is judged and followed by: its throughput and, with a serving job, that job's latency at p50 and p99
+# beside its neighbours and alone at the same rate (its own yardstick); p90 is followed, not gated.
+LATENCY = ("p50", "p99", "alone p50", "alone p99")
+METRICS = ("throughput", "p50", "p90", "p99", "alone p50", "alone p99")
 
 
 @dataclass
@@ -32,12 +35,13 @@ class SavedRun:
         return self.run_id == wanted or self.run_id.split("_")[0] == wanted
 
     def sample(self, fullname: str, metric: str = "throughput") -> RunSample | None:
-        """The scenario as the gate judges ``metric`` (None: not in this run, or no serving job for p99)."""
+        """The scenario as the gate judges ``metric`` (None: not in this run, or no serving job for a latency)."""
         scenario = self.scenarios.get(fullname)
         if scenario is None:
             return None
-        of = p99_sample_of if metric == "p99" else sample_of
-        return of(scenario, self.run_id, self.machine, self.datetime, self.commit)
+        if metric == "throughput":
+            return sample_of(scenario, self.run_id, self.machine, self.datetime, self.commit)
+        return latency_sample_of(scenario, self.run_id, self.machine, self.datetime, self.commit, metric)
 
 
 def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | None = None, datetime: str = "",
@@ -63,17 +67,19 @@ def _jobs(scenario: record.ScenarioRecord) -> tuple[str, ...]:
     return tuple(sorted(labels))
 
 
-def p99_sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | None = None, datetime: str = "",
-                  commit: str | None = None) -> RunSample | None:
-    """A serving job's p99 latency as the gate judges it: each round's 1/p99 (1/ms), higher is better as throughput
-    is, grouped by fresh-process repeat as the throughput's rounds are (``gate.decide`` says it in ms again). None
-    without a serving job or a round that answered requests. A saturated service carries why (it is not judged)."""
+def latency_sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | None = None,
+                      datetime: str = "", commit: str | None = None, metric: str = "p99") -> RunSample | None:
+    """A serving job's latency (``metric``: "p50", "p90", "p99", or "alone p50"/"alone p99": the job alone at the same
+    rate) as the gate judges it: each round's 1/latency (1/ms), higher is better as throughput is, grouped by
+    fresh-process repeat as the throughput's rounds are (``gate.decide`` says it in ms again). None without a serving
+    job or rounds of that percentile (saved before they were kept). A saturated service carries why (not judged)."""
     serving = scenario.serving
     if not serving:
         return None
-    rounds = serving.get("round_p99_ms") or []
+    alone = metric.startswith("alone ")
+    rounds = serving.get(f"{'alone_' if alone else ''}round_{metric.split()[-1]}_ms") or []
     sizes = [len(r) for r in scenario.repeats]
-    if sum(sizes) == len(rounds) and len(sizes) > 1:
+    if not alone and sum(sizes) == len(rounds) and len(sizes) > 1:
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         sets = [rounds[start:start + size] for start, size in zip(starts, sizes)]
     else:
@@ -81,10 +87,10 @@ def p99_sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dic
     inverse = [kept for part in sets if (kept := tuple(1 / ms for ms in part if ms is not None and ms > 0))]
     if not inverse:
         return None
-    saturated = (serving.get("why") or "its queue grew") if serving.get("saturated") else None
+    saturated = (serving.get("why") or "its queue grew") if serving.get("saturated") and not alone else None
     return dataclasses.replace(sample_of(scenario, run_id, run_machine, datetime, commit),
                                rounds=tuple(x for part in inverse for x in part),
-                               repeats=tuple(inverse) if len(inverse) > 1 else (), p99=True, saturated=saturated)
+                               repeats=tuple(inverse) if len(inverse) > 1 else (), latency=metric, saturated=saturated)
 
 
 def series_gpu(run: SavedRun, scenario: record.ScenarioRecord) -> str:

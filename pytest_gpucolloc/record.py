@@ -34,12 +34,12 @@ read only the ``ScenarioRecord`` it returns.
     gate_by              "ab" when a gated run measured the scenario but left judging it to paired A/B
                          (gpucolloc_gate(by="ab")), else absent
     serving              a scenario with a serving job (Workload(..., rate=...)): its request latencies over the whole
-                         measurement (p50_ms, p90_ms, p99_ms, p999_ms, max_ms, requests, round_p99_ms, the encoded HDR
-                         histogram), offered_rps and achieved_rps, backlog per round and unserved at the end,
-                         saturated (and why), rate_asked, alone_p99_ms and p99_vs_alone (the job alone at the same
-                         rate), training_jobs, training_throughput and training_kept (their mean share of their
-                         alone throughput); the aggregate and speedup then count the training jobs only. Absent
-                         otherwise, and before 2026-12-03
+                         measurement (p50_ms, p90_ms, p99_ms, p999_ms, max_ms, requests, round_p50/p90/p99_ms,
+                         the encoded HDR histogram), offered_rps and achieved_rps, backlog per round and unserved at
+                         the end, saturated (and why), rate_asked, alone_p50_ms, alone_p99_ms, their round values
+                         and p99_vs_alone (the job alone at the same rate), training_jobs, training_throughput and
+                         training_kept (their mean share of their alone throughput); the aggregate and speedup
+                         then count the training jobs only. Absent otherwise, and before 2026-12-03
     warnings             what makes its numbers doubtful, one sentence each (run_warnings.py): unstable rounds,
                          more workers than CPU cores, an impossible speedup, xdist on one machine, a gate that
                          cannot resolve its threshold; absent before 2026-12-03
@@ -131,10 +131,11 @@ class ScenarioRecord:
     @property
     def verdict(self) -> str | None:
         """The gate's verdict on the run, None when it was not gated: ``regressed`` when either its throughput or,
-        for a serving scenario, its p99 latency regressed."""
+        for a serving scenario, a latency of its serving job regressed."""
         if not self.gate or not self.gate.get("verdict"):
             return None
-        if (self.gate.get("p99") or {}).get("verdict") == "regressed":
+        latency = [*(self.gate.get("latency") or {}).values(), self.gate.get("p99") or {}]
+        if any(v.get("verdict") == "regressed" for v in latency):
             return "regressed"
         return self.gate["verdict"]
 
@@ -380,15 +381,19 @@ _VERDICT = {"verdict": _text, "reason": _text, "baseline": _finite, "current": _
             "ci": _list(_real), "mde": _finite, "mde_noise": _finite, "threshold": _finite,
             "baseline_runs": _list(_text), "notes": _list(_text), "metric": _text,
             "noise": _object({"shares": _object(values=_optional(_finite)), "dominant": _text, "lever": _text})}
-_GATE = _object({**_VERDICT, "p99": _object(_VERDICT)})  # a serving scenario's p99 judgement inside its verdict
+# a serving scenario's latency judgements inside its verdict ("p99" alone: saved before p50 was judged too)
+_GATE = _object({**_VERDICT, "latency": _object(values=_object(_VERDICT)), "p99": _object(_VERDICT)})
 _MODE_FACTS = _object({"mig_layout": _list(_object())})
 _PARAMS = _object({"model": _text, "options": _object(), "mig": _text, "cuda_graph": _flag, "batch_size": _count})
 _SERVING = _object({  # a serving job's numbers (serving.summary; fixture._serving adds the rest)
     "rate": _scalar, "offered_rps": _finite, "achieved_rps": _finite, "requests": _count, "p50_ms": _finite,
     "p90_ms": _finite, "p99_ms": _finite, "p999_ms": _finite, "max_ms": _finite,
+    "round_p50_ms": _list(_optional(_finite)), "round_p90_ms": _list(_optional(_finite)),
     "round_p99_ms": _list(_optional(_finite)), "backlog": _list(_count), "unserved": _count, "saturated": _flag,
-    "why": _text, "histogram": _text, "workload": _text, "rate_asked": _text, "alone_p99_ms": _finite,
-    "p99_vs_alone": _finite, "training_jobs": _count, "training_throughput": _finite, "training_kept": _finite})
+    "why": _text, "histogram": _text, "workload": _text, "rate_asked": _text, "alone_p50_ms": _finite,
+    "alone_p99_ms": _finite, "alone_round_p50_ms": _list(_optional(_finite)),
+    "alone_round_p99_ms": _list(_optional(_finite)), "p99_vs_alone": _finite, "training_jobs": _count,
+    "training_throughput": _finite, "training_kept": _finite})
 _WORKER = {  # field -> check, for the fields a reader uses (None: absent)
     "params": _PARAMS, "throughput": lambda v, what: _finite(v, what, positive=True),
     "round_throughputs": _list(_finite), "cv": _finite, "step_time_median_s": _finite, "step_time_cv": _finite,

@@ -174,7 +174,7 @@ def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
     ms; its change + is a higher latency, its detectable change a rise)."""
     table = []
     for name, v in verdicts:
-        latency = v.get("metric") == "p99"
+        latency = v.get("metric", "throughput") != "throughput"
         change = "-" if v.get("change") is None else f"{v['change']:+.1%}"
         interval = "-" if not v.get("ci") else f"[{_bound(v['ci'][0])}, {_bound(v['ci'][1])}]"
         mde = "-" if v.get("mde") is None else f"{'rise ' if latency else ''}{v['mde']:.1%}"
@@ -185,8 +185,9 @@ def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
         shown = (lambda value: "-" if value is None else f"{ms(value)} ms") if latency else _rate
         table.append([name, v["verdict"], shown(v.get("baseline")), shown(v.get("current")), change, interval, mde,
                       str(len(v.get("baseline_runs", []))), _noise(v.get("noise")), lever, why])
-        if isinstance(v.get("p99"), dict):
-            table += gate_rows([(f"{name} p99 latency", v["p99"])])
+        judged = v.get("latency") or ({"p99": v["p99"]} if isinstance(v.get("p99"), dict) else {})
+        for metric, verdict in judged.items():
+            table += gate_rows([(f"{name} {metric} latency", verdict)])
     return table
 
 

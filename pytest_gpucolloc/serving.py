@@ -27,6 +27,9 @@ SPIN_S = 0.001  # the last millisecond before an arrival is waited for by spinni
 # queue grew instead of draining, and the percentiles describe how long the run lasted, not the job.
 SATURATED_BACKLOG_S, SATURATED_MIN_REQUESTS = 0.25, 5
 QUEUED_SAMPLES = 10_000  # requests still queued at the end are recorded in at most about this many groups
+JUDGED = (50, 90, 99, 99.9)  # a service's latency percentiles judged (p50 always; a tail where requests resolve it)
+TAIL_REQUESTS = 2  # a percentile is resolved by a sample holding at least this many requests beyond it
+ROUND_PERCENTILES = (50, 90, 99)  # each round's, in the record: a run's own spread of each
 MIN_REQUESTS_PER_ROUND = 2  # a slower rate leaves rounds without a request: no latency, no throughput to judge
 
 
@@ -121,6 +124,16 @@ def serve_rounds(requests: Requests, start: float, round_s: float, rounds: int, 
     return measured, latencies
 
 
+def resolves(requests: int, percentile: float) -> bool:
+    """Whether ``requests`` hold at least TAIL_REQUESTS beyond ``percentile`` (p99: 200; p99.9: 2,000)."""
+    return requests * (1 - percentile / 100) >= TAIL_REQUESTS - 1e-9
+
+
+def name(percentile: float) -> str:
+    """``p50``, ``p99``, ``p99.9``."""
+    return f"p{percentile:g}"
+
+
 def decode(encoded: str) -> HdrHistogram:
     return HdrHistogram.decode(encoded.encode("ascii"))
 
@@ -150,11 +163,12 @@ def summary(rate: float | str, offered_rps: float | None, rounds: Sequence[tuple
     """The serving job's numbers for the record: percentiles over every request of the measurement, each round's
     p99 (the run's own spread), rates, queue, and ``saturated`` with why."""
     merged = new_histogram()
-    round_p99: list[float | None] = []
+    by_round: dict[int, list[float | None]] = {q: [] for q in ROUND_PERCENTILES}
     for entry in latencies:
         histogram = decode(entry["histogram"])
         merged.add(histogram)
-        round_p99.append(_ms(histogram, 99))
+        for q, values in by_round.items():
+            values.append(_ms(histogram, q))
     seconds = sum(s for s, _ in rounds)
     answered = sum(samples for _, samples in rounds) / samples_per_request
     achieved = answered / seconds if seconds > 0 else 0.0
@@ -163,7 +177,8 @@ def summary(rate: float | str, offered_rps: float | None, rounds: Sequence[tuple
         "rate": rate, "offered_rps": offered_rps, "achieved_rps": achieved, "requests": merged.get_total_count(),
         "p50_ms": _ms(merged, 50), "p90_ms": _ms(merged, 90), "p99_ms": _ms(merged, 99),
         "p999_ms": _ms(merged, 99.9), "max_ms": merged.get_max_value() / 1000 if merged.get_total_count() else None,
-        "round_p99_ms": round_p99, "backlog": [entry["backlog"] for entry in latencies], "unserved": unserved,
+        **{f"round_p{q}_ms": values for q, values in by_round.items()},
+        "backlog": [entry["backlog"] for entry in latencies], "unserved": unserved,
         "saturated": False, "histogram": merged.encode().decode("ascii") if merged.get_total_count() else None,
     }
     if offered_rps and queue_grew(unserved, offered_rps):

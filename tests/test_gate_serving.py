@@ -1,4 +1,4 @@
-"""The gate judges a serving job's p99 latency (lower is better) beside the scenario's throughput: saved histories of
+"""The gate judges a serving job's latency (lower is better) beside the scenario's throughput: saved histories of
 serving scenarios through ``pytest-gpucolloc gate`` and ``history --metric p99``, and a gated pytest run."""
 import json
 import math
@@ -19,7 +19,7 @@ SCENARIO = "test_service_beside_training[mps-rate80]"
 
 
 def write_run(root: Path, number: int, p99_ms: float, *, spread: float = 0.004, saturated: bool = False,
-              seed: int = 0) -> Path:
+              seed: int = 0, p50_ms: float | None = None) -> Path:
     """A saved run of one scenario: a training job beside a service asked for 80% of its capacity, which each
     session measures anew (so the requests/s it came to differs from run to run); throughput steady, the service's
     p99 at ``p99_ms`` with a round-to-round spread of ``spread``."""
@@ -35,11 +35,13 @@ def write_run(root: Path, number: int, p99_ms: float, *, spread: float = 0.004, 
     capacity = 150.0 + rng.uniform(-2, 2)
     service = f"resnet50-imagenet224/bs4/bf16/serve-{0.8 * capacity:.1f}rps"
     round_p99 = [p99_ms * math.exp(rng.gauss(0, spread)) for _ in rounds]
+    round_p50 = [(p50_ms or p99_ms / 2.5) * math.exp(rng.gauss(0, spread)) for _ in rounds]
     info = bench["extra_info"]
     info.update(aggregate_round_throughputs=rounds, repeats=[rounds], aggregate_throughput=sum(rounds) / 6,
                 workloads=[service, TRAINER], n_workers=2, workers=info["workers"] * 2)
     info["serving"] = {"workload": service, "rate_asked": f"80% of {capacity:,.1f}/s alone back to back",
-                       "p99_ms": max(round_p99), "round_p99_ms": round_p99, "saturated": saturated,
+                       "p99_ms": max(round_p99), "round_p99_ms": round_p99, "round_p50_ms": round_p50,
+                       "saturated": saturated,
                        "why": "120.0 requests/s is more than it serves: the queue grew to 900" if saturated else None}
     path = root / f"{number:04d}_run.json"
     path.write_text(json.dumps(data))
@@ -65,11 +67,11 @@ def gate_json(path: Path, storage: Path, capsys) -> tuple[int, dict]:
 def test_a_steady_p99_is_unchanged_and_says_what_the_tails_noise_resolves(storage, capsys):
     code, verdict = gate_json(write_run(storage, 7, 10.0), storage, capsys)
     assert code == 0 and verdict["verdict"] == "unchanged"
-    p99 = verdict["p99"]
+    p99 = verdict["latency"]["p99"]
     # runs whose service came to different requests/s are one history: each was asked for 80% of its capacity
     assert p99["verdict"] == "unchanged" and p99["metric"] == "p99" and len(p99["baseline_runs"]) == 6, p99
     assert p99["baseline"] == pytest.approx(10.0, rel=0.02) and p99["current"] == pytest.approx(10.0, rel=0.02)
-    assert "p99 rises of" in p99["reason"] and "the tail's own noise resolves" in p99["reason"]
+    assert "p99 rises of" in p99["reason"] and "the p99 latency's own noise resolves" in p99["reason"]
     assert 0 < p99["mde_noise"] <= p99["mde"] < 0.05
 
 
@@ -77,7 +79,7 @@ def test_p99_up_30_percent_with_tight_rounds_regresses_and_fails_the_gate(storag
     path = write_run(storage, 7, 13.0)
     code, verdict = gate_json(path, storage, capsys)
     assert code == 1 and verdict["verdict"] == "unchanged"  # the training throughput did not move: the tail did
-    p99 = verdict["p99"]
+    p99 = verdict["latency"]["p99"]
     assert p99["verdict"] == "regressed" and p99["change"] == pytest.approx(0.30, abs=0.03)
     assert "higher p99 latency, beyond the baseline's run-to-run spread" in p99["reason"]
     low, high = p99["ci"]
@@ -95,18 +97,20 @@ def test_p99_up_30_percent_with_tight_rounds_regresses_and_fails_the_gate(storag
 
 def test_p99_down_is_improved_never_a_failure(storage, capsys):
     code, verdict = gate_json(write_run(storage, 7, 7.0), storage, capsys)
-    assert code == 0 and verdict["p99"]["verdict"] == "improved"
-    assert verdict["p99"]["change"] == pytest.approx(-0.30, abs=0.03)
-    assert "lower p99 latency" in verdict["p99"]["reason"]
+    p99 = verdict["latency"]["p99"]
+    assert code == 0 and p99["verdict"] == "improved"
+    assert p99["change"] == pytest.approx(-0.30, abs=0.03)
+    assert "lower p99 latency" in p99["reason"]
 
 
 def test_a_service_that_saturates_where_its_history_kept_up_is_regressed(storage, capsys):
     """The worst latency regression: the service can no longer keep up with a rate its earlier runs on this GPU
     served. Named disturbed too, so that the pytest gate measures it again before failing (a stall is not it)."""
     code, verdict = gate_json(write_run(storage, 7, 13.0, saturated=True), storage, capsys)
-    assert code == 1 and verdict["p99"]["verdict"] == "regressed"
+    p99 = verdict["latency"]["p99"]
+    assert code == 1 and p99["verdict"] == "regressed"
     assert "at the rate its last 6 runs on this GPU served without a queue: it can no longer keep up" in \
-        verdict["p99"]["reason"] and verdict["p99"]["disturbed"]
+        p99["reason"] and p99["disturbed"]
 
 
 def test_a_saturated_service_without_a_history_that_kept_up_is_not_judged_and_leaves_p99_baselines(storage, capsys,
@@ -114,14 +118,15 @@ def test_a_saturated_service_without_a_history_that_kept_up_is_not_judged_and_le
     fresh = tmp_path / "fresh" / ".benchmarks" / "Linux"
     fresh.mkdir(parents=True)
     code, verdict = gate_json(write_run(fresh, 1, 13.0, saturated=True), fresh, capsys)
-    assert code == 0 and verdict["p99"]["verdict"] == "not comparable"
-    assert "not judged on p99: the service was saturated (120.0 requests/s is more than it serves" in \
-        verdict["p99"]["reason"]
+    assert code == 0 and verdict["latency"]["p99"]["verdict"] == "not comparable"
+    assert "latency not judged: the service was saturated (120.0 requests/s is more than it serves" in \
+        verdict["latency"]["p99"]["reason"]
     write_run(storage, 7, 50.0, saturated=True)  # a saturated run in the history, its p99 a queue's
     code, verdict = gate_json(write_run(storage, 8, 10.0), storage, capsys)
-    assert code == 0 and verdict["p99"]["verdict"] == "unchanged"
-    assert "0007_run" not in verdict["p99"]["baseline_runs"]
-    assert any("1 saturated run(s) left out" in note for note in verdict["p99"]["notes"])
+    p99 = verdict["latency"]["p99"]
+    assert code == 0 and p99["verdict"] == "unchanged"
+    assert "0007_run" not in p99["baseline_runs"]
+    assert any("1 saturated run(s) left out" in note for note in p99["notes"])
 
 
 def test_history_follows_p99_of_serving_scenarios(tmp_path, capsys):
@@ -149,6 +154,28 @@ def test_history_of_p99_without_a_serving_scenario_says_so(capsys):
 
 
 
+def test_a_p50_rise_is_judged_apart_from_the_tail(tmp_path, capsys):
+    """The service itself got slower: its p50 rose 15% while its p99 stayed; p50 regressed, p99 not."""
+    root = tmp_path / ".benchmarks" / "Linux"
+    root.mkdir(parents=True)
+    for number in range(1, 8):
+        path = write_run(root, number, 10.0, p50_ms=4.0 * (1.15 if number == 7 else 1.0))
+    code, verdict = gate_json(path, root, capsys)
+    assert code == 1 and verdict["latency"]["p50"]["verdict"] == "regressed", verdict["latency"]["p50"]
+    assert verdict["latency"]["p50"]["change"] == pytest.approx(0.15, abs=0.02)
+    assert verdict["latency"]["p99"]["verdict"] == "unchanged"
+
+
+def test_runs_that_cannot_resolve_a_change_say_so_in_words(tmp_path, capsys):
+    """Three runs whose p99 spread by tens of percent: no "+21309%" of a detectable rise, but "not resolvable"."""
+    root = tmp_path / ".benchmarks" / "Linux"
+    root.mkdir(parents=True)
+    for number, ms in enumerate([4.4, 7.6, 4.4, 5.0], 1):
+        path = write_run(root, number, ms)
+    code, verdict = gate_json(path, root, capsys)
+    p99 = verdict["latency"]["p99"]
+    assert p99["verdict"] == "inconclusive" and p99["reason"].startswith("not resolvable with 3 baseline runs"), p99
+    assert p99["ci"] is None and p99["mde"] is None
 
 
 def test_a_gated_pytest_run_judges_the_services_p99_and_fails_on_its_regression(pytester, monkeypatch):
@@ -159,7 +186,7 @@ def test_a_gated_pytest_run_judges_the_services_p99_and_fails_on_its_regression(
     def p99_regressed(current, *args, **kwargs):
         verdict = real(current, *args, **kwargs)
         judged.append(verdict.metric)
-        if current.p99:
+        if current.latency == "p99":
             verdict.verdict, verdict.change = "regressed", 0.3
         return verdict
 
@@ -177,12 +204,13 @@ def test_service(collocate):
     result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", "--colloc-alone=off",
                                 "--colloc-rounds=2", "--colloc-round-seconds=0.2", "--colloc-warmup-seconds=0.1",
                                 f"--benchmark-json={out}", "-p", "no:cacheprovider")
-    assert judged == ["throughput", "p99"]
+    assert judged == ["throughput", "p50", "p99"]  # alone is off: no alone latency to judge
     assert result.ret == 1  # the test passed; the gate failed the run
     result.stdout.fnmatch_lines(["*gpucolloc gate: 1 regressed of 1*"])
     assert re.search(r"test_service\[cpu-naive\] p99 latency\s+regressed", result.stdout.str())  # its own row
     saved = json.loads(out.read_text())["benchmarks"][0]["extra_info"]["gate"]
-    assert saved["verdict"] == "no baseline" and saved["p99"]["verdict"] == "regressed"
+    assert saved["verdict"] == "no baseline" and saved["latency"]["p99"]["verdict"] == "regressed"
+    assert saved["latency"]["p50"]["verdict"] == "no baseline"
     assert gate.Verdict.from_dict(saved).failed  # as an xdist controller reads it back
 
 

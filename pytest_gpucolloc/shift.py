@@ -1,0 +1,85 @@
+"""A paired shift judged by signs: how much a latency percentile moved between two arms, robust to a disturbed unit.
+
+Each unit (a block of fresh processes in ``ab``) gives one log-ratio d = log(candidate / baseline) of a percentile,
+each arm's percentile computed from every request of the unit. Latencies are heavy-tailed and so are their ratios: one
+block whose service stalled moves a mean and a standard deviation by tens of percent, and a t test on them says
+nothing (seen on an H200: 8 of 10 blocks above 1 and the verdict ``inconclusive``). Even signed ranks give that block
+the largest rank (one contrary block among 12 leaves Wilcoxon's p at 0.017). Signs alone are not moved by it: a
+stalled block costs exactly one sign.
+
+- the change is the median of the units' d (the typical block's change);
+- its p value the exact one-sided sign test (``scipy.stats.binomtest``), no distribution assumed;
+- its (1 - 2 alpha) interval the distribution-free one for the median: the k-th smallest and largest d, k from the
+  binomial (Hollander & Wolfe). With few units no such interval exists at this alpha (n units give at best p = 2^-n):
+  the change is then "not resolvable with n blocks" rather than a number. At alpha 0.005: 8 units at least, and
+  12 units tolerate one contrary unit (p 0.0032).
+
+Verdicts, lower is better (a latency): ``regressed`` when p < alpha and the median rise is at least the threshold,
+``improved`` likewise, ``unchanged`` when the interval lies within +-threshold, otherwise ``inconclusive``.
+Pure functions over numbers: no histograms, files or processes (``serving`` turns histograms into percentiles).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from dataclasses import dataclass
+
+from .outcome import Outcome
+
+
+@dataclass(frozen=True)
+class Shift:
+    verdict: Outcome
+    units: int
+    change: float | None = None  # the estimated rise (fraction; + is slower)
+    ci: tuple[float, float] | None = None  # of the rise, (1 - 2 alpha); None: not resolvable with these units
+    p_worse: float | None = None  # one-sided p of a rise
+    detectable: float | None = None  # the smallest rise these units resolve (the interval's half-width, as a rise)
+    above: int = 0  # units whose quantile rose (the sign of each, for the reader)
+
+
+@functools.cache
+def critical_rank(n: int, alpha: float) -> int:
+    """The largest k with P(Bin(n, 1/2) <= k - 1) <= alpha (0: no interval at this alpha with n units)."""
+    from scipy import stats
+
+    k = 0
+    while k < n and stats.binom.cdf(k, n, 0.5) <= alpha:
+        k += 1
+    return k
+
+
+def judge(log_ratios: list[float], threshold: float, alpha: float) -> Shift:
+    """The paired shift of ``log_ratios`` (lower is better) at one-sided ``alpha``, a rise of ``threshold`` at least."""
+    from scipy import stats
+
+    n = len(log_ratios)
+    if n == 0:
+        return Shift("inconclusive", 0)
+    ordered = sorted(log_ratios)
+    median = statistics.median(ordered)
+    above, below = sum(d > 0 for d in ordered), sum(d < 0 for d in ordered)
+    signed = above + below  # a unit that did not move at all says nothing either way
+    p_worse = float(stats.binomtest(above, signed, alternative="greater").pvalue) if signed else 1.0
+    p_better = float(stats.binomtest(below, signed, alternative="greater").pvalue) if signed else 1.0
+    k = critical_rank(n, alpha)
+    low, high = (ordered[k - 1], ordered[-k]) if k else (None, None)
+    bound = math.log(1 + threshold)
+    verdict: Outcome
+    if p_worse < alpha and median >= bound:
+        verdict = "regressed"
+    elif p_better < alpha and median <= -bound:
+        verdict = "improved"
+    elif low is not None and high is not None and -bound < low and high < bound:
+        verdict = "unchanged"
+    else:
+        verdict = "inconclusive"
+    ci = (math.exp(low) - 1, math.exp(high) - 1) if low is not None and high is not None else None
+    detectable = math.exp((high - low) / 2) - 1 if low is not None and high is not None else None
+    return Shift(verdict, n, math.exp(median) - 1, ci, p_worse, detectable, above)
+
+
+def units_needed(alpha: float) -> int:
+    """The fewest units for which an interval (and so any verdict but ``inconclusive``) exists at ``alpha``."""
+    return next(n for n in range(1, 64) if critical_rank(n, alpha))

@@ -330,6 +330,11 @@ def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tu
     judgements = []
     for percentile in serving.JUDGED:
         if percentile != serving.JUDGED[0] and not serving.resolves(fewest, percentile):
+            if percentile == 99:  # the tail a reader looks for: why it has no verdict
+                judgements.append(Judgement(
+                    scenario=scenario, metric="p99", verdict="inconclusive", pairs=pairs, blocks=len(histograms),
+                    reason=f"{fewest} requests in a block's windows of an arm resolve no p99 ("
+                           f"{serving.TAIL_REQUESTS / 0.01:.0f} needed): more --ab-pairs or longer --ab-window-seconds"))
             continue  # too few requests a block to say anything of this tail (p50 is always said)
         values = [tuple(h.get_value_at_percentile(percentile) / 1000 for h in pair) for pair in histograms]
         ratios = [math.log(c / b) for b, c in values if b > 0 and c > 0]
@@ -553,6 +558,18 @@ class Coordinator:
         return any(j.verdict == "inconclusive" and not j.saturated for j in self.judged(test, test))
 
 
+def draw_latency(latency: dict[str, list[dict[str, list[dict]]]], labels: tuple[str, str], out: Path, say) -> None:
+    """Each serving scenario's latency distribution per arm, every block's requests merged, as latency-TEST.png."""
+    from . import latency_plot  # matplotlib loads only where a service was A/B'd
+
+    for test, blocks in latency.items():
+        curves = {label: merged([w for block in blocks for w in block.get(label, [])]) for label in labels}
+        name = history.short_name(test)
+        path = out / ("latency-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in name) + ".png")
+        latency_plot.save(latency_plot.figure(curves, f"{name}: latency per arm, {len(blocks)} blocks"), path)
+        say(f"{name}: latency distribution per arm in {path}")
+
+
 def _arm_command(arm: Arm, pytest_args: list[str], settings: Settings, out: Path, storage: Path, tag: str) -> list[str]:
     own = [] if settings.alone else ["--colloc-alone=off"]  # before the user's: theirs win
     return [arm.python, "-m", "pytest", *own, *pytest_args, "-p", "no:cacheprovider", "-q",
@@ -598,6 +615,7 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
     if coordinator.latency:  # every block's windows, by arm: the latency pictures and any later replay
         (out / "latency-windows.json").write_text(json.dumps(
             {history.short_name(test): blocks for test, blocks in coordinator.latency.items()}))
+        draw_latency(coordinator.latency, (baseline.label, candidate.label), out, say)
     if coordinator.unpaired:
         say("measured in one arm only (no verdict): " + ", ".join(coordinator.unpaired))
     if coordinator.skipped:

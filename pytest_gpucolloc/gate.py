@@ -136,7 +136,7 @@ class Terms:
         return 1 / (1 + sample_change) - 1 if self.inverse else sample_change
 
     def detectable(self, sample_drop: float) -> float:
-        """The smallest change for the worse caught, from the sample's smallest drop (a latency's rise: 1/(1-drop)-1)."""
+        """The smallest change for the worse caught, from the sample's smallest drop (a latency: 1/(1-drop)-1)."""
         return 1 / (1 - sample_drop) - 1 if self.inverse else sample_drop
 
     def level(self, sample_change: float) -> str:

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from . import plots, report
+from . import latency_plot, plots, report
 from .history import History, SavedRun, series_gpu, short_name
 from .modes import MODES
 from .record import ScenarioRecord
@@ -166,7 +166,8 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path) -> Path:
         body.append(served)
     if gate_table:
         body.append("<h2>Gate over the stored history</h2>" + gate_table)
-    figures = itertools.chain(plots.for_runs(runs), plots.history(loaded) if loaded is not None else [])
+    figures = itertools.chain(plots.for_runs(runs), latency_plot.for_runs(runs),
+                              plots.history(loaded) if loaded is not None else [])
     section = None
     for item, _ in plots.write(figures, out / "figures", "png"):
         if item.section != section:

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import serving_workload
 from pytest_gpucolloc import protocol, serving, worker
 from pytest_gpucolloc.workloads import Workload, WorkloadError
 from serving_workload import SOURCE as SERVE_SOURCE
@@ -107,6 +108,17 @@ def test_a_rate_too_slow_to_answer_requests_in_every_round_is_refused_before_it_
     assert "Traceback" not in result.stdout.str()
 
 
+def test_in_cpu_smoke_mode_a_share_of_a_slow_service_is_skipped_saying_why(pytester):
+    """A service answering ~4 requests/s back to back on the CPU, asked for 10% of it: too few requests a round to
+    measure, so CPU smoke mode skips it with the reason (on a GPU it would fail, as a rate too slow does)."""
+    pytester.makepyfile(serve_workload=serving_workload.source(ms=250), test_slow=SLOW.replace("rate=1", 'rate="10%"'))
+    result = pytester.runpytest_subprocess(*ARGS, "--colloc-cpu-full", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*CPU smoke mode: serve_workload:factory*requests/s here back to back, so 10% of it "
+                                 "leaves fewer than 2 requests a round of 0.3 s to measure; this service scenario "
+                                 "runs on a GPU*"])
+
+
 SLOW = """
 from pytest_gpucolloc import Workload
 
@@ -149,10 +161,11 @@ def test_a_service_beside_training_records_its_percentiles_and_what_training_kep
         assert facts["rate_asked"].startswith("50% of ") and facts["offered_rps"] > 0
         assert facts["achieved_rps"] == pytest.approx(facts["offered_rps"], rel=0.2)  # it keeps up at half its rate
         assert not facts["saturated"] and facts["requests"] >= 3
-        assert len(facts["round_p99_ms"]) == 3 and serving.decode(facts["histogram"]).get_total_count() \
+        assert len(facts["round_p99_ms"]) == len(facts["round_p50_ms"]) == 3 and serving.decode(facts["histogram"]).get_total_count() \
             == facts["requests"]
     assert alone["training_jobs"] == 0 and beside["training_jobs"] == 1
     assert beside["alone_p99_ms"] == alone["p99_ms"] and beside["p99_vs_alone"] > 0
+    assert beside["alone_p50_ms"] == alone["p50_ms"] and beside["alone_round_p50_ms"] == alone["round_p50_ms"]
     assert 0 < beside["training_kept"]
     # the scenario's aggregate is its training job's samples, not the service's
     trainer = records["test_service[cpu-naive-1]"]["workers"][1]

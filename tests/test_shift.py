@@ -1,0 +1,65 @@
+"""The paired shift of a latency percentile (``shift.judge``): its false alarms under ab's stopping rule, its power,
+and what one disturbed block can do. Simulated blocks are heavy-tailed as measured ones are (H200: a process's level
+moves a service's p50 by 5-15%, a stalled block by 2-5x)."""
+import math
+import random
+
+import pytest
+
+from pytest_gpucolloc import shift
+
+ALPHA, THRESHOLD = 0.005, 0.02
+
+
+def block(rng: random.Random, change: float) -> float:
+    """One block's log-ratio: a process-level offset of either arm (t, 3 dof, 6%), and one block in 20 stalled in
+    either arm (up to 5x)."""
+    d = change + 0.06 * rng.gauss(0, 1) / math.sqrt(rng.gammavariate(1.5, 2) / 3)
+    if rng.random() < 0.05:
+        d += rng.choice([-1, 1]) * math.log(rng.uniform(1.5, 5))
+    return d
+
+
+def sequential(rng: random.Random, change: float, first: int = 3, last: int = 12) -> str:
+    """ab's rule: judged after every block from ``first`` on, stopped at the first verdict that is not inconclusive."""
+    ratios = [block(rng, math.log(1 + change)) for _ in range(first - 1)]
+    for _ in range(first, last + 1):
+        ratios.append(block(rng, math.log(1 + change)))
+        verdict = shift.judge(ratios, THRESHOLD, ALPHA).verdict
+        if verdict != "inconclusive":
+            return verdict
+    return verdict
+
+
+def test_aa_false_alarms_stay_at_alpha_under_the_stopping_rule():
+    rng = random.Random(1)
+    verdicts = [sequential(rng, 0.0) for _ in range(3000)]
+    alarms = verdicts.count("regressed") / len(verdicts)
+    assert alarms <= 2 * ALPHA, alarms  # looks after blocks 8..12 (no verdict before 8 exists at this alpha)
+    assert verdicts.count("improved") / len(verdicts) <= 2 * ALPHA
+
+
+def test_a_ten_percent_rise_is_caught_about_half_the_time_within_twelve_blocks_of_such_noise():
+    rng = random.Random(2)
+    verdicts = [sequential(rng, 0.10) for _ in range(500)]
+    assert verdicts.count("regressed") / len(verdicts) >= 0.45  # 55% measured: studies/latency_verdicts.py
+    assert "improved" not in verdicts
+
+
+@pytest.mark.parametrize("n, contrary, verdict", [(12, 1, "regressed"), (10, 1, "inconclusive"), (10, 0, "regressed")])
+def test_one_contrary_block_among_twelve_does_not_decide(n, contrary, verdict):
+    ratios = [0.10 + 0.001 * i for i in range(n - contrary)] + [math.log(0.2)] * contrary
+    assert shift.judge(ratios, THRESHOLD, ALPHA).verdict == verdict
+
+
+def test_the_interval_exists_from_eight_blocks_at_alpha_0005():
+    assert shift.units_needed(ALPHA) == 8 and shift.units_needed(0.05) == 5
+    found = shift.judge([0.0] * 7, THRESHOLD, ALPHA)
+    assert found.verdict == "inconclusive" and found.ci is None and found.detectable is None
+    steady = shift.judge([0.001 * (-1) ** i for i in range(12)], THRESHOLD, ALPHA)
+    assert steady.verdict == "unchanged" and steady.ci is not None and -0.01 < steady.ci[0] < steady.ci[1] < 0.01
+
+
+def test_a_fall_is_improved_never_regressed():
+    found = shift.judge([math.log(0.8)] * 10, THRESHOLD, ALPHA)
+    assert found.verdict == "improved" and found.change == pytest.approx(-0.2) and found.above == 0

@@ -333,8 +333,9 @@ def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tu
             if percentile == 99:  # the tail a reader looks for: why it has no verdict
                 judgements.append(Judgement(
                     scenario=scenario, metric="p99", verdict="inconclusive", pairs=pairs, blocks=len(histograms),
-                    reason=f"{fewest} requests in a block's windows of an arm resolve no p99 ("
-                           f"{serving.TAIL_REQUESTS / 0.01:.0f} needed): more --ab-pairs or longer --ab-window-seconds"))
+                    reason=f"{fewest} requests in a block's windows of an arm resolve no p99 "
+                           f"({serving.TAIL_REQUESTS / 0.01:.0f} needed): more --ab-pairs or longer "
+                           "--ab-window-seconds"))
             continue  # too few requests a block to say anything of this tail (p50 is always said)
         values = [tuple(h.get_value_at_percentile(percentile) / 1000 for h in pair) for pair in histograms]
         ratios = [math.log(c / b) for b, c in values if b > 0 and c > 0]

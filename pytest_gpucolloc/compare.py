@@ -10,8 +10,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from . import gate, report
-from .history import History, SavedRun
+from . import gate, report, shift
+from .history import LATENCY, History, SavedRun
 
 GROUPABLE = ("driver_version", "cuda_driver_version", "cuda_runtime", "cudnn", "torch", "torchvision",
              "gpu_name", "gpu_uuid", "plugin_version", "hostname")
@@ -81,31 +81,47 @@ def alternating(before: list[SavedRun], after: list[SavedRun]) -> list[tuple[int
 
 def paired(timeline: list[tuple[int, SavedRun]], policy: gate.Policy) -> list[Row]:
     """Per scenario, each ``after`` run against the mean of the ``before`` runs on either side of it (which
-    cancels a machine level that drifts over the sessions), judged as ``pytest-gpucolloc ab`` judges pairs."""
-    from . import ab
-
+    cancels a machine level that drifts over the sessions), judged as ``pytest-gpucolloc ab`` judges pairs; a
+    serving job's latencies too, each by the signs of its pairs as ``ab`` judges a latency."""
     rows = []
     names = list(dict.fromkeys(name for side, run in timeline if side == 1 for name in run.scenarios))
     for name in names:
-        levels = [(side, run.sample(name)) for side, run in timeline]  # None: not in that run
-        ratios, befores, afters = [], [], []
-        for i, (side, sample) in enumerate(levels):
-            around = [s for j in (i - 1, i + 1) if 0 <= j < len(levels) and (s := levels[j][1]) is not None]
-            if side == 1 and sample is not None and around:
-                ratios.append(sample.log_mean - statistics.fmean(s.log_mean for s in around))
-                afters.append(sample.log_mean)
-            elif side == 0 and sample is not None:
-                befores.append(sample.log_mean)
-        judged = ab.judge(name, ratios, policy.threshold, policy.alpha)
-        reason = (f"paired: {len(ratios)} runs, each against the runs on either side of it (alternating sessions)"
-                  + ("" if judged.p_slower is None else f", p(slower)={judged.p_slower:.2g}"))
-        verdict = gate.Verdict(verdict=judged.verdict, reason=reason,
-                               baseline=math.exp(statistics.fmean(befores)) if befores else None,
-                               current=math.exp(statistics.fmean(afters)) if afters else None,
-                               change=judged.change, ci=judged.ci, mde=judged.detectable, threshold=policy.threshold,
-                               baseline_runs=[run.run_id for side, run in timeline if side == 0])
+        verdict = _paired(timeline, name, "throughput", policy)
+        for metric in LATENCY:
+            if any(run.sample(name, metric) is not None for _, run in timeline):
+                gate.with_latency(verdict, _paired(timeline, name, metric, policy))
         rows.append(Row(name, verdict.to_dict()))
     return rows
+
+
+def _paired(timeline: list[tuple[int, SavedRun]], name: str, metric: str, policy: gate.Policy) -> gate.Verdict:
+    from . import ab
+
+    levels = [(side, run.sample(name, metric)) for side, run in timeline]  # None: not in that run
+    ratios, befores, afters = [], [], []
+    for i, (side, sample) in enumerate(levels):
+        around = [s for j in (i - 1, i + 1) if 0 <= j < len(levels) and (s := levels[j][1]) is not None]
+        if side == 1 and sample is not None and around:
+            ratios.append(sample.log_mean - statistics.fmean(s.log_mean for s in around))
+            afters.append(sample.log_mean)
+        elif side == 0 and sample is not None:
+            befores.append(sample.log_mean)
+    reason = f"paired: {len(ratios)} runs, each against the runs on either side of it (alternating sessions)"
+    runs = [run.run_id for side, run in timeline if side == 0]
+    if metric != "throughput":  # a latency sample holds 1/latency: its log-ratios turned round, judged by signs
+        found = shift.judge([-d for d in ratios], policy.threshold, policy.alpha)
+        return gate.Verdict(verdict=found.verdict, reason=reason + f", {found.above} of {found.units} slower",
+                            baseline=math.exp(-statistics.fmean(befores)) if befores else None,
+                            current=math.exp(-statistics.fmean(afters)) if afters else None,
+                            change=found.change, ci=found.ci, mde=found.detectable, threshold=policy.threshold,
+                            baseline_runs=runs, metric=metric)
+    judged = ab.judge(name, ratios, policy.threshold, policy.alpha)
+    reason += "" if judged.p_slower is None else f", p(slower)={judged.p_slower:.2g}"
+    return gate.Verdict(verdict=judged.verdict, reason=reason,
+                        baseline=math.exp(statistics.fmean(befores)) if befores else None,
+                        current=math.exp(statistics.fmean(afters)) if afters else None,
+                        change=judged.change, ci=judged.ci, mde=judged.detectable, threshold=policy.threshold,
+                        baseline_runs=runs)
 
 
 def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) -> list[Row]:
@@ -119,7 +135,14 @@ def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) 
     for name in names:
         current = next(s for run in reversed(after) if (s := run.sample(name)) is not None)
         baseline = [s for s in (run.sample(name) for run in before) if s is not None]
-        verdict = gate.decide(current, baseline, dataclasses.replace(policy, runs=max(len(baseline), 2))).to_dict()
+        wide = dataclasses.replace(policy, runs=max(len(baseline), 2))
+        judged = gate.decide(current, baseline, wide)
+        for metric in LATENCY:  # a serving job's latencies, judged as the gate judges them
+            latest = next((s for run in reversed(after) if (s := run.sample(name, metric)) is not None), None)
+            if latest is not None:
+                gate.with_latency(judged, gate.decide(latest, [s for run in before if (s := run.sample(name, metric))
+                                                               is not None], wide))
+        verdict = judged.to_dict()
         if verdict["verdict"] == "no baseline" and verdict["baseline_runs"]:
             _say_the_change(verdict, current, [s for s in baseline if s.run_id in verdict["baseline_runs"]])
         rows.append(Row(name, verdict))

@@ -230,3 +230,17 @@ def test_a_p99_regression_is_the_runs_regression_wherever_verdicts_are_counted()
     assert row.verdicts["regressed"] == 1
     info["gate"]["p99"]["verdict"] = "unchanged"
     assert record.read(info).verdict == "unchanged"
+
+
+def test_compare_says_each_latency_beside_the_throughput(tmp_path, capsys):
+    root = tmp_path / ".benchmarks" / "Linux"
+    root.mkdir(parents=True)
+    write_run(root, 1, 10.0, p50_ms=4.0)
+    write_run(root, 2, 10.0, p50_ms=4.6)
+    capsys.readouterr()
+    assert cli.main(["compare", "--storage", str(root.parent), "--runs-ids", "0001", "0002", "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert set(row["latency"]) == {"p50", "p99"}  # no alone latency in these runs
+    assert row["latency"]["p50"]["change"] == pytest.approx(0.15, abs=0.01)
+    assert row["latency"]["p50"]["metric"] == "p50"
+    assert abs(row["latency"]["p99"]["change"]) < 0.02

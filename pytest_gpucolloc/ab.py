@@ -649,6 +649,32 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
     return judgements, runs
 
 
+def in_words(judgements: list[Judgement]) -> list[str]:
+    """Per serving scenario, which part of its latency distribution moved: "the service got slower (p50 +17%), its
+    tail too (p99 +12%)", or only its tail, or neither beyond noise."""
+    lines = []
+    for scenario in dict.fromkeys(j.scenario for j in judgements):
+        by = {j.metric: j for j in judgements if j.scenario == scenario}
+        median, tail = by.get("p50"), by.get("p99") or by.get("p90")
+        if median is None or median.change is None:
+            continue
+        said = f"{median.metric} {median.change:+.1%}"
+        tail_said = f"{tail.metric} {tail.change:+.1%}" if tail is not None and tail.change is not None else None
+        if median.verdict == "regressed":
+            text = f"the service got slower ({said})" + (
+                "" if tail_said is None else f", its tail too ({tail_said})" if tail.verdict == "regressed"
+                else f"; its tail {tail.verdict} ({tail_said})")
+        elif tail is not None and tail.verdict == "regressed":
+            text = f"only its tail got worse ({tail_said}); the median {median.verdict} ({said})"
+        elif median.verdict == "improved":
+            text = f"the service got faster ({said})"
+        else:
+            text = f"no latency moved beyond what {median.blocks} blocks resolve ({said}" + (
+                f", {tail_said})" if tail_said else ")")
+        lines.append(f"{scenario}: {text}")
+    return lines
+
+
 HEADERS = ["scenario", "measure", "verdict", "blocks", "pairs", "change (candidate vs baseline)", "interval",
            "p (slower)", "detectable worsening", "why"]
 

@@ -364,6 +364,8 @@ def cmd_ab(args) -> int:
              f"{settings.window_s:g} s in blocks of fresh processes")
     print(title)
     print(ab.table(judgements))
+    for line in ab.in_words(judgements):
+        print(line)
     if args.markdown:
         _write(args.markdown, f"### {title}\n\n{ab.table(judgements, 'github')}\n")
     if args.json:

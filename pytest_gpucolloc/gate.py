@@ -527,12 +527,10 @@ def unresolvable(result: Verdict, terms: Terms) -> None:
     if result.verdict != "inconclusive" or result.mde_noise is None or result.mde_noise < UNRESOLVABLE_DROP:
         return
     runs = len(result.baseline_runs)
+    advice = result.reason.split("; ", 1)[1] if "; " in result.reason else "steady the scenario or save more runs"
     result.reason = (f"not resolvable with {runs} baseline run{'s' * (runs != 1)}: they spread so much that only "
-                     f"{'a doubling' if terms.inverse else 'a halving'} or more would be caught; steady the scenario "
-                     "(see the noise column) or save more runs")
+                     f"{'a doubling' if terms.inverse else 'a halving'} or more would be caught; {advice}")
     result.ci = result.mde = result.mde_noise = None
-    if result.noise:
-        result.noise["lever"] = None
 
 
 def _decide(result: Verdict, current: RunSample, history: list[RunSample], policy: Policy, references,

@@ -70,6 +70,7 @@ def test_a_slower_serving_step_is_regressed_on_p50_and_p90_and_fails_the_job(rep
     assert p50["verdict"] == "regressed" and p50["change"] > 1, p50
     p99 = judged[("test_service[cpu-naive]", "p99")]  # 3 windows of 0.5 s at 40/s: 60 requests, too few for p99
     assert p99["verdict"] == "inconclusive" and "resolve no p99 (200 needed)" in p99["reason"], p99
+    assert "test_service[cpu-naive]: the service got slower (p50 +" in out.out, out.out
     row = next(line for line in out.out.splitlines() if " p50 " in line)
     assert "test_service[cpu-naive]" in row and "regressed" in row and " ms " in row, out.out
 
@@ -129,6 +130,9 @@ def test_a_rare_stall_is_a_tail_regression_not_a_median_one():
     judged = latency(blocks, threshold=0.02, alpha=0.005)
     assert judged["p99"].verdict == "regressed" and judged["p99"].change > 5, judged["p99"]
     assert judged["p50"].verdict == "unchanged", judged["p50"]
+    assert ab_module.in_words(list(judged.values())) == [
+        f"s: only its tail got worse (p99 {judged['p99'].change:+.1%}); the median unchanged "
+        f"(p50 {judged['p50'].change:+.1%})"]
 
 
 def test_too_few_blocks_say_so_instead_of_a_number():

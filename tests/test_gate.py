@@ -85,6 +85,8 @@ def test_advice_never_asks_for_an_absurd_number_of_rounds():
     verdict = gate.decide(run([13800.0] * 5, "now"), history, policy)
     assert verdict.verdict == "inconclusive"
     assert "more rounds alone would need over 1000" in verdict.reason and "baseline runs" in verdict.reason
+    assert verdict.reason.startswith("not resolvable with 2 baseline runs: they spread so much that only a halving")
+    assert verdict.mde is None and verdict.ci is None  # no number the runs cannot stand behind
 
 
 def test_throttled_runs_are_not_comparable_and_left_out_of_baselines():
@@ -403,7 +405,7 @@ def test_noise_no_number_of_repeats_can_fix_is_said_so():
     history = [repeated_run(f"b{i}", rng, process_cv=0.12) for i in range(5)]
     verdict = gate.decide(repeated_run("now", rng, process_cv=0.12), history)
     assert verdict.noise["dominant"] == "processes"
-    assert "fresh-process repeats per run (over 50): this scenario cannot be gated" in verdict.noise["lever"]
+    assert "not by repeats (it would take over 50 fresh-process repeats per run)" in verdict.noise["lever"]
 
 
 def test_round_noise_is_named_and_needs_no_lever_when_the_threshold_is_resolved():

@@ -660,11 +660,12 @@ def in_words(judgements: list[Judgement]) -> list[str]:
             continue
         said = f"{median.metric} {median.change:+.1%}"
         tail_said = f"{tail.metric} {tail.change:+.1%}" if tail is not None and tail.change is not None else None
+        tail_verdict = tail.verdict if tail is not None else None
         if median.verdict == "regressed":
             text = f"the service got slower ({said})" + (
-                "" if tail_said is None else f", its tail too ({tail_said})" if tail.verdict == "regressed"
-                else f"; its tail {tail.verdict} ({tail_said})")
-        elif tail is not None and tail.verdict == "regressed":
+                "" if tail_said is None else f", its tail too ({tail_said})" if tail_verdict == "regressed"
+                else f"; its tail {tail_verdict} ({tail_said})")
+        elif tail_verdict == "regressed":
             text = f"only its tail got worse ({tail_said}); the median {median.verdict} ({said})"
         elif median.verdict == "improved":
             text = f"the service got faster ({said})"

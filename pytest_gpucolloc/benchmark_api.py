@@ -126,3 +126,11 @@ def guard_saving(storage, problems: list[str]) -> None:
             problems.append(f"could not save this run into {storage.path}: {error}; its data is kept at {fallback}")
 
     storage.save = save
+
+
+def latest_saved(root: Path) -> list[Path]:
+    """The files ``--benchmark-compare`` without a value chooses among, oldest first: this machine's folder of the
+    storage, runs named NNNN_*, ordered by name as pytest-benchmark orders them (its choice is the last)."""
+    from pytest_benchmark.utils import get_machine_id
+
+    return sorted((root / get_machine_id()).glob("[0-9][0-9][0-9][0-9]_*.json"), key=lambda path: path.name)

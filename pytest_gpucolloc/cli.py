@@ -233,9 +233,14 @@ def _history(root: Path):
     loaded = history.load(root)
     for problem in loaded.problems:
         print(f"warning: {problem}", file=sys.stderr)
+    if loaded.left_out:  # said, so that a run missing from an answer is not a mystery
+        print(f"note: {len(loaded.left_out)} run(s) left out of the history: " + "; ".join(
+            f"{run.run_id} ({why})" for run, why in loaded.left_out[:3]) + ("; ..." if len(loaded.left_out) > 3
+                                                                          else ""), file=sys.stderr)
     if not loaded.runs:
         raise CommandError(f"no saved pytest-gpucolloc runs under {root}"
                            + (f" ({len(loaded.problems)} files could not be read, above)" if loaded.problems else "")
+                           + (f" ({len(loaded.left_out)} left out, above)" if loaded.left_out else "")
                            + ": check --storage (pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
     return loaded
 
@@ -260,10 +265,14 @@ def cmd_compare(args) -> int:
 
 def cmd_gate(args) -> int:
     from . import gate
+    from .history import experiment
 
     run = _read_runs([args.run])[0]
     if not run.scenarios:
         raise CommandError(f"{args.run} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
+    if experiment(run):  # its windows were measured another way: a history of ordinary runs cannot judge it
+        raise CommandError(f"{args.run} is {experiment(run)}: the gate judges ordinary runs against their history "
+                           "(an A/B is judged by `pytest-gpucolloc ab` itself)", USAGE)
     loaded = _history(args.storage)
     policy = _policy(args)
     # Judge the run as the gate would have when it was made: against the runs saved before it.
@@ -338,6 +347,46 @@ def cmd_history(args) -> int:
     return 0
 
 
+def cmd_forget(args) -> int:
+    """Set saved runs aside (left out of every history, their files kept), list them, or bring them back."""
+    from . import forget, history
+
+    root = args.storage
+    if args.list or not args.runs:
+        listed = forget.read(root)
+        rows = [[key, when, why or "-"] for key, (when, why) in sorted(listed.items())]
+        print(_tabular(rows, ["run", "set aside", "why"], args.format) if rows or args.format == "json"
+              else f"no run set aside under {root}")
+        return OK
+    if args.undo:
+        listed = forget.read(root)
+        keys = []
+        for wanted in args.runs:
+            found = [key for key in listed if wanted in (key, Path(key).stem, Path(key).name.split("_")[0])]
+            if len(found) != 1:
+                raise CommandError(f"{wanted!r} names {len(found)} of the runs set aside under {root}"
+                                   + (f" ({', '.join(found)}): name it by its path" if found else
+                                      ": `pytest-gpucolloc forget --list` shows them"), USAGE)
+            keys += found
+        forget.undo(root, keys)
+        print("back in the history: " + ", ".join(keys))
+        return OK
+    if not root.is_dir():
+        raise CommandError(f"no storage folder {root}: check --storage", NOTHING_TO_READ)
+    loaded = history.load(root)
+    paths: list[Path] = []
+    for wanted in args.runs:
+        files = [run.path for run in loaded.named(wanted)] or [Path(wanted)] * Path(wanted).is_file()
+        if len(files) != 1:
+            raise CommandError(f"{wanted!r} names {len(files)} saved runs under {root}"
+                               + (f" ({', '.join(map(str, files))}): name it by its file" if files else ""), USAGE)
+        paths += files
+    keys = forget.add(root, paths, args.why or "")
+    print("left out of the history (the files are kept; `pytest-gpucolloc forget --undo RUN` brings one back): "
+          + ", ".join(keys))
+    return OK
+
+
 def cmd_ab(args) -> int:
     from . import ab
 
@@ -354,8 +403,8 @@ def cmd_ab(args) -> int:
             ab.check_clean(here)
         ab.check_gpu_idle(pytest_args)
         with ab.sigterm_as_interrupt(), ab.checked_out(arms, here):
-            judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, Path(args.storage).resolve(),
-                                      Path(args.out).resolve(), say=lambda text: print(text, file=sys.stderr))
+            judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, Path(args.out).resolve(),
+                                      say=lambda text: print(text, file=sys.stderr, flush=True))
     except ab.ABError as error:
         raise CommandError(str(error), USAGE) from None
     title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "
@@ -501,11 +550,12 @@ def _format_argument(parser, default: str = "table", extra: tuple[str, ...] = ()
                         help=f"output: {', '.join(FORMATS)} (default {default})")
 
 
-def _judging_arguments(parser) -> None:
+def _judging_arguments(parser, storage: bool = True) -> None:
     from . import gate
     from .options import MAX_ALPHA, MAX_THRESHOLD, MIN_ALPHA
 
-    _storage_argument(parser)
+    if storage:
+        _storage_argument(parser)
     parser.add_argument("--threshold", type=_checked("--threshold", 0, MAX_THRESHOLD),
                         default=100 * gate.DEFAULT_THRESHOLD,
                         help=f"smallest drop in percent that counts (default {100 * gate.DEFAULT_THRESHOLD:g})")
@@ -611,13 +661,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no new block once the job would pass this much time (default 60)")
     ab_cmd.add_argument("--ab-alone", action="store_true",
                         help="also measure each job alone in both arms (speedups; the A/B does not need them)")
-    ab_cmd.add_argument("--out", default="gpucolloc-ab", help="each arm's run JSON and log (default gpucolloc-ab)")
+    ab_cmd.add_argument("--out", default="gpucolloc-ab", help="each arm's run JSON, log and saved runs (storage/); "
+                        "never the history's storage: an arm is measured in turns (default gpucolloc-ab)")
     ab_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file")
     ab_cmd.add_argument("--json", help="also write the verdicts and log-ratios as JSON to this file")
-    _judging_arguments(ab_cmd)
+    _judging_arguments(ab_cmd, storage=False)
     ab_cmd.add_argument("pytest_args", nargs=argparse.REMAINDER,
                         help="what each arm's pytest runs, e.g. benchmarks/ -m gpucolloc_quick --gpu-mode=mps")
     ab_cmd.set_defaults(run_command=cmd_ab)
+
+    forget_cmd = commands.add_parser("forget", help="leave saved runs out of the history (gate, compare, history, "
+                                     "plot, --benchmark-compare) without deleting them: a disturbed run, an "
+                                     "experiment; --list shows them, --undo brings one back")
+    forget_cmd.add_argument("runs", nargs="*", metavar="RUN", help="run ids (file names or their NNNN prefix) or "
+                            "files in the storage")
+    forget_cmd.add_argument("--why", help="the reason, kept in the list")
+    forget_cmd.add_argument("--undo", action="store_true", help="bring the named runs back into the history")
+    forget_cmd.add_argument("--list", action="store_true", help="the runs set aside (the default without RUN)")
+    _storage_argument(forget_cmd)
+    _format_argument(forget_cmd)
+    forget_cmd.set_defaults(run_command=cmd_forget)
 
     report_cmd = commands.add_parser("report", help="an HTML page of runs (and the history of a storage) that answers "
                                      "first: the best way to share, a summary table, then figures linked in figures/")

@@ -424,7 +424,7 @@ def read_run_fields(data: dict) -> tuple[str, str | None, dict]:
     identity = machine_info.get("gpucolloc") if isinstance(machine_info.get("gpucolloc"), dict) else {}
     if too_deep(identity):
         raise RecordError(f"machine_info is nested more than {MAX_DEPTH} lists or objects deep")
-    checks = {"gpu_name": _text, "gpu_uuid": _text, "driver_version": _text, "device": _text,
+    checks = {"gpu_name": _text, "gpu_uuid": _text, "driver_version": _text, "device": _text, "experiment": _text,
               "gpu_memory_total_bytes": _count, **{key: _scalar for key in BOUNDING}}
     return when, commit, _object(checks)(identity, "machine_info.gpucolloc")
 

@@ -17,6 +17,7 @@ from . import (
     benchmark_api,
     distributed,
     forkserver,
+    interleave,
     machine,
     process_marks,
     progress,
@@ -129,6 +130,25 @@ class CollocSession:
             self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
         except ValueError:  # not the main thread
             pass
+
+    def compare_with_history(self) -> None:
+        """``--benchmark-compare`` without a run compares with pytest-benchmark's latest saved run: not an A/B arm's
+        or a run set aside (``history.why_left_out``), but the latest run of the history. Called before
+        pytest-benchmark reads the option."""
+        config = self.config
+        root = benchmark_api.storage_path(config.getoption("benchmark_storage", None))
+        if config.getoption("benchmark_compare", None) is not True or root is None:
+            return
+        from . import history
+
+        for path in reversed(benchmark_api.latest_saved(root)):
+            try:
+                left_out = history.why_left_out(root, history.read_run(path))
+            except (OSError, ValueError):
+                left_out = None  # not this plugin's to judge: pytest-benchmark reads it as it would
+            if not left_out:
+                config.option.benchmark_compare = str(path)
+                return
 
     def _check_usage(self) -> None:
         config = self.config
@@ -415,6 +435,9 @@ class CollocSession:
             return
         ready = self.results[0][1].workers[0].ready if self.results else None
         machine_info["gpucolloc"] = machine.identity(self.device().gpu, dataclasses.asdict(ready) if ready else None)
+        arm = os.environ.get(interleave.ARM_ENV)
+        if arm:  # what kind of run this is: an A/B arm's is never a run of the history (``history.experiment``)
+            machine_info["gpucolloc"]["experiment"] = f"the {arm} arm of a paired A/B"
 
     @pytest.hookimpl(optionalhook=True, wrapper=True)
     def pytest_benchmark_compare_machine_info(self, config, benchmarksession, machine_info, compared_benchmark):

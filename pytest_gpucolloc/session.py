@@ -428,6 +428,13 @@ class CollocSession:
         failed = self.save_problems or any(v.failed for _, v in self.verdicts)
         if failed and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        elif self.nothing_gated() and session.exitstatus == 0:  # a gate that judged nothing has not passed
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+
+    def nothing_gated(self) -> bool:
+        """A gated run (xdist: its controller) that judged no scenario: everything skipped (no GPU), deselected
+        or left to paired A/B. Its exit code is pytest's 5, as for a run that collected nothing: not a pass."""
+        return self.history is not None and self.xdist_index is None and not self.verdicts
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_benchmark_update_machine_info(self, config, machine_info):
@@ -520,7 +527,11 @@ class CollocSession:
 
     def _gate_summary(self, terminalreporter) -> None:
         regressed = [name for name, v in self.verdicts if v.failed]
-        terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(self.verdicts)}")
+        if self.nothing_gated():
+            terminalreporter.write_sep("!", "gpucolloc gate: no scenario judged, exit code 5: the gate did not pass",
+                                       red=True)
+        else:
+            terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(self.verdicts)}")
         for line in self._unjudged_lines():
             terminalreporter.write_line(line)
         for problem in self.history.problems if self.history else []:

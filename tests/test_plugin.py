@@ -311,6 +311,25 @@ def test_gate_fails_the_run_on_an_injected_slowdown(pytester, suite):
     assert "| regressed |" in (pytester.path / "gate.md").read_text().replace("  ", " ")
 
 
+def test_a_gate_that_judged_nothing_does_not_pass(pytester):
+    """Every scenario skipped (here: it needs a GPU, as on a runner whose driver broke): the gated run says so in red
+    and exits 5, not 0 with "0 regressed of 0"."""
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_gpu_only='''
+import pytest
+@pytest.mark.gpucolloc_gpu
+def test_x(collocate):
+    collocate(["tiny_workload:factory"])
+''')
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", *FAST)
+    result.assert_outcomes(skipped=1)
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines(["*gpucolloc gate: no scenario judged, exit code 5: the gate did not pass*",
+                                 "no scenario was judged against history: 1 skipped (test_x?cpu-naive?: needs an "
+                                 "NVIDIA GPU*"])
+    assert "0 regressed of 0" not in result.stdout.str()
+
+
 def test_gate_marker_threshold_must_be_a_percentage(pytester, suite):
     pytester.makepyfile(tiny_workload=TINY)
     pytester.makepyfile('''

@@ -264,7 +264,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
-    from . import gate
+    from . import gate, report
     from .history import experiment
 
     run = _read_runs([args.run])[0]
@@ -277,8 +277,13 @@ def cmd_gate(args) -> int:
     policy = _policy(args)
     # Judge the run as the gate would have when it was made: against the runs saved before it.
     excluded = {run.run_id} | {r.run_id for r in loaded.runs if r.datetime >= run.datetime}
+    # a scenario whose marker leaves it to paired A/B is not judged here either, as the pytest gate does not
+    left = [name for name, scenario in run.scenarios.items() if scenario.gate_by == "ab"]
+    if len(left) == len(run.scenarios):
+        raise CommandError(f"{args.run}: no scenario to judge: " + report.left_to_ab_line(left, _modes(run, left)),
+                           NOTHING_TO_READ)
     verdicts = []
-    for name in run.scenarios:
+    for name in (name for name in run.scenarios if name not in left):
         verdict = gate.decide(run.sample(name), loaded.samples(name, exclude=excluded), policy)
         latency = run.sample(name, "p99")
         if latency is not None:  # a serving job: its p99 latency judged too
@@ -287,7 +292,14 @@ def cmd_gate(args) -> int:
     if args.markdown:  # written first: an output that cannot be written is said before the verdicts
         _write(args.markdown, _gate_render(verdicts, "markdown", f"Collocation regression gate: {run.run_id}") + "\n")
     print(_gate_render(verdicts, args.format, f"gate: {run.run_id}"))
+    if left:  # below the table, or on stderr where stdout is data
+        print(("\n" if args.format in ("table", "markdown") else "") + report.left_to_ab_line(left, _modes(run, left)),
+              file=sys.stdout if args.format in ("table", "markdown") else sys.stderr)
     return NEGATIVE if any(verdict.failed for _, verdict in verdicts) else OK
+
+
+def _modes(run, names: list[str]) -> list[str]:
+    return list(dict.fromkeys(run.scenarios[name].mode for name in names))
 
 
 def _gate_render(verdicts, fmt: str, title: str) -> str:

@@ -190,6 +190,16 @@ def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
     return table
 
 
+def left_to_ab_line(nodeids: list[str], modes: Iterable[str]) -> str:
+    """What a gate (pytest's or ``gate``) measured but left to paired A/B, and the command that judges it."""
+    names = ", ".join(nodeid.split("::")[-1] for nodeid in nodeids)
+    tests = " ".join(dict.fromkeys(nodeid.split("[")[0] for nodeid in nodeids))
+    mode = f" --gpu-mode={','.join(modes)}" if modes else ""
+    return (f"left to paired A/B (gpucolloc_gate(by=\"ab\")), measured and saved but not judged against history: "
+            f"{names} (marked too noisy between runs for a history gate); judge a change from the rootdir "
+            f"with `pytest-gpucolloc ab --baseline HEAD~1 --candidate HEAD -- {tests}{mode}`")
+
+
 def gate_table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple") -> str:
     return tabulate(gate_rows(verdicts), headers=GATE_HEADERS, tablefmt=fmt, disable_numparse=True)
 

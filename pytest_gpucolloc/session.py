@@ -409,7 +409,7 @@ class CollocSession:
         for entry in entries:
             benchmark_api.add_to_session(node.config, entry)
             self.forwarded.append((entry["name"], entry["extra_info"]))
-            if entry["extra_info"].get("gate_by") == "ab":
+            if entry["extra_info"].get("gate_by") == "ab" and self.history is not None:
                 self.measured_for_ab.append(entry["fullname"])
             if entry["extra_info"].get("gate"):
                 from . import gate  # a gated run: its worker loaded it already
@@ -554,12 +554,7 @@ class CollocSession:
         return "no scenario was judged against history" + (f": {', '.join(why)}" if why else "")
 
     def _left_to_ab_line(self) -> str:
-        names = ", ".join(nodeid.split("::")[-1] for nodeid in self.measured_for_ab)
-        tests = " ".join(dict.fromkeys(nodeid.split("[")[0] for nodeid in self.measured_for_ab))
-        mode = f" --gpu-mode={','.join(self.options.gpu_mode)}" if self.options.gpu_mode else ""
-        return (f"left to paired A/B (gpucolloc_gate(by=\"ab\")), measured and saved but not judged against history: "
-                f"{names} (marked too noisy between runs for a history gate); judge a change from the rootdir "
-                f"with `pytest-gpucolloc ab --baseline HEAD~1 --candidate HEAD -- {tests}{mode}`")
+        return report.left_to_ab_line(self.measured_for_ab, self.options.gpu_mode or ())
 
     def _shown_verdicts(self) -> list[tuple[str, dict]]:
         return [(name, verdict.to_dict()) for name, verdict in self.verdicts]  # as saved, so as ``compare`` shows

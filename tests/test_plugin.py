@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from test_cli import run_cli
+
 FAST = ["--colloc-rounds=2", "--colloc-round-seconds=0.2", "--colloc-warmup-seconds=0.1", "-p", "no:cacheprovider"]
 
 TINY = '''
@@ -343,7 +345,7 @@ def test_x(collocate):
     result.stdout.fnmatch_lines(["*gpucolloc_gate(threshold=...) must be a percentage between 0 and 99, got -5*"])
 
 
-def test_a_scenario_left_to_ab_is_measured_and_saved_but_not_judged(pytester, suite):
+def test_a_scenario_left_to_ab_is_measured_and_saved_but_not_judged(pytester, suite, capsys):
     """A launch-bound scenario whose runs differ by more than any useful threshold would be `inconclusive` forever
     under the history gate: gpucolloc_gate(by="ab") says so once, the gated run still measures and saves it (the
     history keeps its level), judges the others, and names it with the ab command that can judge it."""
@@ -377,6 +379,18 @@ def test_broken(collocate):
     assert saved["test_noisy[cpu-naive]"]["gate_by"] == "ab" and "gate_by" not in saved["test_judged[cpu-naive]"]
     assert saved["test_noisy[cpu-naive]"]["aggregate_throughput"] > 0
     assert "test_noisy" in (pytester.path / "gate.md").read_text()
+    # the gate command leaves it to A/B from the same files, as the pytest gate did
+    capsys.readouterr()
+    code, out, err = run_cli(capsys, "gate", pytester.path / "run.json", "--storage", pytester.path / ".benchmarks")
+    assert code == 0 and "test_judged[cpu-naive]" in out and "test_noisy[cpu-naive]  " not in out, out + err
+    assert "left to paired A/B (gpucolloc_gate(by=\"ab\")), measured and saved but not judged against history: " \
+           "test_noisy[cpu-naive]" in out
+    # an ungated run saves it as left to A/B too: no gate judges it, whichever run made it
+    ungated = pytester.runpytest(*[a for a in gated if a != "--colloc-gate"], "-k", "noisy", "--benchmark-json=u.json")
+    assert ungated.ret == 0
+    capsys.readouterr()
+    code, out, err = run_cli(capsys, "gate", pytester.path / "u.json", "--storage", pytester.path / ".benchmarks")
+    assert code == 3 and "u.json: no scenario to judge: left to paired A/B" in err, out + err
 
 
 def test_gate_marker_by_names_who_judges(pytester, suite):

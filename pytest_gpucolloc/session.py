@@ -101,6 +101,7 @@ class CollocSession:
         self._previous_sigterm: Callable | int | None = None
         self.invited = False  # a gpucolloc option was given, or a collected test uses the plugin
         self.deselected_full = 0  # scenarios of the full matrix left out (no --colloc-full)
+        self.autosaved = False  # --colloc-gate turned on --benchmark-autosave
 
     # --- set-up and tear-down (called from plugin.py) ------------------------------------------------
     def invite(self, before_running: bool = True) -> None:
@@ -130,6 +131,12 @@ class CollocSession:
             self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
         except ValueError:  # not the main thread
             pass
+
+    def save_when_gated(self) -> None:
+        """A gated run is saved (as ``--benchmark-autosave``): the gate judges against saved runs, so a user's first
+        gated runs are the history of the next ones. Called before pytest-benchmark reads its options."""
+        if self.options.colloc_gate and self.xdist_index is None:
+            self.autosaved = benchmark_api.autosave(self.config)
 
     def compare_with_history(self) -> None:
         """``--benchmark-compare`` without a run compares with pytest-benchmark's latest saved run: not an A/B arm's
@@ -345,6 +352,10 @@ class CollocSession:
             lines.append(self._machine_warmup_line())
         except DeviceUnavailable:
             pass
+        if self.autosaved:
+            lines.append(f"gpucolloc: --colloc-gate saves this run into "
+                         f"{benchmark_api.storage_path(config.getoption('benchmark_storage', None))} as "
+                         "--benchmark-autosave does: the next gated runs judge against it")
         if self.stale_removed:
             lines.append(f"gpucolloc: removed {len(self.stale_removed)} directories (and their MPS daemons) left "
                          f"by killed runs: {', '.join(self.stale_removed)}")

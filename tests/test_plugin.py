@@ -313,6 +313,24 @@ def test_gate_fails_the_run_on_an_injected_slowdown(pytester, suite):
     assert "| regressed |" in (pytester.path / "gate.md").read_text().replace("  ", " ")
 
 
+def test_a_gated_run_is_saved_without_autosave_so_the_next_one_has_history(pytester, suite):
+    """A user's own project has no conftest that autosaves: --colloc-gate saves the run itself, says where, and the
+    next gated run finds it."""
+    suite()
+    gated = ["--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", "-k", "naive-1", *FAST]
+    first = pytester.runpytest(*gated)
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["gpucolloc: --colloc-gate saves this run into .benchmarks as --benchmark-autosave "
+                                "does*"])
+    (saved,) = (pytester.path / ".benchmarks").rglob("0001_*.json")
+    assert json.loads(saved.read_text())["benchmarks"][0]["name"] == "test_tiny[cpu-naive-1]"
+    assert pytester.runpytest(*gated, "--benchmark-save=mine").ret == 0  # its own name, saved once
+    assert len(list((pytester.path / ".benchmarks").rglob("*.json"))) == 2
+    assert len(list((pytester.path / ".benchmarks").rglob("0002_mine.json"))) == 1
+    assert pytester.runpytest(*gated, "--benchmark-disable").ret == 0  # records nothing: nothing saved
+    assert len(list((pytester.path / ".benchmarks").rglob("*.json"))) == 2
+
+
 def test_a_gate_that_judged_nothing_does_not_pass(pytester):
     """Every scenario skipped (here: it needs a GPU, as on a runner whose driver broke): the gated run says so in red
     and exits 5, not 0 with "0 regressed of 0"."""

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,6 +29,9 @@ EXIT_CODES = """exit codes (every command):
   4  an output (--out, --markdown, --json) cannot be written
   130 interrupted; 141 stdout closed by its reader (e.g. | head)
 details: docs/cli.md"""
+
+
+RUN_HELP = "saved runs: files, or run ids in --storage (a file name or its NNNN number)"
 
 
 class CommandError(Exception):
@@ -80,6 +84,28 @@ def _read_runs(paths) -> list:
     return runs
 
 
+def _runs(names: list, storage: Path) -> list:
+    """Saved runs as every command names them: a file, or a run id (its file name or NNNN number) in ``storage``;
+    none named: the storage's latest run (of its history: not an experiment or a run set aside)."""
+    def is_file(name) -> bool:
+        return Path(name).exists() or "/" in str(name) or str(name).endswith(".json")
+
+    if names and all(map(is_file, names)):
+        return _read_runs(names)
+    loaded = _history(storage)
+    if not names:
+        return [loaded.runs[-1]]
+    runs: list = []
+    for name in names:
+        found = _read_runs([name]) if is_file(name) else loaded.named(str(name))
+        if len(found) != 1:
+            raise CommandError(f"{str(name)!r} names {len(found)} saved runs under {storage}"
+                               + (f": {', '.join(str(run.path) for run in found)}" if found else
+                                  " (a file name, its NNNN number, or a path to the file)"), USAGE)
+        runs += found
+    return runs
+
+
 def _write(path, text: str) -> None:
     """Write an output file (its folder made if need be), or fail with exit code 4."""
     try:
@@ -120,15 +146,16 @@ def cmd_table(args) -> int:
     from . import history, report
 
     entries, sources = [], []
-    runs = _read_runs(args.files)
-    for path, run in zip(args.files, runs):
+    runs = _runs(args.files, args.storage)
+    for run in runs:
+        path = run.path
         if not run.scenarios and not run.problems:
             raise CommandError(f"{path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
         entries += [(history.short_name(name), scenario) for name, scenario in run.scenarios.items()]
         # Speedups are against the sequential run of the same session and GPU: rows of several files say which.
         sources += [f"{path.parent.name}/{path.name} on {(scenario.gpu_uuid or 'cpu')[:12]}"
                     for scenario in run.scenarios.values()]
-    shown = sources if len(args.files) > 1 else None
+    shown = sources if len(runs) > 1 else None
     if args.format in ("csv", "json"):
         rows = report.rows(entries)
         headers = report.HEADERS if shown is None else ["run", *report.HEADERS]
@@ -249,12 +276,26 @@ def _regressed(rows) -> int:
     return NEGATIVE if any(r.verdict["verdict"] == "regressed" for r in rows) else OK
 
 
+def _commit(loaded, wanted: str) -> str:
+    """A commit as saved runs name it (a prefix of their commit id), or a git revision of the repository here
+    (HEAD, HEAD~1, a branch): its full id. Left as given when it is neither (the selection then says no run matches)."""
+    if any(run.commit and run.commit.startswith(wanted) for run in loaded.runs):
+        return wanted
+    try:
+        done = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{wanted}^{{commit}}"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return wanted
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else wanted
+
+
 def cmd_compare(args) -> int:
     from . import compare
 
     loaded = _history(args.storage)
     try:
-        before, after, a, b = compare.select(loaded, runs=args.runs_ids, commits=args.commits,
+        commits = [_commit(loaded, c) for c in args.commits] if args.commits else None
+        before, after, a, b = compare.select(loaded, runs=args.runs_ids, commits=commits,
                                              group_by=args.group_by, groups=args.groups)
     except compare.SelectionError as error:
         raise CommandError(str(error), USAGE) from None
@@ -267,11 +308,11 @@ def cmd_gate(args) -> int:
     from . import gate, report
     from .history import experiment
 
-    run = _read_runs([args.run])[0]
+    run = _runs([args.run] if args.run else [], args.storage)[0]
     if not run.scenarios:
-        raise CommandError(f"{args.run} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
+        raise CommandError(f"{run.path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
     if experiment(run):  # its windows were measured another way: a history of ordinary runs cannot judge it
-        raise CommandError(f"{args.run} is {experiment(run)}: the gate judges ordinary runs against their history "
+        raise CommandError(f"{run.path} is {experiment(run)}: the gate judges ordinary runs against their history "
                            "(an A/B is judged by `pytest-gpucolloc ab` itself)", USAGE)
     loaded = _history(args.storage)
     policy = _policy(args)
@@ -280,7 +321,7 @@ def cmd_gate(args) -> int:
     # a scenario whose marker leaves it to paired A/B is not judged here either, as the pytest gate does not
     left = [name for name, scenario in run.scenarios.items() if scenario.gate_by == "ab"]
     if len(left) == len(run.scenarios):
-        raise CommandError(f"{args.run}: no scenario to judge: " + report.left_to_ab_line(left, _modes(run, left)),
+        raise CommandError(f"{run.path}: no scenario to judge: " + report.left_to_ab_line(left, _modes(run, left)),
                            NOTHING_TO_READ)
     verdicts = []
     for name in (name for name in run.scenarios if name not in left):
@@ -435,7 +476,7 @@ def cmd_ab(args) -> int:
 def cmd_report(args) -> int:
     from . import html_report
 
-    runs = _read_runs(args.runs)
+    runs = _runs(args.runs, args.storage or Path(".benchmarks")) if args.runs or not args.storage else []
     loaded = _history(args.storage) if args.storage else None
     if not any(run.scenarios for run in runs) and loaded is None:
         raise CommandError("no pytest-gpucolloc scenarios in the given runs (name run files, or --storage)",
@@ -458,7 +499,7 @@ def cmd_advise(args) -> int:
         jobs = advisor.parse_jobs(args.jobs)
     except advisor.AdviceError as error:
         raise CommandError(str(error), USAGE) from None
-    runs = _read_runs(args.runs)
+    runs = _runs(args.runs, args.storage)
     try:
         advice = advisor.advise(jobs, runs)
     except advisor.AdviceError as error:
@@ -492,7 +533,7 @@ def _advise_serving(args) -> int:
         budget = advisor.parse_budget(args.p99_within)
     except advisor.AdviceError as error:
         raise CommandError(str(error), USAGE) from None
-    runs = _read_runs(args.runs)
+    runs = _runs(args.runs, args.storage)
     try:
         advice = advisor.serving_advice(runs, budget)
     except advisor.AdviceError as error:
@@ -621,7 +662,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     gate_cmd = commands.add_parser("gate", help="judge a saved run against the history in the storage "
                                    "(exit 1: a regression; 3: the storage holds no saved runs)")
-    gate_cmd.add_argument("run", help="a pytest-benchmark JSON file of this plugin's scenarios")
+    gate_cmd.add_argument("run", nargs="?", help=RUN_HELP + " (default: the storage's latest run)")
     gate_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file (a CI job summary)")
     _gate_arguments(gate_cmd)
     gate_cmd.set_defaults(run_command=cmd_gate)
@@ -631,7 +672,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare_cmd.add_argument("--runs-ids", dest="runs_ids", nargs=2, metavar=("BEFORE", "AFTER"),
                              help="two run ids (file names or their NNNN prefix)")
     compare_cmd.add_argument("--commits", nargs=2, metavar=("BEFORE", "AFTER"),
-                             help="two commits (or prefixes): the runs saved at each")
+                             help="two commits (ids, prefixes or git revisions such as HEAD~1): the runs saved "
+                                  "at each")
     compare_cmd.add_argument("--group-by", help="a machine_info key: driver_version, cuda_driver_version, torch, ...")
     compare_cmd.add_argument("--groups", nargs=2, metavar=("BEFORE", "AFTER"), help="the two values of --group-by")
     _gate_arguments(compare_cmd)
@@ -696,7 +738,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     report_cmd = commands.add_parser("report", help="an HTML page of runs (and the history of a storage) that answers "
                                      "first: the best way to share, a summary table, then figures linked in figures/")
-    report_cmd.add_argument("runs", nargs="*", type=Path, help="pytest-benchmark JSON files of this plugin's scenarios")
+    report_cmd.add_argument("runs", nargs="*", help=RUN_HELP + " (default: the latest run of --storage or .benchmarks)")
     report_cmd.add_argument("--storage", type=_storage, help="also draw the history of this pytest-benchmark storage "
                             "(a folder or a file:// URL)")
     report_cmd.add_argument("--out", default="gpucolloc-report", help="folder for index.html and figures/ "
@@ -707,7 +749,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "which and why (exit 3: nothing measured runs these jobs); or, with "
                                      "--p99-within, which way keeps a service's p99 within a budget while training "
                                      "gets the most (exit 1: no measured way does)")
-    advise_cmd.add_argument("runs", nargs="+", type=Path, help="pytest-benchmark JSON files of this plugin's scenarios")
+    advise_cmd.add_argument("runs", nargs="*", help=RUN_HELP + " (default: the storage's latest run)")
+    _storage_argument(advise_cmd)
     question = advise_cmd.add_mutually_exclusive_group(required=True)
     question.add_argument("--jobs", help="the mix: labels as the summary shows them or workload "
                           "names as Workload takes them, each with *COUNT, e.g. 'resnet26-cifar10/bs128*3,resnet50' "
@@ -728,8 +771,9 @@ def build_parser() -> argparse.ArgumentParser:
     plot.set_defaults(run_command=cmd_plot)
 
     table = commands.add_parser("table", help="table of the scenarios in pytest-benchmark JSON files")
-    table.add_argument("files", nargs="+", type=Path, help="pytest-benchmark JSON files of this plugin's scenarios")
-    _format_argument(table, default="markdown", extra=("text",))  # text: the name "table" had before
+    table.add_argument("files", nargs="*", metavar="run", help=RUN_HELP + " (default: the storage's latest run)")
+    _storage_argument(table)
+    _format_argument(table, extra=("text",))  # text: the name "table" had before
     table.set_defaults(run_command=cmd_table)
     return parser
 

@@ -199,3 +199,35 @@ def test_a_reader_that_stops_early_ends_the_command_quietly():
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=60) == cli.PIPE_CLOSED
     assert stderr == ""
+
+
+def test_every_command_names_runs_alike_and_defaults_to_the_latest(tmp_path, capsys, monkeypatch):
+    """A run is a file, or its id or NNNN number in --storage, for gate, table and advise alike; none named: the
+    storage's latest run. compare --commits takes git revisions. table prints a table, as every command does."""
+    storage = tmp_path / "storage"
+    ids = save_runs(storage, [1000.0] * 4)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, "gate", "0004", "--storage", storage)
+    assert code == 0 and out.startswith(f"gate: {ids[3]}"), out + err
+    assert run_cli(capsys, "gate", "--storage", storage)[1].startswith(f"gate: {ids[3]}")  # the latest
+    assert run_cli(capsys, "gate", "--storage", storage, "0009")[0] == 2
+    code, out, err = run_cli(capsys, "table", "0002", "--storage", storage)
+    assert code == 0 and out.splitlines()[1].startswith("----"), out  # a plain table, not Markdown
+    code, latest, _ = run_cli(capsys, "table", "--storage", storage, "--format", "json")
+    code, by_file, _ = run_cli(capsys, "table", storage / "Linux-CPython-3.12-64bit" / f"{ids[3]}.json",
+                               "--format", "json")
+    assert code == 0 and json.loads(latest) == json.loads(by_file)
+    # commits as git names them: the saved runs' commit ids are the repository's
+    git = ["git", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    shas = []
+    for message in ("one", "two"):
+        subprocess.run([*git, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q",
+                        "--allow-empty", "-m", message], check=True)
+        shas.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
+    for path, sha in zip(sorted(storage.rglob("*.json")), [shas[0]] * 2 + [shas[1]] * 2):
+        data = json.loads(path.read_text())
+        data["commit_info"]["id"] = sha
+        path.write_text(json.dumps(data))
+    code, out, err = run_cli(capsys, "compare", "--commits", "HEAD~1", "HEAD", "--storage", storage)
+    assert code == 0 and f"vs {shas[0]} (2 vs 2 runs)" in out, out + err

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import __version__, nvml
-from .history import METRICS
+from .history import METRICS, short_name
 from .modes import MODES
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
@@ -332,7 +332,7 @@ def cmd_gate(args) -> int:
         verdicts.append((name, verdict))
     if args.markdown:  # written first: an output that cannot be written is said before the verdicts
         _write(args.markdown, _gate_render(verdicts, "markdown", f"Collocation regression gate: {run.run_id}") + "\n")
-    print(_gate_render(verdicts, args.format, f"gate: {run.run_id}"))
+    print(_gate_render(verdicts, args.format, f"gate: {run.run_id}", args.columns))
     if left:  # below the table, or on stderr where stdout is data
         print(("\n" if args.format in ("table", "markdown") else "") + report.left_to_ab_line(left, _modes(run, left)),
               file=sys.stdout if args.format in ("table", "markdown") else sys.stderr)
@@ -343,21 +343,22 @@ def _modes(run, names: list[str]) -> list[str]:
     return list(dict.fromkeys(run.scenarios[name].mode for name in names))
 
 
-def _gate_render(verdicts, fmt: str, title: str) -> str:
+def _gate_render(verdicts, fmt: str, title: str, columns: list[str] | None = None) -> str:
     """The gate's table: a row per scenario, and below a serving scenario's a row of its p99 latency
     (``report.gate_rows``). JSON: each verdict as saved, the p99 one inside it."""
     from . import report
 
     if fmt == "json":
         return json.dumps([{"scenario": name, **verdict.to_dict()} for name, verdict in verdicts], indent=2)
-    table = _tabular(report.gate_rows([(name, verdict.to_dict()) for name, verdict in verdicts]),
-                     report.GATE_HEADERS, fmt)
-    return {"csv": table, "markdown": f"### {title}\n\n{table}"}.get(fmt, f"{title}\n{table}")
+    entries = [(name if fmt != "table" else short_name(name), verdict.to_dict()) for name, verdict in verdicts]
+    if fmt == "csv":
+        return _tabular(report.gate_rows(entries), report.GATE_HEADERS, fmt)
+    table = report.gate_table(entries, "github" if fmt == "markdown" else "simple", columns)
+    return f"### {title}\n\n{table}" if fmt == "markdown" else f"{title}\n{table}"
 
 
 def cmd_history(args) -> int:
     from . import changepoints, report
-    from .history import short_name
 
     loaded = _history(args.storage)
     try:
@@ -592,6 +593,15 @@ def _checked(name: str, low: float, high: float, integer: bool = False):
     return check
 
 
+def _gate_columns(text: str) -> list[str]:
+    from .report import gate_columns
+
+    try:
+        return gate_columns(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _storage_argument(parser) -> None:
     parser.add_argument("--storage", type=_storage, default=Path(".benchmarks"),
                         help="pytest-benchmark's storage as pytest's --benchmark-storage takes it: a folder or a "
@@ -664,6 +674,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(exit 1: a regression; 3: the storage holds no saved runs)")
     gate_cmd.add_argument("run", nargs="?", help=RUN_HELP + " (default: the storage's latest run)")
     gate_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file (a CI job summary)")
+    gate_cmd.add_argument("--columns", type=_gate_columns, help="the table's columns, comma-separated, among "
+                          "scenario,verdict,baseline,current,change,interval,detectable,runs,noise,lever,why "
+                          "(default all; in a terminal a long reason is numbered and said below the table)")
     _gate_arguments(gate_cmd)
     gate_cmd.set_defaults(run_command=cmd_gate)
 

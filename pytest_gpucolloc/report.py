@@ -200,8 +200,39 @@ def left_to_ab_line(nodeids: list[str], modes: Iterable[str]) -> str:
             f"with `pytest-gpucolloc ab --baseline HEAD~1 --candidate HEAD -- {tests}{mode}`")
 
 
-def gate_table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple") -> str:
-    return tabulate(gate_rows(verdicts), headers=GATE_HEADERS, tablefmt=fmt, disable_numparse=True)
+GATE_COLUMNS = ["scenario", "verdict", "baseline", "current", "change", "interval", "detectable", "runs", "noise",
+                "lever", "why"]  # --columns' names of GATE_HEADERS, in order
+TERMINAL_HEADERS = ["scenario", "verdict", "baseline", "current", "change", "interval", "detectable", "runs",
+                    "noise (dominant)", "lever", "why"]  # GATE_HEADERS in a terminal; throughput in samples/s
+WIDE = 40  # a terminal's cell longer than this is numbered, and said in full below the table
+
+
+def gate_columns(text: str) -> list[str]:
+    """``--columns`` as pytest-benchmark's ``--benchmark-columns`` takes it: names, comma-separated."""
+    chosen = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in GATE_COLUMNS]
+    if unknown or not chosen:
+        raise ValueError(f"--columns takes names among {','.join(GATE_COLUMNS)}, got {text!r}")
+    return chosen
+
+
+def gate_table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple", columns: list[str] | None = None) -> str:
+    """The verdicts' table. On a terminal (``simple``) every cell stays short: a longer one (a reason, a lever) is
+    numbered and said in full below the table, with its scenario and verdict; Markdown keeps it in the cell."""
+    body = gate_rows(verdicts)
+    notes: list[str] = []
+    if fmt == "simple":
+        for row in body:
+            row[GATE_COLUMNS.index("noise")] = row[GATE_COLUMNS.index("noise")].split(", ")[0]  # the dominant level
+            for index in (GATE_COLUMNS.index("lever"), GATE_COLUMNS.index("why")):
+                if len(row[index]) > WIDE:
+                    notes.append(f"[{len(notes) + 1}] {row[0]} {row[1]}: {GATE_HEADERS[index]}: {row[index]}")
+                    row[index] = f"[{len(notes)}]"
+    keep = [GATE_COLUMNS.index(name) for name in columns or GATE_COLUMNS]
+    headers = GATE_HEADERS if fmt != "simple" else TERMINAL_HEADERS  # a terminal's: short
+    table = tabulate([[row[i] for i in keep] for row in body], headers=[headers[i] for i in keep],
+                     tablefmt=fmt, disable_numparse=True)
+    return "\n".join([table, *notes])
 
 
 @dataclass

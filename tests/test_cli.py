@@ -231,3 +231,23 @@ def test_every_command_names_runs_alike_and_defaults_to_the_latest(tmp_path, cap
         path.write_text(json.dumps(data))
     code, out, err = run_cli(capsys, "compare", "--commits", "HEAD~1", "HEAD", "--storage", storage)
     assert code == 0 and f"vs {shas[0]} (2 vs 2 runs)" in out, out + err
+
+
+def test_a_gate_table_fits_a_terminal_and_takes_columns(tmp_path, capsys):
+    """Long reasons are numbered in the terminal's table and said in full below it (Markdown keeps them in the
+    cell); --columns picks the columns as pytest-benchmark's --benchmark-columns does."""
+    storage = tmp_path / "storage"
+    ids = save_runs(storage, [1000.0] * 5 + [900.0])
+    run = storage / "Linux-CPython-3.12-64bit" / f"{ids[-1]}.json"
+    code, out, err = run_cli(capsys, "gate", run, "--storage", storage)
+    assert code == 1, out + err
+    table = "\n".join(out.splitlines()[:4])
+    assert max(map(len, table.splitlines())) <= 170, out  # was 320 columns: every reason in its cell
+    assert "[1]" in table and "beyond the baseline's run-to-run spread" not in table
+    assert "regressed: why: " in out and "beyond the baseline's run-to-run spread" in out
+    code, out, err = run_cli(capsys, "gate", run, "--storage", storage, "--columns", "scenario,verdict,change")
+    assert out.splitlines()[1].split() == ["scenario", "verdict", "change"], out
+    code, out, err = run_cli(capsys, "gate", run, "--storage", storage, "--format", "markdown")
+    assert "[1]" not in out and "beyond the baseline's run-to-run spread" in out
+    code, out, err = run_cli(capsys, "gate", run, "--storage", storage, "--columns", "scenario,nope")
+    assert code == 2 and "--columns takes names among scenario,verdict," in err

@@ -14,6 +14,8 @@ from pathlib import Path
 from . import __version__, nvml
 from .history import METRICS, short_name
 from .modes import MODES
+from .report import COLUMNS as TABLE_COLUMNS
+from .report import GATE_COLUMNS
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
 OK, NEGATIVE, USAGE, NOTHING_TO_READ, UNWRITABLE = 0, 1, 2, 3, 4
@@ -161,7 +163,8 @@ def cmd_table(args) -> int:
         headers = report.HEADERS if shown is None else ["run", *report.HEADERS]
         print(_tabular(rows if shown is None else [[s, *row] for s, row in zip(shown, rows)], headers, args.format))
     else:
-        print(report.table(entries, fmt="github" if args.format == "markdown" else "simple", sources=shown))
+        print(report.table(entries, fmt="github" if args.format == "markdown" else "simple", sources=shown,
+                           shown=args.columns))
     return OK
 
 
@@ -593,13 +596,16 @@ def _checked(name: str, low: float, high: float, integer: bool = False):
     return check
 
 
-def _gate_columns(text: str) -> list[str]:
-    from .report import gate_columns
+def _columns(names: list[str]):
+    def check(text: str) -> list[str]:
+        from .report import columns
 
-    try:
-        return gate_columns(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+        try:
+            return columns(text, names)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return check
 
 
 def _storage_argument(parser) -> None:
@@ -674,9 +680,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(exit 1: a regression; 3: the storage holds no saved runs)")
     gate_cmd.add_argument("run", nargs="?", help=RUN_HELP + " (default: the storage's latest run)")
     gate_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file (a CI job summary)")
-    gate_cmd.add_argument("--columns", type=_gate_columns, help="the table's columns, comma-separated, among "
-                          "scenario,verdict,baseline,current,change,interval,detectable,runs,noise,lever,why "
-                          "(default all; in a terminal a long reason is numbered and said below the table)")
+    gate_cmd.add_argument("--columns", type=_columns(GATE_COLUMNS), help="the table's columns, comma-separated, "
+                          f"among {','.join(GATE_COLUMNS)} (default all; in a terminal a long reason is numbered and "
+                          "said below the table)")
     _gate_arguments(gate_cmd)
     gate_cmd.set_defaults(run_command=cmd_gate)
 
@@ -786,6 +792,8 @@ def build_parser() -> argparse.ArgumentParser:
     table = commands.add_parser("table", help="table of the scenarios in pytest-benchmark JSON files")
     table.add_argument("files", nargs="*", metavar="run", help=RUN_HELP + " (default: the storage's latest run)")
     _storage_argument(table)
+    table.add_argument("--columns", type=_columns(TABLE_COLUMNS), help="the table's columns, comma-separated, among "
+                       f"{','.join(TABLE_COLUMNS)} (default all)")
     _format_argument(table, extra=("text",))  # text: the name "table" had before
     table.set_defaults(run_command=cmd_table)
     return parser

@@ -251,3 +251,16 @@ def test_a_gate_table_fits_a_terminal_and_takes_columns(tmp_path, capsys):
     assert "[1]" not in out and "beyond the baseline's run-to-run spread" in out
     code, out, err = run_cli(capsys, "gate", run, "--storage", storage, "--columns", "scenario,nope")
     assert code == 2 and "--columns takes names among scenario,verdict," in err
+
+
+def test_a_summary_table_shortens_many_workers_and_takes_columns(capsys):
+    run = DATA / "gpu-tests-h200-a" / "paper.json"  # seven workers of one job in a row
+    code, out, _ = run_cli(capsys, "table", run)
+    row = next(line for line in out.splitlines() if line.startswith("test_resnet26_cifar10[mps-7-32]"))
+    assert " .. " in row and "(7)" in row, row  # the per-worker range, not seven numbers
+    code, out, _ = run_cli(capsys, "table", run, "--format", "json")
+    row = next(r for r in json.loads(out) if r["scenario"] == "test_resnet26_cifar10[mps-7-32]")
+    assert row["per-worker samples/s"].count(", ") == 6  # JSON keeps every value
+    code, out, _ = run_cli(capsys, "table", run, "--columns", "scenario,speedup,flags")
+    assert out.splitlines()[0].split() == ["scenario", "speedup", "flags"] and max(map(len, out.splitlines())) < 80
+    assert run_cli(capsys, "table", run, "--columns", "bogus")[0] == 2

@@ -3,21 +3,23 @@
 #   ci/gate.sh HISTORY_DIR OUT_DIR [extra pytest arguments...]
 # HISTORY_DIR: pytest-benchmark storage holding earlier runs (fetched by the CI job; see ci/README.md).
 # OUT_DIR:     receives run.json, gate.md (Markdown verdicts), plots/ and pytest.log.
-# Exit codes: 0 no regression; 1 a scenario regressed (or a test failed); 2 usage or setup error;
-#             3 the run recorded no scenario (nothing to gate).
+# It demands the GPU (--colloc-device=cuda): a runner whose GPU or driver is missing fails (exit 2) instead of
+# skipping every scenario and passing.
+# Exit codes: 0 no regression; 1 a scenario regressed (or a test failed); 2 usage or setup error (no GPU);
+#             3 the run recorded no scenario or the gate judged none (nothing gated: not a pass).
 set -u -o pipefail
 history=${1:?usage: ci/gate.sh HISTORY_DIR OUT_DIR [pytest args...]}
 out=${2:?usage: ci/gate.sh HISTORY_DIR OUT_DIR [pytest args...]}
 shift 2
 mkdir -p "$history" "$out" || exit 2
-"${PYTHON:-python3}" -m pytest benchmarks/ -p no:cacheprovider \
+"${PYTHON:-python3}" -m pytest benchmarks/ -p no:cacheprovider --colloc-device=cuda \
   --gpu-mode="${GPU_MODES:-sequential,naive,mps}" \
   --benchmark-storage="file://$history" --benchmark-json="$out/run.json" \
   --colloc-gate --colloc-gate-report="$out/gate.md" "$@" 2>&1 | tee "$out/pytest.log"
 status=${PIPESTATUS[0]}
 case $status in
   0|1) ;;
-  5) echo "no benchmark collected" >&2; exit 3 ;;
+  5) echo "nothing gated: no benchmark collected, or the gate judged no scenario (see $out/pytest.log)" >&2; exit 3 ;;
   *) exit 2 ;;
 esac
 [[ -s $out/run.json ]] || exit 3

@@ -494,6 +494,8 @@ class Coordinator:
 
     def _pair(self, key: tuple) -> None:
         test, began = key[0], time.monotonic()
+        self.say(f"{history.short_name(test)}: block {len(self.blocks.get(test, [])) + 1}: both arms warming up "
+                 f"({self._clock()})")
         order = list(self.labels)
         self.random.shuffle(order)
         self.lost: set[str] = set()
@@ -509,6 +511,7 @@ class Coordinator:
             if any(latency.values()):
                 self.latency.setdefault(test, []).append(latency)
         self.spent[test] = self.spent.get(test, 0.0) + time.monotonic() - began
+        self._progress(test)
         more = bool(ratios) and not self.lost and self._want_more(test, time.monotonic() - began)
         for label in self.labels:
             if label not in self.lost:  # a warm arm without windows measures on its own
@@ -545,6 +548,22 @@ class Coordinator:
             judgements += judge_latency(name, self.latency[test], self.labels, settings.threshold, settings.alpha)
         return judgements
 
+    def _clock(self) -> str:
+        return f"{(time.monotonic() - self.began) / 60:.1f} of the A/B's {self.settings.budget_s / 60:g} minutes"
+
+    def _progress(self, test: str) -> None:
+        """A line when a block ends: the running verdict of each measure so far, and the time spent."""
+        name = history.short_name(test)
+        if test not in self.blocks:
+            self.say(f"{name}: block measured no pair of windows (an arm's scenario failed or ended; see its log)")
+            return
+        verdicts = "; ".join(
+            f"{j.metric} {'-' if j.change is None else f'{j.change:+.1%}'}"
+            + ("" if j.ci is None else f" [{j.ci[0]:+.1%}, {j.ci[1]:+.1%}]") + f" {j.verdict} so far"
+            for j in self.judged(test, name))
+        self.say(f"{name}: block {len(self.blocks[test])} done: {verdicts}; {self.spent[test]:.0f} s of its "
+                 f"{self.settings.scenario_budget_s / 60:g} minutes, {self._clock()}")
+
     def _want_more(self, test: str, block_s: float) -> bool:
         settings, blocks = self.settings, self.blocks.get(test, [])
         if len(blocks) >= settings.max_blocks:
@@ -571,22 +590,27 @@ def draw_latency(latency: dict[str, list[dict[str, list[dict]]]], labels: tuple[
         say(f"{name}: latency distribution per arm in {path}")
 
 
-def _arm_command(arm: Arm, pytest_args: list[str], settings: Settings, out: Path, storage: Path, tag: str) -> list[str]:
+def _arm_command(arm: Arm, pytest_args: list[str], settings: Settings, out: Path, tag: str) -> list[str]:
+    """The arm's pytest, saving into the A/B's own folder (after the user's arguments: ours win): an arm is measured
+    in turns with the other, so its run must never become a baseline or a comparison in the user's history."""
     own = [] if settings.alone else ["--colloc-alone=off"]  # before the user's: theirs win
     return [arm.python, "-m", "pytest", *own, *pytest_args, "-p", "no:cacheprovider", "-q",
-            f"--benchmark-json={out / (arm.label + '.json')}", f"--benchmark-storage=file://{storage}",
+            f"--benchmark-json={out / (arm.label + '.json')}", f"--benchmark-storage=file://{out / 'storage'}",
             f"--benchmark-save={tag}-{arm.label}"]
 
 
-def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Settings, storage: Path, out: Path,
+def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Settings, out: Path,
         say=print) -> tuple[list[Judgement], list[ArmRun]]:
-    """Both arms' pytest sessions at once, kept in step by the coordinator; judged when both have ended."""
+    """Both arms' pytest sessions at once, kept in step by the coordinator; judged when both have ended. Progress
+    goes to ``say``: where the arms' logs are, then a line as each block starts and ends."""
     out.mkdir(parents=True, exist_ok=True)
     tag = "ab-" + time.strftime("%Y%m%dT%H%M%S")
     folder = Path(tempfile.mkdtemp(prefix="gc-ab-"))  # short: a Unix socket path holds at most 107 bytes
     arms = {baseline.label: baseline, candidate.label: candidate}
     processes: dict[str, subprocess.Popen] = {}
     logs = {label: out / f"{label}.log" for label in arms}
+    say("A/B: each arm's pytest writes to " + ", ".join(f"{logs[label]} ({label})" for label in arms)
+        + f"; budget {settings.budget_s / 60:g} minutes ({settings.scenario_budget_s / 60:g} per scenario)")
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
             server.bind(str(folder / "ab.sock"))
@@ -595,7 +619,7 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
                 env = {**os.environ, interleave.SOCKET_ENV: str(folder / "ab.sock"), interleave.ARM_ENV: label}
                 with open(logs[label], "w") as log:
                     # a session of their own: a Ctrl-C reaches the controller only, which stops them once
-                    processes[label] = subprocess.Popen(_arm_command(arm, pytest_args, settings, out, storage, tag),
+                    processes[label] = subprocess.Popen(_arm_command(arm, pytest_args, settings, out, tag),
                                                         cwd=arm.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                                         start_new_session=True)
             coordinator = Coordinator(_Arms(server, processes), (baseline.label, candidate.label), settings, say)

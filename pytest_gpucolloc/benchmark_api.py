@@ -26,6 +26,19 @@ def storage_path(option: str | None) -> Path | None:
     return Path(text)
 
 
+def autosave(config) -> bool:
+    """Save this run as ``--benchmark-autosave`` does (its name: commit and time), unless the run already saves
+    (``--benchmark-save``, ``--benchmark-autosave``) or records nothing (``--benchmark-disable``). Before
+    pytest-benchmark reads its options. Whether it was turned on here."""
+    from pytest_benchmark.utils import get_tag
+
+    if config.getoption("benchmark_save", None) or config.getoption("benchmark_autosave", None) \
+            or disabled_by_user(config):
+        return False
+    config.option.benchmark_autosave = get_tag()
+    return True
+
+
 def record_rounds(benchmark, seconds_per_sample: list[float]) -> None:
     """Put one value per measurement round into the fixture's statistics."""
     stats = benchmark._make_stats(1)
@@ -126,3 +139,11 @@ def guard_saving(storage, problems: list[str]) -> None:
             problems.append(f"could not save this run into {storage.path}: {error}; its data is kept at {fallback}")
 
     storage.save = save
+
+
+def latest_saved(root: Path) -> list[Path]:
+    """The files ``--benchmark-compare`` without a value chooses among, oldest first: this machine's folder of the
+    storage, runs named NNNN_*, ordered by name as pytest-benchmark orders them (its choice is the last)."""
+    from pytest_benchmark.utils import get_machine_id
+
+    return sorted((root / get_machine_id()).glob("[0-9][0-9][0-9][0-9]_*.json"), key=lambda path: path.name)

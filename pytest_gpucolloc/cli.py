@@ -7,12 +7,15 @@ import csv
 import io
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 from . import __version__, nvml
-from .history import LATENCY, METRICS
+from .history import LATENCY, METRICS, short_name
 from .modes import MODES
+from .report import COLUMNS as TABLE_COLUMNS
+from .report import GATE_COLUMNS
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
 OK, NEGATIVE, USAGE, NOTHING_TO_READ, UNWRITABLE = 0, 1, 2, 3, 4
@@ -28,6 +31,9 @@ EXIT_CODES = """exit codes (every command):
   4  an output (--out, --markdown, --json) cannot be written
   130 interrupted; 141 stdout closed by its reader (e.g. | head)
 details: docs/cli.md"""
+
+
+RUN_HELP = "saved runs: files, or run ids in --storage (a file name or its NNNN number)"
 
 
 class CommandError(Exception):
@@ -80,6 +86,28 @@ def _read_runs(paths) -> list:
     return runs
 
 
+def _runs(names: list, storage: Path) -> list:
+    """Saved runs as every command names them: a file, or a run id (its file name or NNNN number) in ``storage``;
+    none named: the storage's latest run (of its history: not an experiment or a run set aside)."""
+    def is_file(name) -> bool:
+        return Path(name).exists() or "/" in str(name) or str(name).endswith(".json")
+
+    if names and all(map(is_file, names)):
+        return _read_runs(names)
+    loaded = _history(storage)
+    if not names:
+        return [loaded.runs[-1]]
+    runs: list = []
+    for name in names:
+        found = _read_runs([name]) if is_file(name) else loaded.named(str(name))
+        if len(found) != 1:
+            raise CommandError(f"{str(name)!r} names {len(found)} saved runs under {storage}"
+                               + (f": {', '.join(str(run.path) for run in found)}" if found else
+                                  " (a file name, its NNNN number, or a path to the file)"), USAGE)
+        runs += found
+    return runs
+
+
 def _write(path, text: str) -> None:
     """Write an output file (its folder made if need be), or fail with exit code 4."""
     try:
@@ -120,21 +148,23 @@ def cmd_table(args) -> int:
     from . import history, report
 
     entries, sources = [], []
-    runs = _read_runs(args.files)
-    for path, run in zip(args.files, runs):
+    runs = _runs(args.files, args.storage)
+    for run in runs:
+        path = run.path
         if not run.scenarios and not run.problems:
             raise CommandError(f"{path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
         entries += [(history.short_name(name), scenario) for name, scenario in run.scenarios.items()]
         # Speedups are against the sequential run of the same session and GPU: rows of several files say which.
         sources += [f"{path.parent.name}/{path.name} on {(scenario.gpu_uuid or 'cpu')[:12]}"
                     for scenario in run.scenarios.values()]
-    shown = sources if len(args.files) > 1 else None
+    shown = sources if len(runs) > 1 else None
     if args.format in ("csv", "json"):
         rows = report.rows(entries)
         headers = report.HEADERS if shown is None else ["run", *report.HEADERS]
         print(_tabular(rows if shown is None else [[s, *row] for s, row in zip(shown, rows)], headers, args.format))
     else:
-        print(report.table(entries, fmt="github" if args.format == "markdown" else "simple", sources=shown))
+        print(report.table(entries, fmt="github" if args.format == "markdown" else "simple", sources=shown,
+                           shown=args.columns))
     return OK
 
 
@@ -233,9 +263,14 @@ def _history(root: Path):
     loaded = history.load(root)
     for problem in loaded.problems:
         print(f"warning: {problem}", file=sys.stderr)
+    if loaded.left_out:  # said, so that a run missing from an answer is not a mystery
+        print(f"note: {len(loaded.left_out)} run(s) left out of the history: " + "; ".join(
+            f"{run.run_id} ({why})" for run, why in loaded.left_out[:3]) + ("; ..." if len(loaded.left_out) > 3
+                                                                          else ""), file=sys.stderr)
     if not loaded.runs:
         raise CommandError(f"no saved pytest-gpucolloc runs under {root}"
                            + (f" ({len(loaded.problems)} files could not be read, above)" if loaded.problems else "")
+                           + (f" ({len(loaded.left_out)} left out, above)" if loaded.left_out else "")
                            + ": check --storage (pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
     return loaded
 
@@ -244,12 +279,26 @@ def _regressed(rows) -> int:
     return NEGATIVE if any(r.verdict["verdict"] == "regressed" for r in rows) else OK
 
 
+def _commit(loaded, wanted: str) -> str:
+    """A commit as saved runs name it (a prefix of their commit id), or a git revision of the repository here
+    (HEAD, HEAD~1, a branch): its full id. Left as given when it is neither (the selection then says no run matches)."""
+    if any(run.commit and run.commit.startswith(wanted) for run in loaded.runs):
+        return wanted
+    try:
+        done = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{wanted}^{{commit}}"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return wanted
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else wanted
+
+
 def cmd_compare(args) -> int:
     from . import compare
 
     loaded = _history(args.storage)
     try:
-        before, after, a, b = compare.select(loaded, runs=args.runs_ids, commits=args.commits,
+        commits = [_commit(loaded, c) for c in args.commits] if args.commits else None
+        before, after, a, b = compare.select(loaded, runs=args.runs_ids, commits=commits,
                                              group_by=args.group_by, groups=args.groups)
     except compare.SelectionError as error:
         raise CommandError(str(error), USAGE) from None
@@ -259,17 +308,26 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
-    from . import gate
+    from . import gate, report
+    from .history import experiment
 
-    run = _read_runs([args.run])[0]
+    run = _runs([args.run] if args.run else [], args.storage)[0]
     if not run.scenarios:
-        raise CommandError(f"{args.run} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
+        raise CommandError(f"{run.path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
+    if experiment(run):  # its windows were measured another way: a history of ordinary runs cannot judge it
+        raise CommandError(f"{run.path} is {experiment(run)}: the gate judges ordinary runs against their history "
+                           "(an A/B is judged by `pytest-gpucolloc ab` itself)", USAGE)
     loaded = _history(args.storage)
     policy = _policy(args)
     # Judge the run as the gate would have when it was made: against the runs saved before it.
     excluded = {run.run_id} | {r.run_id for r in loaded.runs if r.datetime >= run.datetime}
+    # a scenario whose marker leaves it to paired A/B is not judged here either, as the pytest gate does not
+    left = [name for name, scenario in run.scenarios.items() if scenario.gate_by == "ab"]
+    if len(left) == len(run.scenarios):
+        raise CommandError(f"{run.path}: no scenario to judge: " + report.left_to_ab_line(left, _modes(run, left)),
+                           NOTHING_TO_READ)
     verdicts = []
-    for name in run.scenarios:
+    for name in (name for name in run.scenarios if name not in left):
         verdict = gate.decide(run.sample(name), loaded.samples(name, exclude=excluded), policy)
         for metric in LATENCY:  # a serving job: its latency judged too
             latency = run.sample(name, metric)
@@ -279,25 +337,33 @@ def cmd_gate(args) -> int:
         verdicts.append((name, verdict))
     if args.markdown:  # written first: an output that cannot be written is said before the verdicts
         _write(args.markdown, _gate_render(verdicts, "markdown", f"Collocation regression gate: {run.run_id}") + "\n")
-    print(_gate_render(verdicts, args.format, f"gate: {run.run_id}"))
+    print(_gate_render(verdicts, args.format, f"gate: {run.run_id}", args.columns))
+    if left:  # below the table, or on stderr where stdout is data
+        print(("\n" if args.format in ("table", "markdown") else "") + report.left_to_ab_line(left, _modes(run, left)),
+              file=sys.stdout if args.format in ("table", "markdown") else sys.stderr)
     return NEGATIVE if any(verdict.failed for _, verdict in verdicts) else OK
 
 
-def _gate_render(verdicts, fmt: str, title: str) -> str:
+def _modes(run, names: list[str]) -> list[str]:
+    return list(dict.fromkeys(run.scenarios[name].mode for name in names))
+
+
+def _gate_render(verdicts, fmt: str, title: str, columns: list[str] | None = None) -> str:
     """The gate's table: a row per scenario, and below a serving scenario's a row per latency judged
     (``report.gate_rows``). JSON: each verdict as saved, the latency ones inside it."""
     from . import report
 
     if fmt == "json":
         return json.dumps([{"scenario": name, **verdict.to_dict()} for name, verdict in verdicts], indent=2)
-    table = _tabular(report.gate_rows([(name, verdict.to_dict()) for name, verdict in verdicts]),
-                     report.GATE_HEADERS, fmt)
-    return {"csv": table, "markdown": f"### {title}\n\n{table}"}.get(fmt, f"{title}\n{table}")
+    entries = [(name if fmt != "table" else short_name(name), verdict.to_dict()) for name, verdict in verdicts]
+    if fmt == "csv":
+        return _tabular(report.gate_rows(entries), report.GATE_HEADERS, fmt)
+    table = report.gate_table(entries, "github" if fmt == "markdown" else "simple", columns)
+    return f"### {title}\n\n{table}" if fmt == "markdown" else f"{title}\n{table}"
 
 
 def cmd_history(args) -> int:
     from . import changepoints, report
-    from .history import short_name
 
     loaded = _history(args.storage)
     try:
@@ -340,6 +406,46 @@ def cmd_history(args) -> int:
     return 0
 
 
+def cmd_forget(args) -> int:
+    """Set saved runs aside (left out of every history, their files kept), list them, or bring them back."""
+    from . import forget, history
+
+    root = args.storage
+    if args.list or not args.runs:
+        listed = forget.read(root)
+        rows = [[key, when, why or "-"] for key, (when, why) in sorted(listed.items())]
+        print(_tabular(rows, ["run", "set aside", "why"], args.format) if rows or args.format == "json"
+              else f"no run set aside under {root}")
+        return OK
+    if args.undo:
+        listed = forget.read(root)
+        keys = []
+        for wanted in args.runs:
+            found = [key for key in listed if wanted in (key, Path(key).stem, Path(key).name.split("_")[0])]
+            if len(found) != 1:
+                raise CommandError(f"{wanted!r} names {len(found)} of the runs set aside under {root}"
+                                   + (f" ({', '.join(found)}): name it by its path" if found else
+                                      ": `pytest-gpucolloc forget --list` shows them"), USAGE)
+            keys += found
+        forget.undo(root, keys)
+        print("back in the history: " + ", ".join(keys))
+        return OK
+    if not root.is_dir():
+        raise CommandError(f"no storage folder {root}: check --storage", NOTHING_TO_READ)
+    loaded = history.load(root)
+    paths: list[Path] = []
+    for wanted in args.runs:
+        files = [run.path for run in loaded.named(wanted)] or [Path(wanted)] * Path(wanted).is_file()
+        if len(files) != 1:
+            raise CommandError(f"{wanted!r} names {len(files)} saved runs under {root}"
+                               + (f" ({', '.join(map(str, files))}): name it by its file" if files else ""), USAGE)
+        paths += files
+    keys = forget.add(root, paths, args.why or "")
+    print("left out of the history (the files are kept; `pytest-gpucolloc forget --undo RUN` brings one back): "
+          + ", ".join(keys))
+    return OK
+
+
 def cmd_ab(args) -> int:
     from . import ab
 
@@ -356,8 +462,8 @@ def cmd_ab(args) -> int:
             ab.check_clean(here)
         ab.check_gpu_idle(pytest_args)
         with ab.sigterm_as_interrupt(), ab.checked_out(arms, here):
-            judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, Path(args.storage).resolve(),
-                                      Path(args.out).resolve(), say=lambda text: print(text, file=sys.stderr))
+            judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, Path(args.out).resolve(),
+                                      say=lambda text: print(text, file=sys.stderr, flush=True))
     except ab.ABError as error:
         raise CommandError(str(error), USAGE) from None
     title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "
@@ -378,7 +484,7 @@ def cmd_ab(args) -> int:
 def cmd_report(args) -> int:
     from . import html_report
 
-    runs = _read_runs(args.runs)
+    runs = _runs(args.runs, args.storage or Path(".benchmarks")) if args.runs or not args.storage else []
     loaded = _history(args.storage) if args.storage else None
     if not any(run.scenarios for run in runs) and loaded is None:
         raise CommandError("no pytest-gpucolloc scenarios in the given runs (name run files, or --storage)",
@@ -401,7 +507,7 @@ def cmd_advise(args) -> int:
         jobs = advisor.parse_jobs(args.jobs)
     except advisor.AdviceError as error:
         raise CommandError(str(error), USAGE) from None
-    runs = _read_runs(args.runs)
+    runs = _runs(args.runs, args.storage)
     try:
         advice = advisor.advise(jobs, runs)
     except advisor.AdviceError as error:
@@ -435,7 +541,7 @@ def _advise_serving(args) -> int:
         budget = advisor.parse_budget(args.p99_within)
     except advisor.AdviceError as error:
         raise CommandError(str(error), USAGE) from None
-    runs = _read_runs(args.runs)
+    runs = _runs(args.runs, args.storage)
     try:
         advice = advisor.serving_advice(runs, budget)
     except advisor.AdviceError as error:
@@ -494,6 +600,18 @@ def _checked(name: str, low: float, high: float, integer: bool = False):
     return check
 
 
+def _columns(names: list[str]):
+    def check(text: str) -> list[str]:
+        from .report import columns
+
+        try:
+            return columns(text, names)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return check
+
+
 def _storage_argument(parser) -> None:
     parser.add_argument("--storage", type=_storage, default=Path(".benchmarks"),
                         help="pytest-benchmark's storage as pytest's --benchmark-storage takes it: a folder or a "
@@ -505,11 +623,12 @@ def _format_argument(parser, default: str = "table", extra: tuple[str, ...] = ()
                         help=f"output: {', '.join(FORMATS)} (default {default})")
 
 
-def _judging_arguments(parser) -> None:
+def _judging_arguments(parser, storage: bool = True) -> None:
     from . import gate
     from .options import MAX_ALPHA, MAX_THRESHOLD, MIN_ALPHA
 
-    _storage_argument(parser)
+    if storage:
+        _storage_argument(parser)
     parser.add_argument("--threshold", type=_checked("--threshold", 0, MAX_THRESHOLD),
                         default=100 * gate.DEFAULT_THRESHOLD,
                         help=f"smallest drop in percent that counts (default {100 * gate.DEFAULT_THRESHOLD:g})")
@@ -563,8 +682,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     gate_cmd = commands.add_parser("gate", help="judge a saved run against the history in the storage "
                                    "(exit 1: a regression; 3: the storage holds no saved runs)")
-    gate_cmd.add_argument("run", help="a pytest-benchmark JSON file of this plugin's scenarios")
+    gate_cmd.add_argument("run", nargs="?", help=RUN_HELP + " (default: the storage's latest run)")
     gate_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file (a CI job summary)")
+    gate_cmd.add_argument("--columns", type=_columns(GATE_COLUMNS), help="the table's columns, comma-separated, "
+                          f"among {','.join(GATE_COLUMNS)} (default all; in a terminal a long reason is numbered and "
+                          "said below the table)")
     _gate_arguments(gate_cmd)
     gate_cmd.set_defaults(run_command=cmd_gate)
 
@@ -573,7 +695,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare_cmd.add_argument("--runs-ids", dest="runs_ids", nargs=2, metavar=("BEFORE", "AFTER"),
                              help="two run ids (file names or their NNNN prefix)")
     compare_cmd.add_argument("--commits", nargs=2, metavar=("BEFORE", "AFTER"),
-                             help="two commits (or prefixes): the runs saved at each")
+                             help="two commits (ids, prefixes or git revisions such as HEAD~1): the runs saved "
+                                  "at each")
     compare_cmd.add_argument("--group-by", help="a machine_info key: driver_version, cuda_driver_version, torch, ...")
     compare_cmd.add_argument("--groups", nargs=2, metavar=("BEFORE", "AFTER"), help="the two values of --group-by")
     _gate_arguments(compare_cmd)
@@ -615,17 +738,30 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no new block once the job would pass this much time (default 60)")
     ab_cmd.add_argument("--ab-alone", action="store_true",
                         help="also measure each job alone in both arms (speedups; the A/B does not need them)")
-    ab_cmd.add_argument("--out", default="gpucolloc-ab", help="each arm's run JSON and log (default gpucolloc-ab)")
+    ab_cmd.add_argument("--out", default="gpucolloc-ab", help="each arm's run JSON, log and saved runs (storage/); "
+                        "never the history's storage: an arm is measured in turns (default gpucolloc-ab)")
     ab_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file")
     ab_cmd.add_argument("--json", help="also write the verdicts and log-ratios as JSON to this file")
-    _judging_arguments(ab_cmd)
+    _judging_arguments(ab_cmd, storage=False)
     ab_cmd.add_argument("pytest_args", nargs=argparse.REMAINDER,
                         help="what each arm's pytest runs, e.g. benchmarks/ -m gpucolloc_quick --gpu-mode=mps")
     ab_cmd.set_defaults(run_command=cmd_ab)
 
+    forget_cmd = commands.add_parser("forget", help="leave saved runs out of the history (gate, compare, history, "
+                                     "plot, --benchmark-compare) without deleting them: a disturbed run, an "
+                                     "experiment; --list shows them, --undo brings one back")
+    forget_cmd.add_argument("runs", nargs="*", metavar="RUN", help="run ids (file names or their NNNN prefix) or "
+                            "files in the storage")
+    forget_cmd.add_argument("--why", help="the reason, kept in the list")
+    forget_cmd.add_argument("--undo", action="store_true", help="bring the named runs back into the history")
+    forget_cmd.add_argument("--list", action="store_true", help="the runs set aside (the default without RUN)")
+    _storage_argument(forget_cmd)
+    _format_argument(forget_cmd)
+    forget_cmd.set_defaults(run_command=cmd_forget)
+
     report_cmd = commands.add_parser("report", help="an HTML page of runs (and the history of a storage) that answers "
                                      "first: the best way to share, a summary table, then figures linked in figures/")
-    report_cmd.add_argument("runs", nargs="*", type=Path, help="pytest-benchmark JSON files of this plugin's scenarios")
+    report_cmd.add_argument("runs", nargs="*", help=RUN_HELP + " (default: the latest run of --storage or .benchmarks)")
     report_cmd.add_argument("--storage", type=_storage, help="also draw the history of this pytest-benchmark storage "
                             "(a folder or a file:// URL)")
     report_cmd.add_argument("--out", default="gpucolloc-report", help="folder for index.html and figures/ "
@@ -636,7 +772,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "which and why (exit 3: nothing measured runs these jobs); or, with "
                                      "--p99-within, which way keeps a service's p99 within a budget while training "
                                      "gets the most (exit 1: no measured way does)")
-    advise_cmd.add_argument("runs", nargs="+", type=Path, help="pytest-benchmark JSON files of this plugin's scenarios")
+    advise_cmd.add_argument("runs", nargs="*", help=RUN_HELP + " (default: the storage's latest run)")
+    _storage_argument(advise_cmd)
     question = advise_cmd.add_mutually_exclusive_group(required=True)
     question.add_argument("--jobs", help="the mix: labels as the summary shows them or workload "
                           "names as Workload takes them, each with *COUNT, e.g. 'resnet26-cifar10/bs128*3,resnet50' "
@@ -657,8 +794,11 @@ def build_parser() -> argparse.ArgumentParser:
     plot.set_defaults(run_command=cmd_plot)
 
     table = commands.add_parser("table", help="table of the scenarios in pytest-benchmark JSON files")
-    table.add_argument("files", nargs="+", type=Path, help="pytest-benchmark JSON files of this plugin's scenarios")
-    _format_argument(table, default="markdown", extra=("text",))  # text: the name "table" had before
+    table.add_argument("files", nargs="*", metavar="run", help=RUN_HELP + " (default: the storage's latest run)")
+    _storage_argument(table)
+    table.add_argument("--columns", type=_columns(TABLE_COLUMNS), help="the table's columns, comma-separated, among "
+                       f"{','.join(TABLE_COLUMNS)} (default all)")
+    _format_argument(table, extra=("text",))  # text: the name "table" had before
     table.set_defaults(run_command=cmd_table)
     return parser
 

@@ -28,7 +28,7 @@ def select(history: History, *, runs: list[str] | None = None, commits: list[str
     if runs:
         if len(runs) != 2:
             raise SelectionError("--runs-ids takes two run ids (file names or their NNNN prefix)")
-        sets = [[r for r in history.runs if r.matches(wanted)] for wanted in runs]
+        sets = [history.named(wanted) for wanted in runs]  # named: an experiment too, asked for
         labels = runs
     elif commits:
         if len(commits) != 2:

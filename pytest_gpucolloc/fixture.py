@@ -346,9 +346,10 @@ class CollocateFixture:
         progress.warn(result.warnings)  # said as soon as known, and in the summary and the record
         benchmark = self.benchmark
         benchmark.extra_info.update(record.write(result, verdict))
-        if self.session.history is not None and self.session.left_to_ab(self.node):  # gated, judged by ab
+        if self.session.left_to_ab(self.node):  # saved saying so, gated or not: no gate judges it against history
             benchmark.extra_info["gate_by"] = "ab"
-            self.session.measured_for_ab.append(self.node.nodeid)
+            if self.session.history is not None:
+                self.session.measured_for_ab.append(self.node.nodeid)
         seconds = measure.seconds_per_sample(result.aggregate_rounds)
         if not benchmark.disabled:
             benchmark_api.record_rounds(benchmark, seconds)

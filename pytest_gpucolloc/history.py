@@ -1,7 +1,8 @@
 """Saved runs, read from pytest-benchmark's file storage (``.benchmarks/<machine>/NNNN_*.json``).
 
 Read-only: files are never modified. A file that cannot be read, or a scenario in it that is not a readable
-record (``record.read``), is reported by name and skipped.
+record (``record.read``), is reported by name and skipped. History holds runs, not experiments: an A/B arm's run
+(``experiment``) and a run the user set aside (``forget.py``) are left out of it, and named.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import machine, record
+from . import forget, machine, record
 from .gate import RunSample, power_cap_share
 
 # What a scenario is judged and followed by: its throughput and, with a serving job, that job's latency at p50 and p99
@@ -42,6 +43,27 @@ class SavedRun:
         if metric == "throughput":
             return sample_of(scenario, self.run_id, self.machine, self.datetime, self.commit)
         return latency_sample_of(scenario, self.run_id, self.machine, self.datetime, self.commit, metric)
+
+
+AB_SAVE_TAG = "ab-"  # the save name ``pytest-gpucolloc ab`` gave its arms: NNNN_ab-<time>-<arm>.json
+
+
+def experiment(run: SavedRun) -> str | None:
+    """Why ``run`` is an experiment, not a run of the history (None: it is an ordinary run). An A/B arm's
+    windows are measured in turns with the other arm (its workers idle half the time): neither a baseline nor a
+    comparison of ordinary runs. Its run says so since 2026-12-03; older arms are known by their save name."""
+    kind = run.machine.get("experiment")
+    if kind:
+        return f"an experiment ({kind}), not a run of the history"
+    if run.run_id.partition("_")[2].startswith(AB_SAVE_TAG):
+        return "an A/B arm's run (saved as ab-...), not a run of the history"
+    return None
+
+
+def why_left_out(root: Path, run: SavedRun, forgotten: dict | None = None) -> str | None:
+    """Why the saved ``run`` under the storage ``root`` is not a run of its history (None: it is): an experiment,
+    or a run the user set aside. ``forgotten``: ``forget.read(root)``, when already read."""
+    return experiment(run) or forget.why(forget.read(root) if forgotten is None else forgotten, root, run.path)
 
 
 def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | None = None, datetime: str = "",
@@ -108,6 +130,7 @@ def short_name(fullname: str) -> str:
 class History:
     runs: list[SavedRun] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # "path: why it was skipped"
+    left_out: list[tuple[SavedRun, str]] = field(default_factory=list)  # experiments and forgotten runs, and why
 
     def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput"
                 ) -> list[RunSample]:
@@ -116,6 +139,11 @@ class History:
 
     def find(self, wanted: str) -> SavedRun | None:
         return next((run for run in self.runs if run.matches(wanted)), None)
+
+    def named(self, wanted: str) -> list[SavedRun]:
+        """The runs ``wanted`` names (a run id or its NNNN number), those left out included: named, they are asked
+        for."""
+        return [run for run in self.runs + [r for r, _ in self.left_out] if run.matches(wanted)]
 
 
 MAX_FILE_BYTES = 256 * 2**20  # a saved run of a few hundred scenarios is a few MB
@@ -157,6 +185,7 @@ def load(root: Path) -> History:
     history = History()
     if not root.exists():
         return history
+    forgotten = forget.read(root)
     for path in sorted(root.rglob("*.json")):
         try:
             run = read_run(path)
@@ -164,7 +193,10 @@ def load(root: Path) -> History:
             history.problems.append(f"{path}: skipped ({type(error).__name__}: {str(error)[:120]})")
             continue
         history.problems += run.problems
-        if run.scenarios:
+        why = why_left_out(root, run, forgotten)
+        if run.scenarios and why:
+            history.left_out.append((run, why))
+        elif run.scenarios:
             history.runs.append(run)
     history.runs.sort(key=lambda r: r.datetime)
     return history

@@ -223,7 +223,8 @@ OPTIONS = [
     Option("mig_checkpoint_dir", "where the MIG layout found before reconfiguring is kept until restored "
            "(default ~/.cache/pytest-gpucolloc)", _path("--mig-checkpoint-dir"), ""),
     Option("colloc_gate", "regression gate: compare each scenario with its saved history (benchmark storage) and "
-           "fail the run on a throughput regression", parse_flag, "false", flag=True),
+           "fail the run on a throughput regression; the run is saved there (as --benchmark-autosave) unless it "
+           "names its own --benchmark-save", parse_flag, "false", flag=True),
     Option("colloc_gate_threshold", "smallest throughput drop, in percent, that counts as a regression "
            f"(default {100 * gate.DEFAULT_THRESHOLD:g}; per scenario: @pytest.mark.gpucolloc_gate(threshold=5))",
            number_option("--colloc-gate-threshold", 0, MAX_THRESHOLD), f"{100 * gate.DEFAULT_THRESHOLD:g}"),

@@ -42,6 +42,8 @@ def pytest_configure(config):
     session = CollocSession(config, options)
     config.stash[session_key] = session
     config.pluginmanager.register(session, "gpucolloc-session")
+    session.save_when_gated()
+    session.compare_with_history()
 
 
 @pytest.hookimpl(tryfirst=True)

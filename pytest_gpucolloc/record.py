@@ -31,8 +31,9 @@ read only the ``ScenarioRecord`` it returns.
                          measurement taken once in the session: "alone" for sequential scenarios and one job under
                          naive, "mps" for one mps-partitioned client; its fixed_cost_s and wall_s are 0)
     gate                 the gate's verdict when the run was gated, else absent
-    gate_by              "ab" when a gated run measured the scenario but left judging it to paired A/B
-                         (gpucolloc_gate(by="ab")), else absent
+    gate_by              "ab" when the scenario's marker leaves judging it to paired A/B (gpucolloc_gate(by="ab")):
+                         measured and saved, never judged against history (the pytest gate and ``gate`` alike);
+                         else absent. Before 2026-12-03 only gated runs carried it
     serving              a scenario with a serving job (Workload(..., rate=...)): its request latencies over the whole
                          measurement (p50_ms, p90_ms, p99_ms, p999_ms, max_ms, requests, round_p50/p90/p99_ms,
                          the encoded HDR histogram), offered_rps and achieved_rps, backlog per round and unserved at
@@ -127,6 +128,7 @@ class ScenarioRecord:
     measurement: dict = field(default_factory=dict)  # fixed_cost_s, rounds, stopped (absent before 2026-12-01)
     warnings: tuple[str, ...] = ()  # what makes its numbers doubtful (absent before 2026-12-03)
     serving: dict | None = None  # a serving job's latencies beside training neighbours (absent before 2026-12-03)
+    gate_by: str | None = None  # "ab": judged by paired A/B, never against history
 
     @property
     def verdict(self) -> str | None:
@@ -429,7 +431,7 @@ def read_run_fields(data: dict) -> tuple[str, str | None, dict]:
     identity = machine_info.get("gpucolloc") if isinstance(machine_info.get("gpucolloc"), dict) else {}
     if too_deep(identity):
         raise RecordError(f"machine_info is nested more than {MAX_DEPTH} lists or objects deep")
-    checks = {"gpu_name": _text, "gpu_uuid": _text, "driver_version": _text, "device": _text,
+    checks = {"gpu_name": _text, "gpu_uuid": _text, "driver_version": _text, "device": _text, "experiment": _text,
               "gpu_memory_total_bytes": _count, **{key: _scalar for key in BOUNDING}}
     return when, commit, _object(checks)(identity, "machine_info.gpucolloc")
 
@@ -544,4 +546,5 @@ def read(info: Any) -> ScenarioRecord:
         measurement=checked["measurement"] or {},
         warnings=tuple(checked["warnings"] or ()),
         serving=checked["serving"],
+        gate_by=checked["gate_by"],
     )

@@ -147,11 +147,47 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
-def table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple", sources: list[str] | None = None) -> str:
-    """The summary table; ``sources`` (one per entry) adds a first column saying which run each row is from."""
+PER_WORKER = [HEADERS.index(name) for name in ("per-worker samples/s", "SM activity", "mem/worker GB", "data wait")]
+
+
+def _span(cell: str) -> str:
+    """A terminal's per-worker list of more than three values: its lowest and highest, and how many
+    (``1,201 .. 1,250 (7)``); Markdown, CSV and JSON keep every value."""
+    values = cell.split(", ")
+    if len(values) <= 3:
+        return cell
+    try:
+        ordered = sorted(values, key=lambda value: float(value.replace(",", "").rstrip("%")))
+    except ValueError:  # "-" among them
+        return cell
+    return f"{ordered[0]} .. {ordered[-1]} ({len(values)})"
+
+
+COLUMNS = ["scenario", "mode", "workers", "per-worker", "aggregate", "cv", "speedup", "efficiency", "sm", "memory",
+           "data-wait", "energy", "rounds", "start-up", "flags"]  # --columns' names of HEADERS, in order
+
+
+def columns(text: str, names: list[str]) -> list[str]:
+    """``--columns`` as pytest-benchmark's ``--benchmark-columns`` takes it: names, comma-separated."""
+    chosen = [name.strip() for name in text.split(",") if name.strip()]
+    if not chosen or any(name not in names for name in chosen):
+        raise ValueError(f"--columns takes names among {','.join(names)}, got {text!r}")
+    return chosen
+
+
+def table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple", sources: list[str] | None = None,
+          shown: list[str] | None = None) -> str:
+    """The summary table; ``sources`` (one per entry) adds a first column saying which run each row is from;
+    ``shown``: the columns (``COLUMNS``' names). In a terminal (``simple``) per-worker lists of many workers are
+    shortened to their range."""
     body, headers = rows(entries), HEADERS
+    if fmt == "simple":
+        body = [[_span(cell) if index in PER_WORKER else cell for index, cell in enumerate(row)] for row in body]
+    if shown:
+        keep = [COLUMNS.index(name) for name in shown]
+        body, headers = [[row[i] for i in keep] for row in body], [HEADERS[i] for i in keep]
     if sources is not None:
-        body, headers = [[source, *row] for source, row in zip(sources, body)], ["run", *HEADERS]
+        body, headers = [[source, *row] for source, row in zip(sources, body)], ["run", *headers]
     return tabulate(body, headers=headers, tablefmt=fmt, disable_numparse=True)
 
 
@@ -191,8 +227,40 @@ def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
     return table
 
 
-def gate_table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple") -> str:
-    return tabulate(gate_rows(verdicts), headers=GATE_HEADERS, tablefmt=fmt, disable_numparse=True)
+def left_to_ab_line(nodeids: list[str], modes: Iterable[str]) -> str:
+    """What a gate (pytest's or ``gate``) measured but left to paired A/B, and the command that judges it."""
+    names = ", ".join(nodeid.split("::")[-1] for nodeid in nodeids)
+    tests = " ".join(dict.fromkeys(nodeid.split("[")[0] for nodeid in nodeids))
+    mode = f" --gpu-mode={','.join(modes)}" if modes else ""
+    return (f"left to paired A/B (gpucolloc_gate(by=\"ab\")), measured and saved but not judged against history: "
+            f"{names} (marked too noisy between runs for a history gate); judge a change from the rootdir "
+            f"with `pytest-gpucolloc ab --baseline HEAD~1 --candidate HEAD -- {tests}{mode}`")
+
+
+GATE_COLUMNS = ["scenario", "verdict", "baseline", "current", "change", "interval", "detectable", "runs", "noise",
+                "lever", "why"]  # --columns' names of GATE_HEADERS, in order
+TERMINAL_HEADERS = ["scenario", "verdict", "baseline", "current", "change", "interval", "detectable", "runs",
+                    "noise (dominant)", "lever", "why"]  # GATE_HEADERS in a terminal; throughput in samples/s
+WIDE = 40  # a terminal's cell longer than this is numbered, and said in full below the table
+
+
+def gate_table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple", columns: list[str] | None = None) -> str:
+    """The verdicts' table. On a terminal (``simple``) every cell stays short: a longer one (a reason, a lever) is
+    numbered and said in full below the table, with its scenario and verdict; Markdown keeps it in the cell."""
+    body = gate_rows(verdicts)
+    notes: list[str] = []
+    if fmt == "simple":
+        for row in body:
+            row[GATE_COLUMNS.index("noise")] = row[GATE_COLUMNS.index("noise")].split(", ")[0]  # the dominant level
+            for index in (GATE_COLUMNS.index("lever"), GATE_COLUMNS.index("why")):
+                if len(row[index]) > WIDE:
+                    notes.append(f"[{len(notes) + 1}] {row[0]} {row[1]}: {GATE_HEADERS[index]}: {row[index]}")
+                    row[index] = f"[{len(notes)}]"
+    keep = [GATE_COLUMNS.index(name) for name in columns or GATE_COLUMNS]
+    headers = GATE_HEADERS if fmt != "simple" else TERMINAL_HEADERS  # a terminal's: short
+    table = tabulate([[row[i] for i in keep] for row in body], headers=[headers[i] for i in keep],
+                     tablefmt=fmt, disable_numparse=True)
+    return "\n".join([table, *notes])
 
 
 @dataclass

@@ -17,6 +17,7 @@ from . import (
     benchmark_api,
     distributed,
     forkserver,
+    interleave,
     machine,
     process_marks,
     progress,
@@ -100,6 +101,7 @@ class CollocSession:
         self._previous_sigterm: Callable | int | None = None
         self.invited = False  # a gpucolloc option was given, or a collected test uses the plugin
         self.deselected_full = 0  # scenarios of the full matrix left out (no --colloc-full)
+        self.autosaved = False  # --colloc-gate turned on --benchmark-autosave
 
     # --- set-up and tear-down (called from plugin.py) ------------------------------------------------
     def invite(self, before_running: bool = True) -> None:
@@ -129,6 +131,31 @@ class CollocSession:
             self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
         except ValueError:  # not the main thread
             pass
+
+    def save_when_gated(self) -> None:
+        """A gated run is saved (as ``--benchmark-autosave``): the gate judges against saved runs, so a user's first
+        gated runs are the history of the next ones. Called before pytest-benchmark reads its options."""
+        if self.options.colloc_gate and self.xdist_index is None:
+            self.autosaved = benchmark_api.autosave(self.config)
+
+    def compare_with_history(self) -> None:
+        """``--benchmark-compare`` without a run compares with pytest-benchmark's latest saved run: not an A/B arm's
+        or a run set aside (``history.why_left_out``), but the latest run of the history. Called before
+        pytest-benchmark reads the option."""
+        config = self.config
+        root = benchmark_api.storage_path(config.getoption("benchmark_storage", None))
+        if config.getoption("benchmark_compare", None) is not True or root is None:
+            return
+        from . import history
+
+        for path in reversed(benchmark_api.latest_saved(root)):
+            try:
+                left_out = history.why_left_out(root, history.read_run(path))
+            except (OSError, ValueError):
+                left_out = None  # not this plugin's to judge: pytest-benchmark reads it as it would
+            if not left_out:
+                config.option.benchmark_compare = str(path)
+                return
 
     def _check_usage(self) -> None:
         config = self.config
@@ -325,6 +352,10 @@ class CollocSession:
             lines.append(self._machine_warmup_line())
         except DeviceUnavailable:
             pass
+        if self.autosaved:
+            lines.append(f"gpucolloc: --colloc-gate saves this run into "
+                         f"{benchmark_api.storage_path(config.getoption('benchmark_storage', None))} as "
+                         "--benchmark-autosave does: the next gated runs judge against it")
         if self.stale_removed:
             lines.append(f"gpucolloc: removed {len(self.stale_removed)} directories (and their MPS daemons) left "
                          f"by killed runs: {', '.join(self.stale_removed)}")
@@ -389,7 +420,7 @@ class CollocSession:
         for entry in entries:
             benchmark_api.add_to_session(node.config, entry)
             self.forwarded.append((entry["name"], entry["extra_info"]))
-            if entry["extra_info"].get("gate_by") == "ab":
+            if entry["extra_info"].get("gate_by") == "ab" and self.history is not None:
                 self.measured_for_ab.append(entry["fullname"])
             if entry["extra_info"].get("gate"):
                 from . import gate  # a gated run: its worker loaded it already
@@ -408,6 +439,13 @@ class CollocSession:
         failed = self.save_problems or any(v.failed for _, v in self.verdicts)
         if failed and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        elif self.nothing_gated() and session.exitstatus == 0:  # a gate that judged nothing has not passed
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+
+    def nothing_gated(self) -> bool:
+        """A gated run (xdist: its controller) that judged no scenario: everything skipped (no GPU), deselected
+        or left to paired A/B. Its exit code is pytest's 5, as for a run that collected nothing: not a pass."""
+        return self.history is not None and self.xdist_index is None and not self.verdicts
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_benchmark_update_machine_info(self, config, machine_info):
@@ -415,6 +453,9 @@ class CollocSession:
             return
         ready = self.results[0][1].workers[0].ready if self.results else None
         machine_info["gpucolloc"] = machine.identity(self.device().gpu, dataclasses.asdict(ready) if ready else None)
+        arm = os.environ.get(interleave.ARM_ENV)
+        if arm:  # what kind of run this is: an A/B arm's is never a run of the history (``history.experiment``)
+            machine_info["gpucolloc"]["experiment"] = f"the {arm} arm of a paired A/B"
 
     @pytest.hookimpl(optionalhook=True, wrapper=True)
     def pytest_benchmark_compare_machine_info(self, config, benchmarksession, machine_info, compared_benchmark):
@@ -497,7 +538,11 @@ class CollocSession:
 
     def _gate_summary(self, terminalreporter) -> None:
         regressed = [name for name, v in self.verdicts if v.failed]
-        terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(self.verdicts)}")
+        if self.nothing_gated():
+            terminalreporter.write_sep("!", "gpucolloc gate: no scenario judged, exit code 5: the gate did not pass",
+                                       red=True)
+        else:
+            terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(self.verdicts)}")
         for line in self._unjudged_lines():
             terminalreporter.write_line(line)
         for problem in self.history.problems if self.history else []:
@@ -520,12 +565,7 @@ class CollocSession:
         return "no scenario was judged against history" + (f": {', '.join(why)}" if why else "")
 
     def _left_to_ab_line(self) -> str:
-        names = ", ".join(nodeid.split("::")[-1] for nodeid in self.measured_for_ab)
-        tests = " ".join(dict.fromkeys(nodeid.split("[")[0] for nodeid in self.measured_for_ab))
-        mode = f" --gpu-mode={','.join(self.options.gpu_mode)}" if self.options.gpu_mode else ""
-        return (f"left to paired A/B (gpucolloc_gate(by=\"ab\")), measured and saved but not judged against history: "
-                f"{names} (marked too noisy between runs for a history gate); judge a change from the rootdir "
-                f"with `pytest-gpucolloc ab --baseline HEAD~1 --candidate HEAD -- {tests}{mode}`")
+        return report.left_to_ab_line(self.measured_for_ab, self.options.gpu_mode or ())
 
     def _shown_verdicts(self) -> list[tuple[str, dict]]:
         return [(name, verdict.to_dict()) for name, verdict in self.verdicts]  # as saved, so as ``compare`` shows

@@ -2,6 +2,7 @@
 process on the CPU, alternating; bad input refused before anything runs; the working tree never touched."""
 import json
 import math
+import re
 import subprocess
 import sys
 import venv
@@ -71,7 +72,7 @@ def test_a_slower_revision_is_regressed_and_the_tree_is_left_as_it_was(repo, tmp
     report = tmp_path / "ab.json"
     code = cli.main(["ab", "--baseline", "HEAD~1", "--candidate", "HEAD", "--threshold", "10", "--alpha", "0.05",
                      "--ab-pairs", "3", "--ab-window-seconds", "0.2", "--ab-max-blocks", "3",
-                     "--out", str(tmp_path / "arms"), "--storage", str(tmp_path / "storage"), "--json", str(report),
+                     "--out", str(tmp_path / "arms"), "--json", str(report),
                      *ARGS])
     out = capsys.readouterr()
     assert code == 1, out.out + out.err
@@ -81,9 +82,19 @@ def test_a_slower_revision_is_regressed_and_the_tree_is_left_as_it_was(repo, tmp
     assert same["verdict"] != "regressed" and abs(same["change"]) < 0.1
     # three blocks of fresh processes (an answer is not taken from fewer), three pairs of windows each
     assert slowed["blocks"] == same["blocks"] == 3 and slowed["pairs"] == len(slowed["log_ratios"]) == 9
-    # each arm is one pytest session, saved once, its scenarios holding every window it measured
-    saved = sorted(p.name for p in (tmp_path / "storage").rglob("*.json"))
-    assert len(saved) == 2 and any(n.endswith("-baseline.json") for n in saved), saved
+    # each arm is one pytest session, saved once into the A/B's own folder (never the project's history), its run
+    # saying what it is, its scenarios holding every window it measured
+    saved = sorted((tmp_path / "arms" / "storage").rglob("*.json"), key=lambda path: path.name.split("-")[-1])
+    assert len(saved) == 2 and saved[0].name.endswith("-baseline.json"), saved
+    assert json.loads(saved[0].read_text())["machine_info"]["gpucolloc"]["experiment"] == \
+        "the baseline arm of a paired A/B"
+    assert not (repo / ".benchmarks").exists()
+    # progress as it runs: where the logs are, then each block's running verdict and the time spent
+    assert f"A/B: each arm's pytest writes to {tmp_path / 'arms' / 'baseline.log'} (baseline)" in out.err
+    assert re.search(r"test_tiny\[cpu-naive\]: block 1: both arms warming up \(\d+\.\d of the A/B's 60 minutes\)",
+                     out.err), out.err
+    assert re.search(r"test_tiny\[cpu-naive\]: block 3 done: throughput -\d+\.\d% \[-\d+\.\d%, -\d+\.\d%\] regressed "
+                     r"so far; \d+ s of its 5 minutes, \d\.\d of the A/B's 60 minutes", out.err), out.err
     arm = json.loads((tmp_path / "arms" / "candidate.json").read_text())
     rounds = {b["name"]: len(b["stats"]["data"]) for b in arm["benchmarks"]}
     assert rounds == {"test_tiny[cpu-naive]": 9, "test_same[cpu-naive]": 9}, rounds
@@ -134,8 +145,7 @@ def test_arms_on_different_machines_are_named():
 
 def test_a_scenario_budget_too_small_for_the_blocks_asked_for_says_so(repo, tmp_path, capsys):
     code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--ab-pairs", "2", "--ab-window-seconds",
-                     "0.2", "--ab-scenario-minutes", "0.01", "--out", str(tmp_path / "arms"), "--storage",
-                     str(tmp_path / "storage"), "--json", str(tmp_path / "ab.json"), *ARGS, "-k", "test_same"])
+                     "0.2", "--ab-scenario-minutes", "0.01", "--out", str(tmp_path / "arms"), "--json", str(tmp_path / "ab.json"), *ARGS, "-k", "test_same"])
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
     assert "test_same[cpu-naive]: no more blocks within the budget (1 so far" in out.err
@@ -146,7 +156,7 @@ def test_a_scenario_budget_too_small_for_the_blocks_asked_for_says_so(repo, tmp_
 
 def test_scenarios_after_the_jobs_budget_is_spent_are_skipped_saying_why(repo, tmp_path, capsys):
     code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--ab-budget-minutes", "0.001",
-                     "--out", str(tmp_path / "arms"), "--storage", str(tmp_path / "storage"), *ARGS])
+                     "--out", str(tmp_path / "arms"), *ARGS])
     err = capsys.readouterr().err
     assert code == 2 and "no scenario was measured in both arms" in err, err
     assert "not started, the job's budget was spent (no verdict): test_scenario.py::test_tiny[cpu-naive]" in err
@@ -184,7 +194,7 @@ def test_a_scenario_only_the_candidate_has_leaves_the_next_one_paired(repo, tmp_
     git(repo, "commit", "-qam", "extra")
     code = cli.main(["ab", "--baseline", "HEAD~1", "--candidate", "HEAD", "--threshold", "50", "--ab-min-blocks", "2",
                      "--ab-max-blocks", "2", "--ab-pairs", "1", "--ab-window-seconds", "0.1", "--out",
-                     str(tmp_path / "arms"), "--storage", str(tmp_path / "storage"), "--json", str(tmp_path / "ab.json"),
+                     str(tmp_path / "arms"), "--json", str(tmp_path / "ab.json"),
                      *ARGS, "-k", "not tiny"])
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
@@ -207,7 +217,7 @@ def test_sigterm_of_ab_stops_both_arms_and_leaves_no_worktree(repo, tmp_path):
     import time
 
     command = [sys.executable, "-m", "pytest_gpucolloc.cli", "ab", "--baseline", "HEAD~1", "--candidate", "HEAD",
-               "--out", str(tmp_path / "arms"), "--storage", str(tmp_path / "storage"), *ARGS]
+               "--out", str(tmp_path / "arms"), *ARGS]
     controller = subprocess.Popen(command, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and git(repo, "worktree", "list").count("\n") < 2:

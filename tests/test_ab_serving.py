@@ -52,7 +52,7 @@ def ab(tmp_path, baseline, candidate, ab_args, *pytest_args):
     """The A/B's exit code, and its judgements by scenario and metric."""
     report = tmp_path / "ab.json"
     code = cli.main([*AB, *ab_args, "--baseline", baseline, "--candidate", candidate, "--out", str(tmp_path / "arms"),
-                     "--storage", str(tmp_path / "storage"), "--json", str(report), *ARGS, *pytest_args])
+                     "--json", str(report), *ARGS, *pytest_args])
     judged = {(j["scenario"], j["metric"]): j for j in json.loads(report.read_text())["judgements"]}
     return code, judged
 

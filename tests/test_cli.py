@@ -199,3 +199,68 @@ def test_a_reader_that_stops_early_ends_the_command_quietly():
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=60) == cli.PIPE_CLOSED
     assert stderr == ""
+
+
+def test_every_command_names_runs_alike_and_defaults_to_the_latest(tmp_path, capsys, monkeypatch):
+    """A run is a file, or its id or NNNN number in --storage, for gate, table and advise alike; none named: the
+    storage's latest run. compare --commits takes git revisions. table prints a table, as every command does."""
+    storage = tmp_path / "storage"
+    ids = save_runs(storage, [1000.0] * 4)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, "gate", "0004", "--storage", storage)
+    assert code == 0 and out.startswith(f"gate: {ids[3]}"), out + err
+    assert run_cli(capsys, "gate", "--storage", storage)[1].startswith(f"gate: {ids[3]}")  # the latest
+    assert run_cli(capsys, "gate", "--storage", storage, "0009")[0] == 2
+    code, out, err = run_cli(capsys, "table", "0002", "--storage", storage)
+    assert code == 0 and out.splitlines()[1].startswith("----"), out  # a plain table, not Markdown
+    code, latest, _ = run_cli(capsys, "table", "--storage", storage, "--format", "json")
+    code, by_file, _ = run_cli(capsys, "table", storage / "Linux-CPython-3.12-64bit" / f"{ids[3]}.json",
+                               "--format", "json")
+    assert code == 0 and json.loads(latest) == json.loads(by_file)
+    # commits as git names them: the saved runs' commit ids are the repository's
+    git = ["git", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    shas = []
+    for message in ("one", "two"):
+        subprocess.run([*git, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q",
+                        "--allow-empty", "-m", message], check=True)
+        shas.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
+    for path, sha in zip(sorted(storage.rglob("*.json")), [shas[0]] * 2 + [shas[1]] * 2):
+        data = json.loads(path.read_text())
+        data["commit_info"]["id"] = sha
+        path.write_text(json.dumps(data))
+    code, out, err = run_cli(capsys, "compare", "--commits", "HEAD~1", "HEAD", "--storage", storage)
+    assert code == 0 and f"vs {shas[0]} (2 vs 2 runs)" in out, out + err
+
+
+def test_a_gate_table_fits_a_terminal_and_takes_columns(tmp_path, capsys):
+    """Long reasons are numbered in the terminal's table and said in full below it (Markdown keeps them in the
+    cell); --columns picks the columns as pytest-benchmark's --benchmark-columns does."""
+    storage = tmp_path / "storage"
+    ids = save_runs(storage, [1000.0] * 5 + [900.0])
+    run = storage / "Linux-CPython-3.12-64bit" / f"{ids[-1]}.json"
+    code, out, err = run_cli(capsys, "gate", run, "--storage", storage)
+    assert code == 1, out + err
+    table = "\n".join(out.splitlines()[:4])
+    assert max(map(len, table.splitlines())) <= 170, out  # was 320 columns: every reason in its cell
+    assert "[1]" in table and "beyond the baseline's run-to-run spread" not in table
+    assert "regressed: why: " in out and "beyond the baseline's run-to-run spread" in out
+    code, out, err = run_cli(capsys, "gate", run, "--storage", storage, "--columns", "scenario,verdict,change")
+    assert out.splitlines()[1].split() == ["scenario", "verdict", "change"], out
+    code, out, err = run_cli(capsys, "gate", run, "--storage", storage, "--format", "markdown")
+    assert "[1]" not in out and "beyond the baseline's run-to-run spread" in out
+    code, out, err = run_cli(capsys, "gate", run, "--storage", storage, "--columns", "scenario,nope")
+    assert code == 2 and "--columns takes names among scenario,verdict," in err
+
+
+def test_a_summary_table_shortens_many_workers_and_takes_columns(capsys):
+    run = DATA / "gpu-tests-h200-a" / "paper.json"  # seven workers of one job in a row
+    code, out, _ = run_cli(capsys, "table", run)
+    row = next(line for line in out.splitlines() if line.startswith("test_resnet26_cifar10[mps-7-32]"))
+    assert " .. " in row and "(7)" in row, row  # the per-worker range, not seven numbers
+    code, out, _ = run_cli(capsys, "table", run, "--format", "json")
+    row = next(r for r in json.loads(out) if r["scenario"] == "test_resnet26_cifar10[mps-7-32]")
+    assert row["per-worker samples/s"].count(", ") == 6  # JSON keeps every value
+    code, out, _ = run_cli(capsys, "table", run, "--columns", "scenario,speedup,flags")
+    assert out.splitlines()[0].split() == ["scenario", "speedup", "flags"] and max(map(len, out.splitlines())) < 80
+    assert run_cli(capsys, "table", run, "--columns", "bogus")[0] == 2

@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from test_cli import run_cli
+
 FAST = ["--colloc-rounds=2", "--colloc-round-seconds=0.2", "--colloc-warmup-seconds=0.1", "-p", "no:cacheprovider"]
 
 TINY = '''
@@ -311,6 +313,43 @@ def test_gate_fails_the_run_on_an_injected_slowdown(pytester, suite):
     assert "| regressed |" in (pytester.path / "gate.md").read_text().replace("  ", " ")
 
 
+def test_a_gated_run_is_saved_without_autosave_so_the_next_one_has_history(pytester, suite):
+    """A user's own project has no conftest that autosaves: --colloc-gate saves the run itself, says where, and the
+    next gated run finds it."""
+    suite()
+    gated = ["--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", "-k", "naive-1", *FAST]
+    first = pytester.runpytest(*gated)
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["gpucolloc: --colloc-gate saves this run into .benchmarks as --benchmark-autosave "
+                                "does*"])
+    (saved,) = (pytester.path / ".benchmarks").rglob("0001_*.json")
+    assert json.loads(saved.read_text())["benchmarks"][0]["name"] == "test_tiny[cpu-naive-1]"
+    assert pytester.runpytest(*gated, "--benchmark-save=mine").ret == 0  # its own name, saved once
+    assert len(list((pytester.path / ".benchmarks").rglob("*.json"))) == 2
+    assert len(list((pytester.path / ".benchmarks").rglob("0002_mine.json"))) == 1
+    assert pytester.runpytest(*gated, "--benchmark-disable").ret == 0  # records nothing: nothing saved
+    assert len(list((pytester.path / ".benchmarks").rglob("*.json"))) == 2
+
+
+def test_a_gate_that_judged_nothing_does_not_pass(pytester):
+    """Every scenario skipped (here: it needs a GPU, as on a runner whose driver broke): the gated run says so in red
+    and exits 5, not 0 with "0 regressed of 0"."""
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_gpu_only='''
+import pytest
+@pytest.mark.gpucolloc_gpu
+def test_x(collocate):
+    collocate(["tiny_workload:factory"])
+''')
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", *FAST)
+    result.assert_outcomes(skipped=1)
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines(["*gpucolloc gate: no scenario judged, exit code 5: the gate did not pass*",
+                                 "no scenario was judged against history: 1 skipped (test_x?cpu-naive?: needs an "
+                                 "NVIDIA GPU*"])
+    assert "0 regressed of 0" not in result.stdout.str()
+
+
 def test_gate_marker_threshold_must_be_a_percentage(pytester, suite):
     pytester.makepyfile(tiny_workload=TINY)
     pytester.makepyfile('''
@@ -324,7 +363,7 @@ def test_x(collocate):
     result.stdout.fnmatch_lines(["*gpucolloc_gate(threshold=...) must be a percentage between 0 and 99, got -5*"])
 
 
-def test_a_scenario_left_to_ab_is_measured_and_saved_but_not_judged(pytester, suite):
+def test_a_scenario_left_to_ab_is_measured_and_saved_but_not_judged(pytester, suite, capsys):
     """A launch-bound scenario whose runs differ by more than any useful threshold would be `inconclusive` forever
     under the history gate: gpucolloc_gate(by="ab") says so once, the gated run still measures and saves it (the
     history keeps its level), judges the others, and names it with the ab command that can judge it."""
@@ -358,6 +397,18 @@ def test_broken(collocate):
     assert saved["test_noisy[cpu-naive]"]["gate_by"] == "ab" and "gate_by" not in saved["test_judged[cpu-naive]"]
     assert saved["test_noisy[cpu-naive]"]["aggregate_throughput"] > 0
     assert "test_noisy" in (pytester.path / "gate.md").read_text()
+    # the gate command leaves it to A/B from the same files, as the pytest gate did
+    capsys.readouterr()
+    code, out, err = run_cli(capsys, "gate", pytester.path / "run.json", "--storage", pytester.path / ".benchmarks")
+    assert code == 0 and "test_judged[cpu-naive]" in out and "test_noisy[cpu-naive]  " not in out, out + err
+    assert "left to paired A/B (gpucolloc_gate(by=\"ab\")), measured and saved but not judged against history: " \
+           "test_noisy[cpu-naive]" in out
+    # an ungated run saves it as left to A/B too: no gate judges it, whichever run made it
+    ungated = pytester.runpytest(*[a for a in gated if a != "--colloc-gate"], "-k", "noisy", "--benchmark-json=u.json")
+    assert ungated.ret == 0
+    capsys.readouterr()
+    code, out, err = run_cli(capsys, "gate", pytester.path / "u.json", "--storage", pytester.path / ".benchmarks")
+    assert code == 3 and "u.json: no scenario to judge: left to paired A/B" in err, out + err
 
 
 def test_gate_marker_by_names_who_judges(pytester, suite):

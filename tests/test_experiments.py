@@ -1,0 +1,96 @@
+"""History holds runs, not experiments: an A/B arm's run left in the storage, and a run the user set aside with
+``pytest-gpucolloc forget``, enter no baseline and no comparison unless named; their files are never touched."""
+import json
+import math
+
+from pytest_gpucolloc import history
+from test_benchmark_interop import ARGS, ONE
+from test_cli import run_cli, save_runs
+from test_plugin import TINY
+
+MACHINE = "Linux-CPython-3.12-64bit"
+
+
+def add_ab_arms(root, level: float, commit: str, stamp: str = "05", marked: bool = False) -> list[str]:
+    """Both arms of an A/B saved the way ``ab`` saved them into the user's storage before 2026-12-03 (``marked``:
+    as an arm's run says it now), at ``level``: an arm's workers idle half the time, its windows measure less."""
+    ids = []
+    for arm, number in (("baseline", 6), ("candidate", 7)):
+        data = json.loads((root / MACHINE / "0001_run.json").read_text())
+        data["datetime"] = f"2026-11-20T{stamp}:30:0{number}"
+        data["commit_info"]["id"] = commit
+        if marked:
+            data["machine_info"]["gpucolloc"]["experiment"] = f"the {arm} arm of a paired A/B"
+        for bench in data["benchmarks"]:
+            bench["extra_info"]["aggregate_round_throughputs"] = [level * (1 + 0.001 * i) for i in range(6)]
+        name = f"{number:04d}_{'abtag' if marked else 'ab-20261120T053000'}-{arm}"
+        (root / MACHINE / f"{name}.json").write_text(json.dumps(data))
+        ids.append(name)
+    return ids
+
+
+def test_an_ab_arm_in_the_storage_is_never_a_baseline_nor_a_comparison(tmp_path, capsys):
+    storage = tmp_path / "storage"
+    save_runs(storage, [1000.0] * 5)  # commits 00abcdef .. 04abcdef, unchanged code
+    arms = add_ab_arms(storage, 620.0, "04abcdef")  # an old A/B's arms, under the last commit
+    marked = add_ab_arms(storage, 600.0, "04abcdef", stamp="06", marked=True)
+    loaded = history.load(storage)
+    assert [r.run_id for r in loaded.runs] == [f"{i:04d}_run" for i in range(1, 6)]
+    assert sorted(r.run_id for r, _ in loaded.left_out) == sorted(arms + marked)
+    # the gate of a run made after them judges it against ordinary runs only: unchanged, not -38%
+    save_runs(tmp_path / "later", [1000.0] * 6)
+    latest = tmp_path / "later" / MACHINE / "0006_run.json"
+    code, out, err = run_cli(capsys, "gate", latest, "--storage", storage, "--format", "json", "--min-runs", "3")
+    assert code == 0, out + err
+    assert all(v["verdict"] == "unchanged" and not set(v["baseline_runs"]) & set(arms + marked)
+               for v in json.loads(out)), out
+    assert "4 run(s) left out of the history: 0006_ab-20261120T053000-baseline (an A/B arm's run" in err
+    # an arm's run itself is not gated against ordinary runs
+    code, out, err = run_cli(capsys, "gate", storage / MACHINE / f"{arms[0]}.json", "--storage", storage)
+    assert code == 2 and "an A/B arm's run" in err and "judged by `pytest-gpucolloc ab`" in err
+    code, out, err = run_cli(capsys, "gate", storage / MACHINE / f"{marked[1]}.json", "--storage", storage)
+    assert code == 2 and "the candidate arm of a paired A/B" in err
+    # compare --commits: the commit's ordinary run only; named by id, an arm is compared as asked
+    code, out, err = run_cli(capsys, "compare", "--commits", "03abcdef", "04abcdef", "--storage", storage,
+                             "--format", "json")
+    assert code == 0 and all(abs(row["change"]) < 0.01 for row in json.loads(out)), out
+    code, out, err = run_cli(capsys, "compare", "--runs-ids", "0005_run", arms[1], "--storage", storage,
+                             "--format", "json")
+    assert all(math.isclose(row["change"], -0.38, abs_tol=0.01) for row in json.loads(out)), out
+
+
+def test_forget_leaves_a_run_out_of_the_history_lists_it_and_undo_brings_it_back(tmp_path, capsys):
+    storage = tmp_path / "storage"
+    ids = save_runs(storage, [1000.0, 1000.0, 700.0, 1000.0])  # run 3 was disturbed
+    before = {path: path.read_bytes() for path in storage.rglob("*.json")}
+    code, out, err = run_cli(capsys, "forget", "0003", "--why", "a neighbour's job", "--storage", storage)
+    assert code == 0 and f"{MACHINE}/{ids[2]}.json" in out, out + err
+    assert [r.run_id for r in history.load(storage).runs] == [ids[0], ids[1], ids[3]]
+    code, out, err = run_cli(capsys, "history", "--storage", storage, "--format", "json")
+    assert "0003_run (set aside with `pytest-gpucolloc forget` on " in err and "a neighbour's job" in err
+    assert all(series["runs"] == 3 for series in json.loads(out)["series"]), out
+    code, out, err = run_cli(capsys, "forget", "--list", "--storage", storage, "--format", "json")
+    (listed,) = json.loads(out)
+    assert listed["run"] == f"{MACHINE}/{ids[2]}.json" and listed["why"] == "a neighbour's job"
+    assert {path: path.read_bytes() for path in storage.rglob("*.json")} == before  # no file edited or deleted
+    code, out, err = run_cli(capsys, "forget", "--undo", ids[2], "--storage", storage)
+    assert code == 0 and [r.run_id for r in history.load(storage).runs] == ids
+    assert run_cli(capsys, "forget", "--list", "--storage", storage)[1].startswith("no run set aside")
+    code, out, err = run_cli(capsys, "forget", "0009", "--storage", storage)
+    assert code == 2 and "'0009' names 0 saved runs" in err
+
+
+def test_benchmark_compare_compares_with_the_latest_run_of_the_history(pytester):
+    """``--benchmark-compare`` without a run: pytest-benchmark's latest saved run is an A/B arm's here; the run
+    compared with is the latest ordinary one."""
+    pytester.makepyfile(tiny_workload=TINY, test_scenario=ONE % 0.002)
+    assert pytester.runpytest(*ARGS, "--benchmark-autosave").ret == 0
+    (saved,) = (pytester.path / ".benchmarks").rglob("0001_*.json")
+    data = json.loads(saved.read_text())
+    data["machine_info"]["gpucolloc"]["experiment"] = "the candidate arm of a paired A/B"
+    (saved.parent / "0002_ab-20261203T101010-candidate.json").write_text(json.dumps(data))
+    result = pytester.runpytest(*ARGS, "--benchmark-compare")
+    assert result.ret == 0
+    output = result.stdout.str() + result.stderr.str()
+    assert "Comparing against benchmarks from: .benchmarks/" in output and "0002_ab-" not in output, output
+    assert f"Comparing against benchmarks from: .benchmarks/{saved.parent.name}/{saved.name}" in output

@@ -222,6 +222,7 @@ class Judgement:
     reason: str = ""
     ms: tuple[float, float] | None = None  # a latency's: baseline's and candidate's, medians over the blocks
     saturated: bool = False  # a service's queue grew: its latency is not judged
+    final: bool = False  # inconclusive whatever more blocks say (too few requests a block for this percentile)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("scenario", "metric", "verdict", "pairs", "blocks", "change", "ci",
@@ -326,18 +327,23 @@ def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tu
                                      f"{why}; its latency measured the queue, not the job (lower its rate)")]
     histograms = [tuple(merged(block.get(label, [])) for label in labels) for block in blocks]
     histograms = [pair for pair in histograms if all(h.get_total_count() for h in pair)]
-    fewest = min((h.get_total_count() for pair in histograms for h in pair), default=0)
     judgements = []
     for percentile in serving.JUDGED:
-        if percentile != serving.JUDGED[0] and not serving.resolves(fewest, percentile):
-            if percentile == 99:  # the tail a reader looks for: why it has no verdict
+        # the blocks whose arms both hold requests enough for this percentile (p50: every block)
+        usable = [pair for pair in histograms if percentile == serving.JUDGED[0]
+                  or serving.resolves(min(h.get_total_count() for h in pair), percentile)]
+        if percentile != serving.JUDGED[0] and len(usable) < shift.units_needed(alpha):
+            if percentile == 99:  # the tail a reader looks for: why it has no verdict (more blocks will not help)
+                fewest = min((h.get_total_count() for pair in histograms for h in pair), default=0)
                 judgements.append(Judgement(
-                    scenario=scenario, metric="p99", verdict="inconclusive", pairs=pairs, blocks=len(histograms),
-                    reason=f"{fewest} requests in a block's windows of an arm resolve no p99 "
-                           f"({serving.TAIL_REQUESTS / 0.01:.0f} needed): more --ab-pairs or longer "
-                           "--ab-window-seconds"))
+                    scenario=scenario, metric="p99", verdict="inconclusive", pairs=pairs, blocks=len(usable),
+                    final=True,
+                    reason=f"blocks hold as few as {fewest} requests an arm, too few for p99 in "
+                           f"{len(histograms) - len(usable)} of {len(histograms)} blocks "
+                           f"({serving.TAIL_REQUESTS / (1 - percentile / 100):.0f} needed): more --ab-pairs or "
+                           "longer --ab-window-seconds"))
             continue  # too few requests a block to say anything of this tail (p50 is always said)
-        values = [tuple(h.get_value_at_percentile(percentile) / 1000 for h in pair) for pair in histograms]
+        values = [tuple(h.get_value_at_percentile(percentile) / 1000 for h in pair) for pair in usable]
         ratios = [math.log(c / b) for b, c in values if b > 0 and c > 0]
         found = shift.judge(ratios, threshold, alpha)
         judged = Judgement(scenario=scenario, metric=serving.name(percentile), verdict=found.verdict, pairs=pairs,
@@ -575,18 +581,23 @@ class Coordinator:
             return False
         if len(blocks) < settings.min_blocks:
             return True
-        return any(j.verdict == "inconclusive" and not j.saturated for j in self.judged(test, test))
+        return any(j.verdict == "inconclusive" and not (j.saturated or j.final) for j in self.judged(test, test))
 
 
 def draw_latency(latency: dict[str, list[dict[str, list[dict]]]], labels: tuple[str, str], out: Path, say) -> None:
     """Each serving scenario's latency distribution per arm, every block's requests merged, as latency-TEST.png."""
     from . import latency_plot  # matplotlib loads only where a service was A/B'd
+    from .plots import slug
 
     for test, blocks in latency.items():
         curves = {label: merged([w for block in blocks for w in block.get(label, [])]) for label in labels}
         name = history.short_name(test)
-        path = out / ("latency-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in name) + ".png")
-        latency_plot.save(latency_plot.figure(curves, f"{name}: latency per arm, {len(blocks)} blocks"), path)
+        path = out / f"latency-{slug(test)}.png"
+        try:
+            latency_plot.save(latency_plot.figure(curves, f"{name}: latency per arm, {len(blocks)} blocks"), path)
+        except (OSError, ValueError) as error:  # a picture never costs the verdicts
+            say(f"{name}: the latency picture could not be drawn ({error})")
+            continue
         say(f"{name}: latency distribution per arm in {path}")
 
 
@@ -638,8 +649,7 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
                 process.wait()
         shutil.rmtree(folder, ignore_errors=True)
     if coordinator.latency:  # every block's windows, by arm: the latency pictures and any later replay
-        (out / "latency-windows.json").write_text(json.dumps(
-            {history.short_name(test): blocks for test, blocks in coordinator.latency.items()}))
+        (out / "latency-windows.json").write_text(json.dumps(coordinator.latency))  # by test id
         draw_latency(coordinator.latency, (baseline.label, candidate.label), out, say)
     if coordinator.unpaired:
         say("measured in one arm only (no verdict): " + ", ".join(coordinator.unpaired))
@@ -665,7 +675,8 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
     judgements = []
     for test in coordinator.blocks:
         for judged in coordinator.judged(test, history.short_name(test)):
-            if judged.verdict == "inconclusive" and not judged.saturated and test in coordinator.cut_short:
+            if judged.verdict == "inconclusive" and not (judged.saturated or judged.final) \
+                    and test in coordinator.cut_short:
                 blocks = f"{judged.blocks} block{'s' * (judged.blocks != 1)}"
                 judged.reason = "; ".join(filter(None, [judged.reason, f"a budget stopped it after {blocks}: raise "
                                                        "--ab-scenario-minutes or --ab-budget-minutes"]))
@@ -679,7 +690,10 @@ def in_words(judgements: list[Judgement]) -> list[str]:
     lines = []
     for scenario in dict.fromkeys(j.scenario for j in judgements):
         by = {j.metric: j for j in judgements if j.scenario == scenario}
-        median, tail = by.get("p50"), by.get("p99") or by.get("p90")
+        median = by.get("p50")
+        tails = [by[m] for m in ("p99.9", "p99", "p90") if m in by and by[m].change is not None]
+        # the tail that regressed, else the highest one judged
+        tail = next((t for t in tails if t.verdict == "regressed"), tails[0] if tails else None)
         if median is None or median.change is None:
             continue
         said = f"{median.metric} {median.change:+.1%}"

@@ -1,5 +1,5 @@
-"""Level shifts in saved history: per scenario and per physical GPU, where its throughput (or its serving job's p99
-latency, ``metric="p99"``) moved to a new level and stayed there.
+"""Level shifts in saved history: per scenario and per physical GPU, where its throughput (or a latency of its serving
+job, ``metric="p50"``, ``"p99"``, ``"alone p50"``, ...) moved to a new level and stayed there.
 
 Candidates come from ``ruptures`` (PELT over the runs' mean log throughput, a penalty scaled by the series' own
 run-to-run noise); a candidate is kept only where Welch's t-test between the runs since the previous kept
@@ -21,7 +21,7 @@ DEFAULT_MIN_RUNS = 3
 @dataclass(frozen=True)
 class Point:
     run: SavedRun  # one run of the series
-    log_level: float  # of what the series follows: throughput (samples/s) or p99 latency (ms)
+    log_level: float  # of what the series follows: throughput (samples/s) or a latency (ms)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,13 +32,13 @@ class ChangePoint:
     commit: str | None
     driver: str | None
     datetime: str
-    before: float  # geometric mean of the level before: samples/s, or p99 ms
+    before: float  # geometric mean of the level before: samples/s, or ms of a latency
     after: float
-    change: float  # fraction: + is faster (p99: + is a higher latency)
+    change: float  # fraction: + is faster (a latency: + is higher)
     p_value: float  # Welch's t-test between the two levels, the largest with any one run left out
     runs_before: int
     runs_after: int
-    metric: str = "throughput"  # or "p99"
+    metric: str = "throughput"  # or a latency: "p50", "p90", "p99", "alone p50", "alone p99"
 
     def to_dict(self) -> dict:
         return asdict(self)

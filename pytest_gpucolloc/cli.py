@@ -633,7 +633,8 @@ def _judging_arguments(parser, storage: bool = True) -> None:
                         default=100 * gate.DEFAULT_THRESHOLD,
                         help=f"smallest drop in percent that counts (default {100 * gate.DEFAULT_THRESHOLD:g})")
     parser.add_argument("--alpha", type=_checked("--alpha", MIN_ALPHA, MAX_ALPHA), default=gate.DEFAULT_ALPHA,
-                        help=f"false-alarm rate per scenario (default {gate.DEFAULT_ALPHA:g})")
+                        help="false-alarm rate per judgement: a scenario's throughput, and each latency of its "
+                             f"service (default {gate.DEFAULT_ALPHA:g})")
 
 
 def _gate_arguments(parser) -> None:

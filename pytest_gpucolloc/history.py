@@ -109,7 +109,8 @@ def latency_sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine:
     inverse = [kept for part in sets if (kept := tuple(1 / ms for ms in part if ms is not None and ms > 0))]
     if not inverse:
         return None
-    saturated = (serving.get("why") or "its queue grew") if serving.get("saturated") and not alone else None
+    saturated = (serving.get("why") or "its queue grew") if serving.get("saturated") and not alone \
+        else "its queue grew, alone at the same rate" if alone and serving.get("alone_saturated") else None
     return dataclasses.replace(sample_of(scenario, run_id, run_machine, datetime, commit),
                                rounds=tuple(x for part in inverse for x in part),
                                repeats=tuple(inverse) if len(inverse) > 1 else (), latency=metric, saturated=saturated)

@@ -394,8 +394,8 @@ _SERVING = _object({  # a serving job's numbers (serving.summary; fixture._servi
     "round_p99_ms": _list(_optional(_finite)), "backlog": _list(_count), "unserved": _count, "saturated": _flag,
     "why": _text, "histogram": _text, "workload": _text, "rate_asked": _text, "alone_p50_ms": _finite,
     "alone_p99_ms": _finite, "alone_round_p50_ms": _list(_optional(_finite)),
-    "alone_round_p99_ms": _list(_optional(_finite)), "p99_vs_alone": _finite, "training_jobs": _count,
-    "training_throughput": _finite, "training_kept": _finite})
+    "alone_round_p99_ms": _list(_optional(_finite)), "alone_saturated": _flag, "p99_vs_alone": _finite,
+    "training_jobs": _count, "training_throughput": _finite, "training_kept": _finite})
 _WORKER = {  # field -> check, for the fields a reader uses (None: absent)
     "params": _PARAMS, "throughput": lambda v, what: _finite(v, what, positive=True),
     "round_throughputs": _list(_finite), "cv": _finite, "step_time_median_s": _finite, "step_time_cv": _finite,

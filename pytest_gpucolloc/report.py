@@ -206,7 +206,7 @@ def _noise(noise: dict | None) -> str:
 
 
 def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
-    """A row per verdict (a saved ``Verdict.to_dict()``); below a serving scenario's, a row of its p99 latency (in
+    """A row per verdict (a saved ``Verdict.to_dict()``); below a serving scenario's, a row per latency (in
     ms; its change + is a higher latency, its detectable change a rise)."""
     table = []
     for name, v in verdicts:

@@ -60,9 +60,9 @@ def judge(log_ratios: list[float], threshold: float, alpha: float) -> Shift:
     ordered = sorted(log_ratios)
     median = statistics.median(ordered)
     above, below = sum(d > 0 for d in ordered), sum(d < 0 for d in ordered)
-    signed = above + below  # a unit that did not move at all says nothing either way
-    p_worse = float(stats.binomtest(above, signed, alternative="greater").pvalue) if signed else 1.0
-    p_better = float(stats.binomtest(below, signed, alternative="greater").pvalue) if signed else 1.0
+    # a unit that did not move counts against a change either way: the test and the interval count the same units
+    p_worse = float(stats.binomtest(above, n, alternative="greater").pvalue)
+    p_better = float(stats.binomtest(below, n, alternative="greater").pvalue)
     k = critical_rank(n, alpha)
     low, high = (ordered[k - 1], ordered[-k]) if k else (None, None)
     bound = math.log(1 + threshold)

@@ -154,3 +154,22 @@ def test_a_queue_that_grew_in_either_arm_is_not_judged_on_latency():
     slower = [{"baseline": [window(2.0)], "candidate": [window(900.0, backlog=40)]}] * 3
     judged = latency(slower)["latency"]
     assert judged.verdict == "regressed" and "saturated in 3 of 3 blocks" in judged.reason
+
+
+def test_one_short_block_does_not_hide_the_tail_of_the_others():
+    """Block 1 ended early (150 requests an arm); in the other eleven 2% of the candidate's requests take 40 ms: p99
+    is judged over the blocks that resolve it, and regressed."""
+    blocks = [{"baseline": [window(2.0, requests=150)], "candidate": [window(2.0, requests=150)]}]
+    blocks += [{"baseline": [window(2.0 + 0.001 * i, requests=1000)],
+                "candidate": [window(2.0 + 0.001 * i, requests=1000, stalls=20, stall_ms=40.0)]} for i in range(11)]
+    judged = latency(blocks, threshold=0.02, alpha=0.005)
+    assert judged["p99"].verdict == "regressed" and judged["p99"].blocks == 11, judged["p99"]
+    assert ab_module.in_words(list(judged.values()))[0].startswith("s: only its tail got worse (p99 +")
+
+
+def test_a_p99_without_requests_enough_is_final_and_the_sentence_names_the_p90_that_moved():
+    blocks = [{"baseline": [window(2.0, requests=60)],
+               "candidate": [window(2.0, requests=60, stalls=8, stall_ms=30.0)]} for _ in range(10)]
+    judged = latency(blocks, threshold=0.02, alpha=0.005)
+    assert judged["p90"].verdict == "regressed" and judged["p99"].final and judged["p99"].verdict == "inconclusive"
+    assert "only its tail got worse (p90 +" in ab_module.in_words(list(judged.values()))[0]

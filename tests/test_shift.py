@@ -63,3 +63,10 @@ def test_the_interval_exists_from_eight_blocks_at_alpha_0005():
 def test_a_fall_is_improved_never_regressed():
     found = shift.judge([math.log(0.8)] * 10, THRESHOLD, ALPHA)
     assert found.verdict == "improved" and found.change == pytest.approx(-0.2) and found.above == 0
+
+
+def test_units_that_did_not_move_count_against_a_change():
+    """Four of twelve blocks exactly equal (HDR's 3-digit buckets), eight +10%: not a regression whose interval
+    includes no change."""
+    found = shift.judge([0.0] * 4 + [0.1] * 8, THRESHOLD, ALPHA)
+    assert found.verdict == "inconclusive" and found.ci[0] == 0.0

@@ -144,7 +144,8 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path) -> Path:
     for kind, entries in kinds.items():
         rows = report.summary(entries)
         prefix = f"<b>{_e(kind)}:</b> " if len(kinds) > 1 else ""
-        body.append(f"<p class=answer>{prefix}{_e(report.answer(rows))}</p>")
+        cpu = all(scenario.device == "cpu" for _, scenario in entries)
+        body.append(f"<p class=answer>{prefix}{_e(report.answer(rows, cpu))}</p>")
         if rows:
             tables.append((kind, rows, _warned(entries)))
     regressed = sum(plots.regressed(s) for entries in kinds.values() for _, s in entries)

@@ -315,9 +315,22 @@ def summary(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[SummaryRow]:
     return sorted(found, key=lambda row: (row.mixed, -row.cells[row.best].speedup))
 
 
-def answer(rows: list[SummaryRow]) -> str:
+def answer(rows: list[SummaryRow], cpu: bool = False) -> str:
     """The report's answer in one sentence, from the summary: the mode that shares best most often, with its
-    largest gain, and the single largest gain where another mode made it."""
+    largest gain, and the single largest gain where another mode made it. Of CPU smoke runs it says what they are,
+    and of one measured mode that there was nothing to compare it with."""
+    said = answer_of(rows)
+    modes = {mode for row in rows for mode in row.cells}
+    if len(modes) == 1 and said.startswith("Use "):
+        mode = next(iter(modes))
+        example = max(rows, key=lambda row: row.cells[mode].speedup)
+        said = (f"Only {mode} was measured, so nothing to compare it with (measure other modes with --gpu-mode): "
+                f"{_gain(example, mode)}.")
+    return ("CPU smoke mode (small jobs on the CPU: it checks the suite, not what a GPU does): " + said) if cpu \
+        else said
+
+
+def answer_of(rows: list[SummaryRow]) -> str:
     if not rows:
         return "No collocated scenario with a measured speedup in these runs: nothing to recommend yet."
     top = max(rows, key=lambda row: row.cells[row.best].speedup)

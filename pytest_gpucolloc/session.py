@@ -32,6 +32,7 @@ from .modes.base import ModeOptions, Target
 from .options import MAX_THRESHOLD, Config, DeviceConfig
 from .scenario import ScenarioResult, Settings
 from .scratch import clean_stale_scratch
+from .workloads import SMOKE_SEQ_LEN
 
 # CPU smoke mode: real processes and real training, small enough for a laptop or a CI runner.
 CPU_IMAGE_SIZE = 32
@@ -490,6 +491,10 @@ class CollocSession:
         terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
         device = self.device()
         terminalreporter.write_line(device.reason)
+        if device.gpu is None:  # what a user asked for is not what ran: say so where the numbers are
+            terminalreporter.write_line(
+                f"CPU smoke mode ran smaller jobs than asked: images of {CPU_IMAGE_SIZE} px, batches capped at "
+                f"{CPU_BATCH_CAP}, language models at {SMOKE_SEQ_LEN} tokens; its numbers check the suite, not a GPU")
         terminalreporter.write_line(self.machine_warmup.describe() if self.machine_warmup is not None
                                     else self._machine_warmup_line().removeprefix("gpucolloc: "))
         if device.gpu is None:

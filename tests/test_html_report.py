@@ -45,7 +45,7 @@ def test_the_page_answers_first_and_links_each_figure_once(runs, tmp_path):
     # The answer comes first, per machine kind, computed from the runs: the H200 run's largest speedup under mps.
     best = max(s.speedup for s in read_run(H200_RUN).scenarios.values())
     h200 = next(a for a in _answer(page) if a.startswith("<b>NVIDIA H200, driver 580.159.04:</b>"))
-    assert "Use mps: it shares best in 3 of 3 workloads and mixes" in h200 and f"{best:.1f}x" in h200, h200
+    assert "Only mps was measured, so nothing to compare it with" in h200 and f"{best:.1f}x" in h200, h200
     assert page.index("class=answer") < page.index("<table class=summary") < page.index("<img ")
     summary = page[page.index("<table class=summary"):]
     assert "<th>mps</th>" in summary and f"{best:.2f}x" in summary and "mixes of different jobs" in summary
@@ -72,7 +72,7 @@ def test_a_regression_is_marked_and_runs_without_mixes_have_no_mixed_section(tmp
     page = (out / "index.html").read_text()
     assert "<p class=alert>The gate judged 1 regressed" in page and "<span class=regressed>1 regressed</span>" in page
     assert "Mixed jobs" not in page and "mixes of different jobs" not in page
-    assert "Use mps: it shares best in 2 of 2 workloads" in _answer(page)[0]
+    assert "Only mps was measured, so nothing to compare it with" in _answer(page)[0]
 
 
 def test_a_run_where_sharing_does_not_pay_says_so(tmp_path):
@@ -185,3 +185,17 @@ def test_a_scenarios_run_warnings_are_marked_in_the_summary_and_listed(tmp_path)
     assert cli.main(["report", str(run), "--out", str(out)]) == 0
     page = (out / "index.html").read_text()
     assert "Warnings" not in page and "class=warned" not in page
+
+
+def test_the_answer_of_cpu_smoke_runs_of_one_mode_says_what_they_are():
+    """Naive measured alone on the CPU: no "Use naive: it shares best" as if it had beaten anything."""
+    from collections import Counter
+
+    from pytest_gpucolloc import report
+
+    rows = [report.SummaryRow("resnet26-cifar10/bs4", False, {"naive": report.Cell(2, 1.6, 100.0, 1)}, Counter()),
+            report.SummaryRow("tiny/bs4", False, {"naive": report.Cell(2, 1.4, 50.0, 1)}, Counter())]
+    said = report.answer(rows, cpu=True)
+    assert said == ("CPU smoke mode (small jobs on the CPU: it checks the suite, not what a GPU does): Only naive "
+                    "was measured, so nothing to compare it with (measure other modes with --gpu-mode): 2 "
+                    "resnet26-cifar10/bs4 jobs made 1.6x the throughput of one alone."), said

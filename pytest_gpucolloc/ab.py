@@ -64,9 +64,11 @@ class Arm:
 
 PROBE = ("import json, platform, importlib.metadata as m\n"
          "out = {'python': platform.python_version()}\n"
-         "for name in ('pytest-gpucolloc', 'pytest', 'pytest-benchmark', 'torch'):\n"
+         "for name in ('pytest-gpucolloc', 'pytest', 'pytest-benchmark', 'torch', 'torchvision'):\n"
          "    try:\n        out[name] = m.version(name)\n"
          "    except m.PackageNotFoundError:\n        out[name] = None\n"
+         "try:\n    out['torchvision wants'] = [r for r in m.requires('torchvision') or [] if r.startswith('torch')]\n"
+         "except m.PackageNotFoundError:\n    pass\n"
          "print(json.dumps(out))\n")
 
 
@@ -98,8 +100,28 @@ def probe(python: str, label: str, spec: str) -> dict:
     missing = [name for name in ("pytest-gpucolloc", "pytest", "pytest-benchmark") if not versions.get(name)]
     if missing:
         raise ABError(f"--{label} {spec}: {python} lacks {', '.join(missing)}; install the plugin there "
-                      "(pip install pytest-gpucolloc, or -e this checkout)")
+                      f"({python} -m pip install pytest-gpucolloc, or -e this checkout)")
+    mismatch = _torchvision_mismatch(versions)
+    if mismatch:
+        raise ABError(f"--{label} {spec}: {python} has {mismatch}: its workers would fail to import it; install the "
+                      f"torchvision built for its torch ({python} -m pip install torchvision from the index its torch "
+                      "came from, e.g. --index-url https://download.pytorch.org/whl/cu130)")
     return versions
+
+
+def _torchvision_mismatch(versions: dict) -> str | None:
+    """torchvision names the torch it was built for (``torch==2.11.0``): another torch makes it fail at import."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    torch = versions.get("torch")
+    for text in versions.get("torchvision wants") or []:
+        try:
+            wanted = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if torch and wanted.name == "torch" and not wanted.specifier.contains(torch.split("+")[0], prereleases=True):
+            return f"torch {torch} beside torchvision {versions.get('torchvision')}, which wants torch{wanted.specifier}"
+    return None
 
 
 def resolve(spec: str, label: str, here: Path) -> Arm:

@@ -230,3 +230,14 @@ def test_sigterm_of_ab_stops_both_arms_and_leaves_no_worktree(repo, tmp_path):
     assert git(repo, "worktree", "list").count("\n") == 0, out
     arms = subprocess.run(["pgrep", "-f", str(tmp_path / "arms")], capture_output=True, text=True).stdout.split()
     assert arms == [], f"arm processes left: {arms}"
+
+
+def test_an_environment_whose_torchvision_wants_another_torch_is_refused_with_the_fix():
+    from pytest_gpucolloc import ab as ab_module
+
+    versions = {"torch": "2.12.0+cu130", "torchvision": "0.26.0", "torchvision wants": ["torch==2.11.0"]}
+    assert ab_module._torchvision_mismatch(versions) == \
+        "torch 2.12.0+cu130 beside torchvision 0.26.0, which wants torch==2.11.0"
+    assert ab_module._torchvision_mismatch({**versions, "torch": "2.11.0+cu130"}) is None
+    assert ab_module._torchvision_mismatch({"torch": "2.13.0", "torchvision wants": ["torch (>=2.14.0)"]})
+    assert ab_module._torchvision_mismatch({"torch": "2.13.0"}) is None  # no torchvision: nothing to mismatch

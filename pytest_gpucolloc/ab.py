@@ -120,7 +120,8 @@ def _torchvision_mismatch(versions: dict) -> str | None:
         except InvalidRequirement:
             continue
         if torch and wanted.name == "torch" and not wanted.specifier.contains(torch.split("+")[0], prereleases=True):
-            return f"torch {torch} beside torchvision {versions.get('torchvision')}, which wants torch{wanted.specifier}"
+            return (f"torch {torch} beside torchvision {versions.get('torchvision')}, which wants "
+                    f"torch{wanted.specifier}")
     return None
 
 

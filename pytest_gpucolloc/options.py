@@ -119,6 +119,11 @@ def parse_mig_layout(text: str) -> str | None:
     return text
 
 
+def _names(text: str) -> str | None:
+    """Column names as given (checked against the table's own when the session starts)."""
+    return text.strip() or None
+
+
 def _path(name: str) -> Callable[[str], str | None]:
     def parse(text: str) -> str | None:
         if not text:
@@ -245,6 +250,9 @@ OPTIONS = [
            "0: off)", parse_machine_warmup, "auto"),
     Option("colloc_gate_report", "also write the gate's verdicts as Markdown to this file (CI job summaries)",
            _path("--colloc-gate-report"), ""),
+    Option("colloc_columns", "the summary table's columns, comma-separated (as pytest-benchmark's "
+           "--benchmark-columns), among scenario, mode, workers, per-worker, aggregate, cv, speedup, efficiency, sm, "
+           "memory, data-wait, energy, rounds, start-up, flags (default all)", _names, ""),
     Option("mps_oversubscribe", "allow mps-partitioned shares that add up to more than 100 percent",
            parse_flag, "false", flag=True),
 ]
@@ -314,6 +322,7 @@ class Config:
     colloc_gate_remeasure: int
     colloc_machine_warmup: float | None
     colloc_gate_report: str | None
+    colloc_columns: str | None
     mps_oversubscribe: bool
 
     def for_device(self, on_gpu: bool) -> DeviceConfig:

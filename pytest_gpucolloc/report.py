@@ -167,11 +167,11 @@ COLUMNS = ["scenario", "mode", "workers", "per-worker", "aggregate", "cv", "spee
            "data-wait", "energy", "rounds", "start-up", "flags"]  # --columns' names of HEADERS, in order
 
 
-def columns(text: str, names: list[str]) -> list[str]:
+def columns(text: str, names: list[str], option: str = "--columns") -> list[str]:
     """``--columns`` as pytest-benchmark's ``--benchmark-columns`` takes it: names, comma-separated."""
     chosen = [name.strip() for name in text.split(",") if name.strip()]
     if not chosen or any(name not in names for name in chosen):
-        raise ValueError(f"--columns takes names among {','.join(names)}, got {text!r}")
+        raise ValueError(f"{option} takes names among {','.join(names)}, got {text!r}")
     return chosen
 
 

@@ -167,6 +167,8 @@ class CollocSession:
             if self.options.colloc_device == "cuda":
                 self.device()
             check_cores(self.options.colloc_cpus)
+            if self.options.colloc_columns:
+                report.columns(self.options.colloc_columns, report.COLUMNS, "--colloc-columns")
             if self.xdist_index is not None or not distributed.is_controller_of_workers(config):
                 self.settings()  # device-dependent defaults checked against each other
         except (ValueError, DeviceUnavailable) as exc:
@@ -507,7 +509,9 @@ class CollocSession:
         entries += [(name, record.read(record.write(result, verdict))) for name, result, verdict in self.results]
         entries += [(name, record.read(info)) for name, info in self.forwarded]
         if entries:
-            terminalreporter.write_line(report.table(entries))
+            shown = report.columns(self.options.colloc_columns, report.COLUMNS) if self.options.colloc_columns \
+                else None
+            terminalreporter.write_line(report.table(entries, shown=shown))
         for name, scenario in entries:
             for warning in scenario.warnings:
                 terminalreporter.write_line(f"warning: {name}: {warning}", yellow=True)

@@ -1,0 +1,30 @@
+"""The session summary's columns (``--colloc-columns``, also an ini key): a table that fits a CI log."""
+from tiny_workload import SOURCE as TINY_SOURCE
+
+SCENARIO = """
+import pytest
+from pytest_gpucolloc import Workload
+
+@pytest.mark.gpucolloc_quick
+def test_pair(collocate):
+    collocate([Workload("tiny_workload:factory")] * 2)
+"""
+ARGS = ["--gpu-mode=naive", "--colloc-device=cpu", "--colloc-rounds=2", "--colloc-round-seconds=0.2",
+        "--colloc-warmup-seconds=0.1", "--colloc-alone=off", "-p", "no:cacheprovider"]
+
+
+def test_the_summary_shows_the_columns_asked_for(pytester):
+    pytester.makepyfile(tiny_workload=TINY_SOURCE, test_pair=SCENARIO)
+    result = pytester.runpytest(*ARGS, "--colloc-columns=scenario,mode,aggregate")
+    result.assert_outcomes(passed=1)
+    at = next(i for i, line in enumerate(result.outlines) if line.startswith("scenario ") and "mode" in line)
+    header, row = result.outlines[at], result.outlines[at + 2]
+    assert header.split() == ["scenario", "mode", "aggregate", "samples/s"], header
+    assert row.split()[:2] == ["test_pair[cpu-naive]", "naive"] and len(row) < 60, row
+
+
+def test_a_column_that_does_not_exist_is_refused_before_anything_runs(pytester):
+    pytester.makepyfile(tiny_workload=TINY_SOURCE, test_pair=SCENARIO)
+    result = pytester.runpytest(*ARGS, "--colloc-columns=scenario,throughput")
+    assert result.ret == 4  # usage error
+    result.stderr.fnmatch_lines(["*--colloc-columns takes names among scenario,mode,workers,*got 'scenario,throughput'*"])

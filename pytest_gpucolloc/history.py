@@ -1,17 +1,20 @@
 """Saved runs, read from pytest-benchmark's file storage (``.benchmarks/<machine>/NNNN_*.json``).
 
-Read-only: files are never modified. A file that cannot be read, or a scenario in it that is not a readable
-record (``record.read``), is reported by name and skipped.
+Read-only: saved files are never modified. A file that cannot be read, or a scenario in it that is not a readable
+record (``record.read``), is reported by name and skipped. A storage of ``INDEX_FROM`` files or more keeps what
+was read of each in an index beside them (``index.py``): what the gate and the change points judge (each scenario's
+samples) comes from it, and a run's full records are read from its file only when a table or figure shows them.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Collection
+import math
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import machine, record
+from . import index, machine, record
 from .gate import RunSample, power_cap_share
 
 METRICS = ("throughput", "p99")  # what a scenario is judged and followed by; p99: of its serving job, when it has one
@@ -24,8 +27,12 @@ class SavedRun:
     datetime: str
     commit: str | None
     machine: dict  # machine_info["gpucolloc"]
-    scenarios: dict[str, record.ScenarioRecord]  # benchmark fullname -> this plugin's record
+    scenarios: Mapping[str, record.ScenarioRecord]  # benchmark fullname -> this plugin's record
     problems: list[str] = field(default_factory=list)  # scenarios skipped, and why
+    # (fullname, metric) -> the sample the gate judges, and fullname -> its series' GPU: from the index, else made
+    # from the record when first asked
+    samples: dict[tuple[str, str], RunSample | None] = field(default_factory=dict, repr=False, compare=False)
+    gpus: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def matches(self, wanted: str) -> bool:
         """The run's id, or its NNNN number."""
@@ -33,11 +40,19 @@ class SavedRun:
 
     def sample(self, fullname: str, metric: str = "throughput") -> RunSample | None:
         """The scenario as the gate judges ``metric`` (None: not in this run, or no serving job for p99)."""
-        scenario = self.scenarios.get(fullname)
-        if scenario is None:
-            return None
-        of = p99_sample_of if metric == "p99" else sample_of
-        return of(scenario, self.run_id, self.machine, self.datetime, self.commit)
+        key = (fullname, metric)
+        if key not in self.samples:
+            if fullname not in self.scenarios:
+                return None
+            of = p99_sample_of if metric == "p99" else sample_of
+            self.samples[key] = of(self.scenarios[fullname], self.run_id, self.machine, self.datetime, self.commit)
+        return self.samples[key]
+
+    def gpu(self, fullname: str) -> str:
+        """The physical GPU the scenario ran on (``series_gpu``)."""
+        if fullname not in self.gpus:
+            self.gpus[fullname] = series_gpu(self, self.scenarios[fullname])
+        return self.gpus[fullname]
 
 
 def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | None = None, datetime: str = "",
@@ -147,18 +162,103 @@ def read_run(path: Path) -> SavedRun:
     return SavedRun(path, path.stem, when, commit, identity, scenarios, problems)
 
 
-def load(root: Path) -> History:
+INDEX_FROM = 64  # saved files: fewer are read in well under a second, and leave no index in small storages
+
+
+def load(root: Path, use_index: bool | None = None) -> History:
+    """Every saved run under ``root``, oldest first. ``use_index``: keep and use the storage's index (default:
+    when it holds ``INDEX_FROM`` files or more)."""
     history = History()
     if not root.exists():
         return history
-    for path in sorted(root.rglob("*.json")):
-        try:
-            run = read_run(path)
-        except (OSError, ValueError) as error:  # JSONDecodeError is a ValueError
-            history.problems.append(f"{path}: skipped ({type(error).__name__}: {str(error)[:120]})")
-            continue
-        history.problems += run.problems
-        if run.scenarios:
-            history.runs.append(run)
+    found, history.problems = index.walk(root)
+    with index.opened(root, len(found) >= INDEX_FROM if use_index is None else use_index) as kept:
+        fresh, keep = {}, set()
+        for file in found:
+            size, mtime_ns, stored = kept.known.get(file.key, (None, None, ""))
+            run = None
+            if (size, mtime_ns) == (file.size, file.mtime_ns):
+                try:
+                    run = _indexed(file.path, json.loads(stored))
+                except (ValueError, TypeError, KeyError, AttributeError):  # a row of another shape: never trusted
+                    run = None
+            if run is None:
+                try:
+                    run = read_run(file.path)
+                except (OSError, ValueError) as error:  # JSONDecodeError is a ValueError
+                    history.problems.append(f"{file.path}: skipped ({type(error).__name__}: {str(error)[:120]})")
+                    continue
+                if kept.connection is not None:
+                    fresh[file.key] = (file.size, file.mtime_ns, json.dumps(_summary(run), separators=(",", ":")))
+            keep.add(file.key)
+            history.problems += run.problems
+            if run.scenarios:
+                history.runs.append(run)
+        kept.update(fresh, keep)
+        if kept.problem:
+            history.problems.append(kept.problem)
     history.runs.sort(key=lambda r: r.datetime)
     return history
+
+
+def _summary(run: SavedRun) -> dict:
+    """What the index keeps of a run: its fields, and each scenario's samples and GPU."""
+    def saved(sample: RunSample | None) -> dict | None:
+        return None if sample is None else dataclasses.asdict(sample)
+
+    return {"run_id": run.run_id, "datetime": run.datetime, "commit": run.commit, "machine": run.machine,
+            "problems": run.problems,
+            "scenarios": {name: {"gpu": run.gpu(name), "throughput": saved(run.sample(name)),
+                                 "p99": saved(run.sample(name, "p99"))} for name in run.scenarios}}
+
+
+def _stored_sample(saved: dict | None) -> RunSample | None:
+    if saved is None:
+        return None
+    values = {**saved, "rounds": tuple(saved["rounds"]), "repeats": tuple(tuple(r) for r in saved["repeats"]),
+              "jobs": tuple(saved["jobs"]), "config": dict(saved["config"])}
+    sample = RunSample(**values)
+    numbers = [*sample.rounds, *(x for r in sample.repeats for x in r)]
+    if not sample.rounds or not all(type(x) is float and math.isfinite(x) and x > 0 for x in numbers):
+        raise ValueError("rounds of another shape")
+    return sample
+
+
+def _indexed(path: Path, stored: dict) -> SavedRun:
+    """A run as the index kept it: its records are read from the file only when asked."""
+    scenarios = stored["scenarios"]
+    if not isinstance(stored["machine"], dict) or not all(isinstance(p, str) for p in stored["problems"]):
+        raise ValueError("a run of another shape")
+    samples = {(name, metric): _stored_sample(kept[metric]) for name, kept in scenarios.items()
+               for metric in METRICS}
+    gpus = {name: str(kept["gpu"]) for name, kept in scenarios.items()}
+    return SavedRun(path, str(stored["run_id"]), str(stored["datetime"]), stored["commit"], stored["machine"],
+                    _Scenarios(path, list(scenarios)), list(stored["problems"]), samples, gpus)
+
+
+class _Scenarios(Mapping):
+    """An indexed run's scenarios: their names known, their records read from the file when first asked."""
+
+    def __init__(self, path: Path, names: list[str]):
+        self.path, self.names = path, names
+        self.records: Mapping[str, record.ScenarioRecord] | None = None
+
+    def _read(self) -> Mapping[str, record.ScenarioRecord]:
+        if self.records is None:
+            try:
+                self.records = read_run(self.path).scenarios
+            except (OSError, ValueError):  # removed or changed since the index was read: nothing to show
+                self.records = {}
+        return self.records
+
+    def __getitem__(self, name: str) -> record.ScenarioRecord:
+        return self._read()[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)

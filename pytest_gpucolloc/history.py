@@ -18,6 +18,10 @@ from . import index, machine, record
 from .gate import RunSample, power_cap_share
 
 METRICS = ("throughput", "p99")  # what a scenario is judged and followed by; p99: of its serving job, when it has one
+# The gate judges a scenario against its newest saved runs, this many at most: the current level (its baseline, at
+# most gate.Policy.runs runs) and the level shift that started it are found among them, and the gate's cost stays
+# the same however long the history grows.
+GATE_RUNS = 1000
 
 
 @dataclass
@@ -29,10 +33,11 @@ class SavedRun:
     machine: dict  # machine_info["gpucolloc"]
     scenarios: Mapping[str, record.ScenarioRecord]  # benchmark fullname -> this plugin's record
     problems: list[str] = field(default_factory=list)  # scenarios skipped, and why
-    # (fullname, metric) -> the sample the gate judges, and fullname -> its series' GPU: from the index, else made
-    # from the record when first asked
+    # (fullname, metric) -> the sample the gate judges, and fullname -> its series' GPU: made from the record when
+    # first asked, or from what the index kept (``stored``, read when first asked)
     samples: dict[tuple[str, str], RunSample | None] = field(default_factory=dict, repr=False, compare=False)
     gpus: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    stored: str | None = field(default=None, repr=False, compare=False)
 
     def matches(self, wanted: str) -> bool:
         """The run's id, or its NNNN number."""
@@ -41,6 +46,12 @@ class SavedRun:
     def sample(self, fullname: str, metric: str = "throughput") -> RunSample | None:
         """The scenario as the gate judges ``metric`` (None: not in this run, or no serving job for p99)."""
         key = (fullname, metric)
+        if self.stored is not None:
+            try:
+                self.samples.update(_stored_samples(json.loads(self.stored)))
+            except (ValueError, TypeError, KeyError, AttributeError):  # a row of another shape: never trusted
+                self.samples.clear()  # made from the records instead
+            self.stored = None
         if key not in self.samples:
             if fullname not in self.scenarios:
                 return None
@@ -118,10 +129,22 @@ class History:
     runs: list[SavedRun] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # "path: why it was skipped"
 
-    def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput"
-                ) -> list[RunSample]:
-        found = (run.sample(fullname, metric) for run in self.runs if run.run_id not in exclude)
-        return [s for s in found if s is not None]
+    def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput",
+                last: int | None = None) -> list[RunSample]:
+        """The scenario's samples, oldest first; ``last``: only the newest this many (the newer runs alone are
+        read)."""
+        found: list[RunSample] = []
+        for run in reversed(self.runs):
+            if last is not None and len(found) >= last:
+                break
+            if run.run_id not in exclude and (sample := run.sample(fullname, metric)) is not None:
+                found.append(sample)
+        return found[::-1]
+
+    def recent(self, last: int | None = None, since: str | None = None) -> list[SavedRun]:
+        """The newest ``last`` runs (None or 0: all) saved at or after ``since`` (ISO date or time, UTC)."""
+        runs = [run for run in self.runs if since is None or run.datetime >= since]
+        return runs[-last:] if last else runs
 
     def find(self, wanted: str) -> SavedRun | None:
         return next((run for run in self.runs if run.matches(wanted)), None)
@@ -175,11 +198,11 @@ def load(root: Path, use_index: bool | None = None) -> History:
     with index.opened(root, len(found) >= INDEX_FROM if use_index is None else use_index) as kept:
         fresh, keep = {}, set()
         for file in found:
-            size, mtime_ns, stored = kept.known.get(file.key, (None, None, ""))
+            size, mtime_ns, stored_run, stored_samples = kept.known.get(file.key, (None, None, "", ""))
             run = None
             if (size, mtime_ns) == (file.size, file.mtime_ns):
                 try:
-                    run = _indexed(file.path, json.loads(stored))
+                    run = _indexed(file.path, json.loads(stored_run), stored_samples)
                 except (ValueError, TypeError, KeyError, AttributeError):  # a row of another shape: never trusted
                     run = None
             if run is None:
@@ -189,7 +212,7 @@ def load(root: Path, use_index: bool | None = None) -> History:
                     history.problems.append(f"{file.path}: skipped ({type(error).__name__}: {str(error)[:120]})")
                     continue
                 if kept.connection is not None:
-                    fresh[file.key] = (file.size, file.mtime_ns, json.dumps(_summary(run), separators=(",", ":")))
+                    fresh[file.key] = (file.size, file.mtime_ns, *_summary(run))
             keep.add(file.key)
             history.problems += run.problems
             if run.scenarios:
@@ -201,15 +224,15 @@ def load(root: Path, use_index: bool | None = None) -> History:
     return history
 
 
-def _summary(run: SavedRun) -> dict:
-    """What the index keeps of a run: its fields, and each scenario's samples and GPU."""
+def _summary(run: SavedRun) -> tuple[str, str]:
+    """What the index keeps of a run (JSON): its fields and each scenario's GPU; and each scenario's samples."""
     def saved(sample: RunSample | None) -> dict | None:
         return None if sample is None else dataclasses.asdict(sample)
 
-    return {"run_id": run.run_id, "datetime": run.datetime, "commit": run.commit, "machine": run.machine,
-            "problems": run.problems,
-            "scenarios": {name: {"gpu": run.gpu(name), "throughput": saved(run.sample(name)),
-                                 "p99": saved(run.sample(name, "p99"))} for name in run.scenarios}}
+    fields = {"run_id": run.run_id, "datetime": run.datetime, "commit": run.commit, "machine": run.machine,
+              "problems": run.problems, "gpus": {name: run.gpu(name) for name in run.scenarios}}
+    samples = {name: {metric: saved(run.sample(name, metric)) for metric in METRICS} for name in run.scenarios}
+    return json.dumps(fields, separators=(",", ":")), json.dumps(samples, separators=(",", ":"))
 
 
 def _stored_sample(saved: dict | None) -> RunSample | None:
@@ -224,16 +247,18 @@ def _stored_sample(saved: dict | None) -> RunSample | None:
     return sample
 
 
-def _indexed(path: Path, stored: dict) -> SavedRun:
-    """A run as the index kept it: its records are read from the file only when asked."""
-    scenarios = stored["scenarios"]
-    if not isinstance(stored["machine"], dict) or not all(isinstance(p, str) for p in stored["problems"]):
+def _stored_samples(stored: dict) -> dict[tuple[str, str], RunSample | None]:
+    return {(name, metric): _stored_sample(kept[metric]) for name, kept in stored.items() for metric in METRICS}
+
+
+def _indexed(path: Path, stored: dict, samples: str) -> SavedRun:
+    """A run as the index kept it: its samples are read when first asked, its records from the file."""
+    gpus = stored["gpus"]
+    if not isinstance(stored["machine"], dict) or not all(isinstance(p, str) for p in stored["problems"]) \
+            or not all(isinstance(gpu, str) for gpu in gpus.values()):
         raise ValueError("a run of another shape")
-    samples = {(name, metric): _stored_sample(kept[metric]) for name, kept in scenarios.items()
-               for metric in METRICS}
-    gpus = {name: str(kept["gpu"]) for name, kept in scenarios.items()}
     return SavedRun(path, str(stored["run_id"]), str(stored["datetime"]), stored["commit"], stored["machine"],
-                    _Scenarios(path, list(scenarios)), list(stored["problems"]), samples, gpus)
+                    _Scenarios(path, list(gpus)), list(stored["problems"]), gpus=dict(gpus), stored=samples)
 
 
 class _Scenarios(Mapping):

@@ -6,11 +6,11 @@ an explicit stack: a tree of any depth is walked without recursion; a folder dee
 beyond ``MAX_FILES`` are skipped and named. Symbolic links to folders are not followed (a loop would never end).
 
 ``Index``: an SQLite file in the storage (``NAME``), one row per saved file, keyed by its path, size and
-modification time (ns), holding what ``history`` made of it (a JSON text). The JSON files stay the source of truth
-and pytest-benchmark keeps reading them: a file whose size or time changed is read again, a removed file's row is
-dropped, a file that cannot be read is never kept. Concurrent writers (CI jobs sharing a storage) wait for each
-other on SQLite's lock; an index still locked after ``BUSY_S``, or on read-only storage, is not used this time; one
-SQLite cannot read (corrupt, truncated, another schema) is deleted and built again.
+modification time (ns), holding what ``history`` made of it (JSON texts: the run, and its samples). The JSON files
+stay the source of truth and pytest-benchmark keeps reading them: a file whose size or time changed is read again, a
+removed file's row is dropped, a file that cannot be read is never kept. Concurrent writers (CI jobs sharing a
+storage) wait for each other on SQLite's lock; an index still locked after ``BUSY_S``, or on read-only storage, is
+not used this time; one SQLite cannot read (corrupt, truncated, another schema) is deleted and built again.
 """
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NAME = ".gpucolloc-index.sqlite3"
-SCHEMA = 1  # raise when what is stored changes: an index of another schema is built again
+SCHEMA = 2  # raise when what is stored changes: an index of another schema is built again
 MAX_DEPTH = 64  # folders below the storage; pytest-benchmark's own layout is one deep
 MAX_FILES = 1_000_000
 BUSY_S = 30.0  # another job writing the index: wait this long for it
+Row = tuple[int, int, str, str]  # size, mtime_ns, the run (JSON), its samples (JSON)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ def walk(root: Path) -> tuple[list[Found], list[str]]:
     found: list[Found] = []
     skipped: list[str] = []
     too_deep: list[str] = []
+    prefix = os.path.join(root, "")
     stack = [(Path(root), 0)]
     while stack:
         folder, depth = stack.pop()
@@ -63,7 +65,7 @@ def walk(root: Path) -> tuple[list[Found], list[str]]:
                         stack.clear()
                         break
                     stat = entry.stat()  # a link to a file: the file's
-                    found.append(Found(Path(entry.path), os.path.relpath(entry.path, root), stat.st_size,
+                    found.append(Found(Path(entry.path), entry.path.removeprefix(prefix), stat.st_size,
                                        stat.st_mtime_ns))
             except OSError as error:  # a link to nothing, a file removed while walking
                 skipped.append(f"{entry.path}: skipped ({type(error).__name__}: {str(error)[:120]})")
@@ -80,12 +82,12 @@ class Index:
     Without a usable index (no connection) it knows nothing and keeps nothing: the caller reads every file."""
 
     def __init__(self, connection: sqlite3.Connection | None = None,
-                 known: dict[str, tuple[int, int, str]] | None = None, problem: str | None = None):
+                 known: dict[str, Row] | None = None, problem: str | None = None):
         self.connection = connection
-        self.known = known or {}  # path -> (size, mtime_ns, what was read)
+        self.known = known or {}  # path -> (size, mtime_ns, the run, its samples)
         self.problem = problem  # why the index could not be used, when it could not
 
-    def update(self, fresh: dict[str, tuple[int, int, str]], keep: set[str]) -> None:
+    def update(self, fresh: dict[str, Row], keep: set[str]) -> None:
         """Store the rows read now and drop every row not in ``keep`` (files removed, changed or unreadable)."""
         if self.connection is None or (not fresh and keep >= set(self.known)):
             return
@@ -95,7 +97,7 @@ class Index:
                 stale = [(path,) for (path,) in self.connection.execute("SELECT path FROM files")
                          if path not in keep]
                 self.connection.executemany("DELETE FROM files WHERE path = ?", stale)
-                self.connection.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
+                self.connection.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
                                             [(path, *row) for path, row in fresh.items()])
         except sqlite3.Error as error:
             self.problem = f"index not updated ({type(error).__name__}: {error})"
@@ -109,15 +111,15 @@ def _open(path: Path) -> Index:
             if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA:
                 connection.execute("DROP TABLE IF EXISTS files")
             connection.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER NOT NULL, "
-                               "mtime_ns INTEGER NOT NULL, run TEXT NOT NULL)")
+                               "mtime_ns INTEGER NOT NULL, run TEXT NOT NULL, samples TEXT NOT NULL)")
             connection.execute(f"PRAGMA user_version = {SCHEMA}")
-            rows = connection.execute("SELECT path, size, mtime_ns, run FROM files").fetchall()
-        known: dict[str, tuple[int, int, str]] = {}
-        for path, size, mtime_ns, run in rows:
+            rows = connection.execute("SELECT path, size, mtime_ns, run, samples FROM files").fetchall()
+        known: dict[str, Row] = {}
+        for path, size, mtime_ns, run, samples in rows:
             if not (isinstance(path, str) and isinstance(size, int) and isinstance(mtime_ns, int)
-                    and isinstance(run, str)):
+                    and isinstance(run, str) and isinstance(samples, str)):
                 raise sqlite3.DatabaseError(f"a row of another shape ({path!r:.100})")
-            known[path] = (size, mtime_ns, run)
+            known[path] = (size, mtime_ns, run, samples)
     except BaseException:
         connection.close()
         raise

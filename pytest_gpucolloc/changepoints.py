@@ -52,11 +52,9 @@ def series(history: History, metric: str = "throughput") -> dict[tuple[str, str]
     found: dict[tuple[str, str], list[Point]] = {}
     for run in history.runs:
         for name in run.scenarios:
-            sample = run.sample(name, metric)
-            if sample is None or sample.throttled or sample.contaminated or sample.saturated:
-                continue
-            level = -sample.log_mean if sample.p99 else sample.log_mean  # a p99 sample holds 1/p99
-            found.setdefault((name, run.gpu(name)), []).append(Point(run, level))
+            level = run.level(name, metric)
+            if level is not None:
+                found.setdefault((name, run.gpu(name)), []).append(Point(run, level))
     return found
 
 

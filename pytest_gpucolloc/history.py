@@ -37,6 +37,7 @@ class SavedRun:
     # first asked, or from what the index kept (``stored``, read when first asked)
     samples: dict[tuple[str, str], RunSample | None] = field(default_factory=dict, repr=False, compare=False)
     gpus: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    levels: dict[tuple[str, str], float | None] = field(default_factory=dict, repr=False, compare=False)
     stored: str | None = field(default=None, repr=False, compare=False)
 
     def matches(self, wanted: str) -> bool:
@@ -48,7 +49,7 @@ class SavedRun:
         key = (fullname, metric)
         if self.stored is not None:
             try:
-                self.samples.update(_stored_samples(json.loads(self.stored)))
+                self.samples.update(_stored_samples(self, json.loads(self.stored)))
             except (ValueError, TypeError, KeyError, AttributeError):  # a row of another shape: never trusted
                 self.samples.clear()  # made from the records instead
             self.stored = None
@@ -58,6 +59,18 @@ class SavedRun:
             of = p99_sample_of if metric == "p99" else sample_of
             self.samples[key] = of(self.scenarios[fullname], self.run_id, self.machine, self.datetime, self.commit)
         return self.samples[key]
+
+    def level(self, fullname: str, metric: str = "throughput") -> float | None:
+        """The scenario's level in its series (log throughput, or log p99 ms), None where it is not part of one:
+        not in this run, throttled, shared the GPU with foreign processes, or (of p99) a saturated service."""
+        key = (fullname, metric)
+        if key not in self.levels:
+            sample = self.sample(fullname, metric)
+            if sample is None or sample.throttled or sample.contaminated or sample.saturated:
+                self.levels[key] = None
+            else:
+                self.levels[key] = -sample.log_mean if sample.p99 else sample.log_mean  # a p99 sample holds 1/p99
+        return self.levels[key]
 
     def gpu(self, fullname: str) -> str:
         """The physical GPU the scenario ran on (``series_gpu``)."""
@@ -197,12 +210,15 @@ def load(root: Path, use_index: bool | None = None) -> History:
     found, history.problems = index.walk(root)
     with index.opened(root, len(found) >= INDEX_FROM if use_index is None else use_index) as kept:
         fresh, keep = {}, set()
+        machines: dict[str, dict] = {}  # one machine's runs share its text: read once
         for file in found:
-            size, mtime_ns, stored_run, stored_samples = kept.known.get(file.key, (None, None, "", ""))
+            size, mtime_ns, stored_run, stored_machine, stored_samples = kept.known.get(file.key, (None,) * 5)
             run = None
             if (size, mtime_ns) == (file.size, file.mtime_ns):
                 try:
-                    run = _indexed(file.path, json.loads(stored_run), stored_samples)
+                    if stored_machine not in machines:
+                        machines[stored_machine] = json.loads(stored_machine)
+                    run = _indexed(file.path, json.loads(stored_run), machines[stored_machine], stored_samples)
                 except (ValueError, TypeError, KeyError, AttributeError):  # a row of another shape: never trusted
                     run = None
             if run is None:
@@ -224,22 +240,35 @@ def load(root: Path, use_index: bool | None = None) -> History:
     return history
 
 
-def _summary(run: SavedRun) -> tuple[str, str]:
-    """What the index keeps of a run (JSON): its fields and each scenario's GPU; and each scenario's samples."""
+OWN = ("run_id", "datetime", "commit")  # a sample's fields that are its run's: kept once, with the run
+
+
+def _summary(run: SavedRun) -> tuple[str, str, str]:
+    """What the index keeps of a run (JSON): its fields and each scenario's GPU and levels; its machine; its
+    samples."""
     def saved(sample: RunSample | None) -> dict | None:
-        return None if sample is None else dataclasses.asdict(sample)
+        if sample is None:
+            return None
+        fields = {k: v for k, v in dataclasses.asdict(sample).items() if k not in OWN}
+        if len(sample.repeats) <= 1:
+            fields["repeats"] = []  # one set: the rounds themselves
+        return fields
 
-    fields = {"run_id": run.run_id, "datetime": run.datetime, "commit": run.commit, "machine": run.machine,
-              "problems": run.problems, "gpus": {name: run.gpu(name) for name in run.scenarios}}
-    samples = {name: {metric: saved(run.sample(name, metric)) for metric in METRICS} for name in run.scenarios}
-    return json.dumps(fields, separators=(",", ":")), json.dumps(samples, separators=(",", ":"))
+    fields = {"run_id": run.run_id, "datetime": run.datetime, "commit": run.commit, "problems": run.problems,
+              "scenarios": {name: [run.gpu(name), *(run.level(name, m) for m in METRICS)] for name in run.scenarios}}
+    samples = {name: [saved(run.sample(name, metric)) for metric in METRICS] for name in run.scenarios}
+    def text(value) -> str:
+        return json.dumps(value, separators=(",", ":"))
+
+    return text(fields), text(run.machine), text(samples)
 
 
-def _stored_sample(saved: dict | None) -> RunSample | None:
+def _stored_sample(run: SavedRun, saved: dict | None) -> RunSample | None:
     if saved is None:
         return None
     values = {**saved, "rounds": tuple(saved["rounds"]), "repeats": tuple(tuple(r) for r in saved["repeats"]),
-              "jobs": tuple(saved["jobs"]), "config": dict(saved["config"])}
+              "jobs": tuple(saved["jobs"]), "config": dict(saved["config"]), "run_id": run.run_id,
+              "datetime": run.datetime, "commit": run.commit}
     sample = RunSample(**values)
     numbers = [*sample.rounds, *(x for r in sample.repeats for x in r)]
     if not sample.rounds or not all(type(x) is float and math.isfinite(x) and x > 0 for x in numbers):
@@ -247,18 +276,24 @@ def _stored_sample(saved: dict | None) -> RunSample | None:
     return sample
 
 
-def _stored_samples(stored: dict) -> dict[tuple[str, str], RunSample | None]:
-    return {(name, metric): _stored_sample(kept[metric]) for name, kept in stored.items() for metric in METRICS}
+def _stored_samples(run: SavedRun, stored: dict) -> dict[tuple[str, str], RunSample | None]:
+    return {(name, metric): _stored_sample(run, saved) for name, kept in stored.items()
+            for metric, saved in zip(METRICS, kept, strict=True)}
 
 
-def _indexed(path: Path, stored: dict, samples: str) -> SavedRun:
+def _indexed(path: Path, stored: dict, run_machine: dict, samples: str) -> SavedRun:
     """A run as the index kept it: its samples are read when first asked, its records from the file."""
-    gpus = stored["gpus"]
-    if not isinstance(stored["machine"], dict) or not all(isinstance(p, str) for p in stored["problems"]) \
-            or not all(isinstance(gpu, str) for gpu in gpus.values()):
+    scenarios = stored["scenarios"]
+    gpus = {name: gpu for name, (gpu, *_) in scenarios.items()}
+    levels = {(name, metric): level for name, (_, *kept) in scenarios.items()
+              for metric, level in zip(METRICS, kept, strict=True)}
+    if not isinstance(run_machine, dict) or not all(isinstance(p, str) for p in stored["problems"]) \
+            or not all(isinstance(gpu, str) for gpu in gpus.values()) \
+            or not all(level is None or (type(level) is float and math.isfinite(level)) for level in levels.values()):
         raise ValueError("a run of another shape")
-    return SavedRun(path, str(stored["run_id"]), str(stored["datetime"]), stored["commit"], stored["machine"],
-                    _Scenarios(path, list(gpus)), list(stored["problems"]), gpus=dict(gpus), stored=samples)
+    return SavedRun(path, str(stored["run_id"]), str(stored["datetime"]), stored["commit"], run_machine,
+                    _Scenarios(path, list(scenarios)), list(stored["problems"]), gpus=gpus, levels=levels,
+                    stored=samples)
 
 
 class _Scenarios(Mapping):

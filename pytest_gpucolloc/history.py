@@ -212,15 +212,8 @@ def load(root: Path, use_index: bool | None = None) -> History:
         fresh, keep = {}, set()
         machines: dict[str, dict] = {}  # one machine's runs share its text: read once
         for file in found:
-            size, mtime_ns, stored_run, stored_machine, stored_samples = kept.known.get(file.key, (None,) * 5)
-            run = None
-            if (size, mtime_ns) == (file.size, file.mtime_ns):
-                try:
-                    if stored_machine not in machines:
-                        machines[stored_machine] = json.loads(stored_machine)
-                    run = _indexed(file.path, json.loads(stored_run), machines[stored_machine], stored_samples)
-                except (ValueError, TypeError, KeyError, AttributeError):  # a row of another shape: never trusted
-                    run = None
+            row = kept.known.get(file.key)
+            run = _indexed(file, row, machines) if row is not None else None
             if run is None:
                 try:
                     run = read_run(file.path)
@@ -281,8 +274,21 @@ def _stored_samples(run: SavedRun, stored: dict) -> dict[tuple[str, str], RunSam
             for metric, saved in zip(METRICS, kept, strict=True)}
 
 
-def _indexed(path: Path, stored: dict, run_machine: dict, samples: str) -> SavedRun:
-    """A run as the index kept it: its samples are read when first asked, its records from the file."""
+def _indexed(file: index.Found, row: index.Row, machines: dict[str, dict]) -> SavedRun | None:
+    """A run as the index kept it (its samples are read when first asked, its records from the file); None when
+    the file changed since, or the row is not what the index keeps (never trusted: the file is read instead)."""
+    size, mtime_ns, stored_run, stored_machine, samples = row
+    if (size, mtime_ns) != (file.size, file.mtime_ns):
+        return None
+    try:
+        if stored_machine not in machines:
+            machines[stored_machine] = json.loads(stored_machine)
+        return _run_of(file.path, json.loads(stored_run), machines[stored_machine], samples)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _run_of(path: Path, stored: dict, run_machine: dict, samples: str) -> SavedRun:
     scenarios = stored["scenarios"]
     gpus = {name: gpu for name, (gpu, *_) in scenarios.items()}
     levels = {(name, metric): level for name, (_, *kept) in scenarios.items()

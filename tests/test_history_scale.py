@@ -239,11 +239,12 @@ def test_change_point_candidates_are_those_of_the_python_pelt():
 
 def test_the_robust_p_is_that_of_a_welch_test_per_run_left_out():
     rng = random.Random(2)
-    pairs = [(values[:k], values[k:]) for values in _series() for k in range(2, len(values) - 1, 7)]
+    pairs = [(values[:k], values[k:]) for values in _series() if 4 <= len(values) <= 40  # a Welch test per run: slow
+             for k in sorted({2, len(values) // 3, len(values) // 2, len(values) - 2})]
     pairs += [([1.0, 1.0, 1.0], [2.0, 2.0, 2.0]), ([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]), ([1.0, 1.0, 3.0], [2.0, 2.0]),
               ([1.0, 1.1], [1.2, 1.3, 1.25]), ([5.0, 5.0, 5.0, 5.2], [5.1, 5.1, 5.1])]
     pairs += [([rng.gauss(0, 1) for _ in range(rng.randint(2, 9))], [rng.gauss(1, 2) for _ in range(rng.randint(2, 9))])
-              for _ in range(200)]
+              for _ in range(60)]
     for before, after in pairs:
         assert changepoints._robust_p(before, after) == pytest.approx(_robust_p_one_by_one(before, after),
                                                                       rel=1e-9, abs=1e-300)

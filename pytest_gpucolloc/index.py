@@ -55,7 +55,7 @@ def walk(root: Path) -> tuple[list[Found], list[str]]:
             continue
         for entry in listed:
             try:
-                if entry.is_dir(follow_symlinks=False):
+                if entry.is_dir(follow_symlinks=False) and not entry.name.endswith(".json"):
                     if depth + 1 > MAX_DEPTH:
                         too_deep.append(entry.path)
                     else:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from pytest_gpucolloc import changepoints, cli, gate, history, index
+from test_plugin import FAST, SCENARIOS, TINY
 
 DATA = Path(__file__).resolve().parent / "data"  # cut from real runs: data/README.md
 TEMPLATE = next((DATA / "aa-history").rglob("0001_*.json"))
@@ -85,6 +86,19 @@ def test_the_history_command_reads_a_storage_with_a_tree_too_deep(deep_storage, 
     assert cli.main(["history", "--storage", str(deep_storage)]) == 0
     out, err = capsys.readouterr()
     assert "1 series" in out and "levels below" in err and "Traceback" not in err
+
+
+def test_a_gated_run_beside_a_tree_too_deep_is_measured_judged_and_saved(deep_storage, pytester):
+    pytester.makepyfile(tiny_workload=TINY, test_scenarios=SCENARIOS.format(sleep=0.001))
+    result = pytester.runpytest_subprocess("--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-autosave",
+                                           f"--benchmark-storage=file://{deep_storage}", "--colloc-gate", "-k",
+                                           "naive-1", *FAST, timeout=240)
+    assert result.ret == 0 and "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines([f"*history: 1 folder(s) more than {index.MAX_DEPTH} levels below*skipped*"])
+    saved = [path for path in deep_storage.glob("*/*.json") if path.parent.name.startswith("Linux")]
+    assert len(saved) == 3  # the two saved before, and this run
+    judged = [json.loads(path.read_text()) for path in saved if "unversioned" in path.name]
+    assert judged[0]["benchmarks"][0]["extra_info"]["gate"]["verdict"] == "no baseline"
 
 
 def test_the_walk_stops_at_its_file_limit_and_says_so(tmp_path, monkeypatch):

@@ -1,12 +1,12 @@
 """Level shifts in saved history: per scenario and per physical GPU, where its throughput (or its serving job's p99
 latency, ``metric="p99"``) moved to a new level and stayed there.
 
-Candidates come from ``ruptures``: PELT over the runs' mean log throughput, a penalty scaled by the series' own
-run-to-run noise, run by its C implementation of the L2 cost (``KernelCPD`` with a linear kernel: the segmentation of
-``Pelt(model="l2")``, 20 ms for 10,000 runs where that took minutes). A candidate is kept only where Welch's t-test
-between the runs since the previous kept level and the runs up to the next one says the levels differ (p < alpha)
-and keeps saying so with any one run left out. Each level must hold for ``min_runs`` runs: a single outlier run is
-never a change point.
+Candidates come from ``ruptures``: PELT over the runs' mean log throughput, a penalty scaled by the series' own run-
+to-run noise, run by its C implementation of the L2 cost (``KernelCPD`` with a linear kernel: the segmentation of
+``Pelt(model="l2")``, 20 ms for 1,000 runs where that took seconds), in overlapping blocks beyond ``BLOCK`` runs. A
+candidate is kept only where Welch's t-test between the runs since the previous kept level and the runs up to the
+next one says the levels differ (p < alpha) and keeps saying so with any one run left out. Each level must hold for
+``min_runs`` runs: a single outlier run is never a change point.
 """
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ from .history import History, SavedRun
 
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_RUNS = 3
+# PELT's time grows with the square of a steady series' length (2 s for 10,000 runs): longer series are searched in
+# overlapping blocks of this many runs (linear time); up to it, and so over the gate's newest runs
+# (history.GATE_RUNS), the candidates are PELT's over the whole series
+BLOCK = 1000
 
 
 @dataclass(frozen=True)
@@ -110,8 +114,23 @@ def _candidates(values: list[float], min_runs: int) -> list[int]:
     noise = 1.4826 * statistics.median(abs(d - centre) for d in diffs) / math.sqrt(2)  # robust to the shifts
     noise = max(noise, 1e-6)
     signal = np.asarray(values).reshape(-1, 1) / noise
-    ends = ruptures.KernelCPD(kernel="linear", min_size=min_runs).fit(signal).predict(pen=2 * math.log(len(values)))
-    return ends[:-1]  # the last "end" is the series' length
+    penalty = 2 * math.log(len(values))
+
+    def pelt(part) -> list[int]:
+        ends = ruptures.KernelCPD(kernel="linear", min_size=min_runs).fit(part).predict(pen=penalty)
+        return [int(end) for end in ends[:-1]]  # the last "end" is the series' length
+
+    if len(values) <= BLOCK:
+        return pelt(signal)
+    # blocks overlapping by half, each keeping the candidates of its middle half (the first from the start, the last
+    # to the end): every run is searched with a quarter block of context on either side
+    found, step = set(), BLOCK // 2
+    for start in range(0, len(values) - step, step):
+        end = min(start + BLOCK, len(values))
+        low = start if start == 0 else start + BLOCK // 4
+        high = end if end == len(values) else start + 3 * BLOCK // 4
+        found |= {start + i for i in pelt(signal[start:end]) if low <= start + i < high}
+    return sorted(found)
 
 
 def can_hold_a_shift(runs: int, min_runs: int = DEFAULT_MIN_RUNS) -> bool:

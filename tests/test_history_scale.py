@@ -251,6 +251,18 @@ def test_change_point_candidates_are_those_of_the_python_pelt():
                 assert changepoints._candidates(values, min_runs) == _pelt_in_python(values, min_runs)
 
 
+@pytest.mark.parametrize("starts", [[750, 1250, 2600], [500, 1000, 1499, 2990]])
+def test_a_long_series_searched_in_blocks_finds_each_shift_where_it_starts(starts):
+    """Past ``BLOCK`` runs the series is searched in overlapping blocks: shifts at the edges of the blocks' kept
+    halves, of the blocks themselves and at the series' end are found where they start, and nothing else."""
+    rng = random.Random(4)
+    level, values = 0.0, []
+    for i in range(3000):
+        level += 0.03 * (i in starts) * (1 if len(values) % 2 else -1)
+        values.append(level + rng.gauss(0, 0.005))
+    assert changepoints.shifts(values) == starts
+
+
 def test_the_robust_p_is_that_of_a_welch_test_per_run_left_out():
     rng = random.Random(2)
     pairs = [(values[:k], values[k:]) for values in _series() if 4 <= len(values) <= 40  # a Welch test per run: slow

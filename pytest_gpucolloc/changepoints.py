@@ -20,7 +20,7 @@ DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_RUNS = 3
 # PELT's time grows with the square of a steady series' length (2 s for 10,000 runs): longer series are searched in
 # overlapping blocks of this many runs (linear time); up to it, and so over the gate's newest runs
-# (history.GATE_RUNS), the candidates are PELT's over the whole series
+# (history.GATE_WINDOW), the candidates are PELT's over the whole series
 BLOCK = 1000
 
 

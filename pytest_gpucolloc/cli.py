@@ -270,7 +270,7 @@ def cmd_gate(args) -> int:
     # Judge the run as the gate would have when it was made: against the runs saved before it.
     excluded = {run.run_id} | {r.run_id for r in loaded.runs if r.datetime >= run.datetime}
     verdicts = []
-    last = history.GATE_RUNS
+    last = history.GATE_WINDOW * policy.runs
     for name in run.scenarios:
         verdict = gate.decide(run.sample(name), loaded.samples(name, exclude=excluded, last=last), policy)
         latency = run.sample(name, "p99")

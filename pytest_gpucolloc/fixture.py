@@ -303,9 +303,9 @@ class CollocateFixture:
 
         loaded = self.session.history
         assert loaded is not None  # the session loads it before the first gated scenario
-        saved = loaded.samples(self.node.nodeid, last=history.GATE_RUNS)
-        references = [(sample, loaded.samples(nodeid, last=history.GATE_RUNS))
-                      for nodeid, sample in self.session.judged]
+        last = history.GATE_WINDOW * context.policy.runs
+        saved = loaded.samples(self.node.nodeid, last=last)
+        references = [(sample, loaded.samples(nodeid, last=last)) for nodeid, sample in self.session.judged]
         remeasured: list[str] = []
         while True:
             judged = record.read(record.write(result))  # judged as it will be saved
@@ -313,8 +313,8 @@ class CollocateFixture:
             verdict = gate.decide(current, saved, context.policy, references)
             latency = history.p99_sample_of(judged, "current")
             if latency is not None:
-                gate.with_p99(verdict, gate.decide(latency, loaded.samples(self.node.nodeid, metric="p99",
-                                                                           last=history.GATE_RUNS), context.policy))
+                gate.with_p99(verdict, gate.decide(latency, loaded.samples(self.node.nodeid, metric="p99", last=last),
+                                                   context.policy))
             disturbed = verdict.disturbed
             if disturbed is None and verdict.p99 is not None and verdict.p99.disturbed:
                 disturbed = f"p99: {verdict.p99.disturbed}"

@@ -18,10 +18,10 @@ from . import index, machine, record
 from .gate import RunSample, power_cap_share
 
 METRICS = ("throughput", "p99")  # what a scenario is judged and followed by; p99: of its serving job, when it has one
-# The gate judges a scenario against its newest saved runs, this many at most: the current level (its baseline, at
-# most gate.Policy.runs runs) and the level shift that started it are found among them, and the gate's cost stays
-# the same however long the history grows.
-GATE_RUNS = 1000
+# The gate judges a scenario against its newest saved runs, this many times its baseline's runs at most
+# (gate.Policy.runs: 300 by default): its current level and the level shift that started it are found among them,
+# and the gate's cost stays the same however long the history grows.
+GATE_WINDOW = 10
 
 
 @dataclass

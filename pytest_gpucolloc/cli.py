@@ -497,8 +497,10 @@ def cmd_plot(args) -> int:
                               out, args.format)
     except OSError as error:
         raise CommandError(f"cannot write the figures into {out}: {error}", UNWRITABLE) from None
-    for _, path in written:
+    for figure, path in written:
         print(path)
+        for note in figure.notes:  # e.g. the older runs not drawn, and their level shifts
+            print(f"  {note}")
     return OK
 
 

@@ -305,6 +305,10 @@ def test_history_shows_the_recent_runs_and_sums_up_older_shifts(tmp_path, capsys
 
 def test_the_history_figures_draw_the_recent_runs_and_name_the_older(tmp_path, capsys):
     save_runs(tmp_path)
+    note = f"{RUNS - 20} older run(s) not drawn (--last, --since): level shifts -"
     assert cli.main(["report", "--storage", str(tmp_path), "--last", "20", "--out", str(tmp_path / "report")]) == 0
-    page = (tmp_path / "report" / "index.html").read_text()
-    assert page.count(f"{RUNS - 20} older run(s) not drawn (--last, --since): level shifts -") == 1
+    assert (tmp_path / "report" / "index.html").read_text().count(note) == 1
+    assert cli.main(["plot", "--storage", str(tmp_path), "--last", "20", "--out", str(tmp_path / "plots")]) == 0
+    assert capsys.readouterr().out.count(note) == 1
+    assert cli.main(["plot", "--storage", str(tmp_path), "--last", "0", "--out", str(tmp_path / "all")]) == 0
+    assert "not drawn" not in capsys.readouterr().out

@@ -510,7 +510,8 @@ def _run_labels(runs: list[SavedRun]) -> dict[int, str]:
     commits change more often than that, evenly spaced runs are labelled)."""
     every = max(1, math.ceil(len(runs) / 25))
     changes = [i for i, run in enumerate(runs) if i == 0 or (run.commit or "")[:8] != (runs[i - 1].commit or "")[:8]]
-    shown = sorted(set(range(0, len(runs), every)) | (set(changes) if len(changes) <= 25 else set()))
+    changes = changes if len(changes) <= 25 else []  # a commit per run: the times alone
+    shown = sorted(set(range(0, len(runs), every)) | set(changes))
     labels = {}
     for i in shown:
         commit = (runs[i].commit or "")[:8]

@@ -210,10 +210,10 @@ def load(root: Path, use_index: bool | None = None) -> History:
     found, history.problems = index.walk(root)
     with index.opened(root, len(found) >= INDEX_FROM if use_index is None else use_index) as kept:
         fresh, keep = {}, set()
-        machines: dict[str, dict] = {}  # one machine's runs share its text: read once
+        shared: dict = {}  # what runs of one machine and suite share: read once
         for file in found:
             row = kept.known.get(file.key)
-            run = _indexed(file, row, machines) if row is not None else None
+            run = _indexed(file, row, shared) if row is not None else None
             if run is None:
                 try:
                     run = read_run(file.path)
@@ -237,8 +237,8 @@ OWN = ("run_id", "datetime", "commit")  # a sample's fields that are its run's: 
 
 
 def _summary(run: SavedRun) -> tuple[str, str, str]:
-    """What the index keeps of a run (JSON): its fields and each scenario's GPU and levels; its machine; its
-    samples."""
+    """What the index keeps of a run (JSON texts): its own fields and each scenario's series levels; what runs of
+    one machine and suite share (the machine, the scenarios and their GPUs, read once for them all); its samples."""
     def saved(sample: RunSample | None) -> dict | None:
         if sample is None:
             return None
@@ -247,13 +247,13 @@ def _summary(run: SavedRun) -> tuple[str, str, str]:
             fields["repeats"] = []  # one set: the rounds themselves
         return fields
 
-    fields = {"run_id": run.run_id, "datetime": run.datetime, "commit": run.commit, "problems": run.problems,
-              "scenarios": {name: [run.gpu(name), *(run.level(name, m) for m in METRICS)] for name in run.scenarios}}
-    samples = {name: [saved(run.sample(name, metric)) for metric in METRICS] for name in run.scenarios}
     def text(value) -> str:
         return json.dumps(value, separators=(",", ":"))
 
-    return text(fields), text(run.machine), text(samples)
+    levels = [[run.level(name, metric) for metric in METRICS] for name in run.scenarios]
+    shared = {"machine": run.machine, "gpus": {name: run.gpu(name) for name in run.scenarios}}
+    samples = {name: [saved(run.sample(name, metric)) for metric in METRICS] for name in run.scenarios}
+    return text([run.run_id, run.datetime, run.commit, run.problems, levels]), text(shared), text(samples)
 
 
 def _stored_sample(run: SavedRun, saved: dict | None) -> RunSample | None:
@@ -274,32 +274,32 @@ def _stored_samples(run: SavedRun, stored: dict) -> dict[tuple[str, str], RunSam
             for metric, saved in zip(METRICS, kept, strict=True)}
 
 
-def _indexed(file: index.Found, row: index.Row, machines: dict[str, dict]) -> SavedRun | None:
+def _indexed(file: index.Found, row: index.Row, shared: dict[str, tuple[dict, list[str], dict[str, str]]]
+             ) -> SavedRun | None:
     """A run as the index kept it (its samples are read when first asked, its records from the file); None when
-    the file changed since, or the row is not what the index keeps (never trusted: the file is read instead)."""
-    size, mtime_ns, stored_run, stored_machine, samples = row
+    the file changed since, or the row is not what the index keeps (never trusted: the file is read instead).
+    ``shared``: what runs share, read once."""
+    size, mtime_ns, own, common, samples = row
     if (size, mtime_ns) != (file.size, file.mtime_ns):
         return None
     try:
-        if stored_machine not in machines:
-            machines[stored_machine] = json.loads(stored_machine)
-        return _run_of(file.path, json.loads(stored_run), machines[stored_machine], samples)
+        if common not in shared:
+            kept = json.loads(common)
+            run_machine, gpus = kept["machine"], kept["gpus"]
+            if not isinstance(run_machine, dict) or not all(isinstance(g, str) for g in gpus.values()):
+                raise ValueError("a machine of another shape")
+            shared[common] = (run_machine, list(gpus), gpus)
+        run_machine, names, gpus = shared[common]
+        run_id, when, commit, problems, levels = json.loads(own)
+        found = {(name, metric): level for name, kept in zip(names, levels, strict=True)
+                 for metric, level in zip(METRICS, kept, strict=True)}
+        if not all(level is None or (type(level) is float and math.isfinite(level)) for level in found.values()) \
+                or not all(isinstance(p, str) for p in problems) or not isinstance(commit, (str, type(None))):
+            raise ValueError("a run of another shape")
+        return SavedRun(file.path, str(run_id), str(when), commit, run_machine, _Scenarios(file.path, names),
+                        list(problems), gpus=dict(gpus), levels=found, stored=samples)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
-
-
-def _run_of(path: Path, stored: dict, run_machine: dict, samples: str) -> SavedRun:
-    scenarios = stored["scenarios"]
-    gpus = {name: gpu for name, (gpu, *_) in scenarios.items()}
-    levels = {(name, metric): level for name, (_, *kept) in scenarios.items()
-              for metric, level in zip(METRICS, kept, strict=True)}
-    if not isinstance(run_machine, dict) or not all(isinstance(p, str) for p in stored["problems"]) \
-            or not all(isinstance(gpu, str) for gpu in gpus.values()) \
-            or not all(level is None or (type(level) is float and math.isfinite(level)) for level in levels.values()):
-        raise ValueError("a run of another shape")
-    return SavedRun(path, str(stored["run_id"]), str(stored["datetime"]), stored["commit"], run_machine,
-                    _Scenarios(path, list(scenarios)), list(stored["problems"]), gpus=gpus, levels=levels,
-                    stored=samples)
 
 
 class _Scenarios(Mapping):

@@ -6,12 +6,12 @@ an explicit stack: a tree of any depth is walked without recursion; a folder dee
 beyond ``MAX_FILES`` are skipped and named. Symbolic links to folders are not followed (a loop would never end).
 
 ``Index``: an SQLite file in the storage (``NAME``), one row per saved file, keyed by its path, size and
-modification time (ns), holding what ``history`` made of it (JSON texts: the run, its machine, its samples). The
-JSON files stay the source of truth and pytest-benchmark keeps reading them: a file whose size or time changed is
-read again, a removed file's row is dropped, a file that cannot be read is never kept. Concurrent writers (CI jobs
-sharing a storage) wait for each other on SQLite's lock; an index still locked after ``BUSY_S``, or on read-only
-storage, is not used this time; one SQLite cannot read (corrupt, truncated, another schema) is deleted and built
-again.
+modification time (ns), holding what ``history`` made of it (JSON texts: the run, what it shares with other runs,
+its samples). The JSON files stay the source of truth and pytest-benchmark keeps reading them: a file whose size or
+time changed is read again, a removed file's row is dropped, a file that cannot be read is never kept. Concurrent
+writers (CI jobs sharing a storage) wait for each other on SQLite's lock; an index still locked after ``BUSY_S``, or
+on read-only storage, is not used this time; one SQLite cannot read (corrupt, truncated, another schema) is deleted
+and built again.
 """
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NAME = ".gpucolloc-index.sqlite3"
-SCHEMA = 4  # raise when what is stored changes: an index of another schema is built again
+SCHEMA = 5  # raise when what is stored changes: an index of another schema is built again
 MAX_DEPTH = 64  # folders below the storage; pytest-benchmark's own layout is one deep
 MAX_FILES = 1_000_000
 BUSY_S = 30.0  # another job writing the index: wait this long for it
-Row = tuple[int, int, str, str, str]  # size, mtime_ns, the run, its machine and its samples (JSON texts)
+Row = tuple[int, int, str, str, str]  # size, mtime_ns; the run's own fields, what it shares, its samples (JSON)
 
 
 @dataclass(frozen=True)
@@ -112,10 +112,10 @@ def _open(path: Path) -> Index:
             if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA:
                 connection.execute("DROP TABLE IF EXISTS files")
             connection.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER NOT NULL, "
-                               "mtime_ns INTEGER NOT NULL, run TEXT NOT NULL, machine TEXT NOT NULL, "
+                               "mtime_ns INTEGER NOT NULL, run TEXT NOT NULL, shared TEXT NOT NULL, "
                                "samples TEXT NOT NULL)")
             connection.execute(f"PRAGMA user_version = {SCHEMA}")
-            rows = connection.execute("SELECT path, size, mtime_ns, run, machine, samples FROM files").fetchall()
+            rows = connection.execute("SELECT path, size, mtime_ns, run, shared, samples FROM files").fetchall()
         known: dict[str, Row] = {}
         for path, size, mtime_ns, *texts in rows:
             if not (isinstance(path, str) and isinstance(size, int) and isinstance(mtime_ns, int)

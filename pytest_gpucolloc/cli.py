@@ -8,10 +8,11 @@ import io
 import json
 import os
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 from . import __version__, nvml
-from .history import METRICS
+from .history import METRICS, short_name
 from .modes import MODES
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
@@ -298,7 +299,6 @@ def _gate_render(verdicts, fmt: str, title: str) -> str:
 
 def cmd_history(args) -> int:
     from . import changepoints, report
-    from .history import short_name
 
     loaded = _history(args.storage)
     try:
@@ -350,8 +350,6 @@ def cmd_history(args) -> int:
 
 def _older_shifts(older, shown: int, runs: int) -> str:
     """The level shifts before the runs shown, a line per series: where each started and by how much."""
-    from .history import short_name
-
     by_series: dict[tuple[str, str], list] = {}
     for point in older:
         by_series.setdefault((point.scenario, point.gpu), []).append(point)
@@ -526,14 +524,14 @@ def _storage_argument(parser) -> None:
 
 
 def _since(text: str) -> str:
-    """--since: an ISO date or date and time (UTC), as the saved runs' times compare with it."""
-    from datetime import datetime
-
+    """--since: an ISO date or date and time (UTC unless it says its offset), as the saved runs' times (UTC)
+    compare with it."""
     try:
-        return datetime.fromisoformat(text).isoformat()
+        when = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a date (2026-12-01) or date and time "
                                          "(2026-12-01T08:00)") from None
+    return (when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo else when).isoformat()
 
 
 def _window_arguments(parser, what: str) -> None:

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 from . import __version__, nvml
@@ -21,6 +22,7 @@ from .report import GATE_COLUMNS
 OK, NEGATIVE, USAGE, NOTHING_TO_READ, UNWRITABLE = 0, 1, 2, 3, 4
 PIPE_CLOSED = 141  # stdout closed by its reader (``| head``): what a shell reports for a process ended by SIGPIPE
 INTERRUPTED = 130
+RECENT_RUNS = 200  # history, plot and report show the newest this many runs unless told (--last, --since)
 FORMATS = ["table", "markdown", "csv", "json"]
 EXIT_CODES = """exit codes (every command):
   0  done; no regression
@@ -308,7 +310,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
-    from . import gate, report
+    from . import gate, history, report
     from .history import experiment
 
     run = _runs([args.run] if args.run else [], args.storage)[0]
@@ -327,13 +329,14 @@ def cmd_gate(args) -> int:
         raise CommandError(f"{run.path}: no scenario to judge: " + report.left_to_ab_line(left, _modes(run, left)),
                            NOTHING_TO_READ)
     verdicts = []
+    last = history.GATE_WINDOW * policy.runs
     for name in (name for name in run.scenarios if name not in left):
-        verdict = gate.decide(run.sample(name), loaded.samples(name, exclude=excluded), policy)
+        verdict = gate.decide(run.sample(name), loaded.samples(name, exclude=excluded, last=last), policy)
         for metric in LATENCY:  # a serving job: its latency judged too
             latency = run.sample(name, metric)
             if latency is not None:
-                gate.with_latency(verdict, gate.decide(latency, loaded.samples(name, exclude=excluded, metric=metric),
-                                                       policy))
+                gate.with_latency(verdict, gate.decide(
+                    latency, loaded.samples(name, exclude=excluded, metric=metric, last=last), policy))
         verdicts.append((name, verdict))
     if args.markdown:  # written first: an output that cannot be written is said before the verdicts
         _write(args.markdown, _gate_render(verdicts, "markdown", f"Collocation regression gate: {run.run_id}") + "\n")
@@ -372,6 +375,9 @@ def cmd_history(args) -> int:
         raise CommandError(f"pytest-gpucolloc history needs the {missing.name} package, a dependency of "
                            f"pytest-gpucolloc that is not installed in this environment: pip install {missing.name}",
                            USAGE) from None
+    shown = {run.run_id for run in loaded.recent(args.last, args.since)}
+    older = [p for p in points if p.run_id not in shown]
+    points = [p for p in points if p.run_id in shown]
     p99 = args.metric != "throughput"  # a latency
     if not looked:
         filters = " and ".join(
@@ -381,6 +387,7 @@ def cmd_history(args) -> int:
         raise CommandError(what + (f" matches {filters}" if filters else ""), USAGE)
     if args.format == "json":
         print(json.dumps({"metric": args.metric, "change_points": [p.to_dict() for p in points],
+                          "older_change_points": [p.to_dict() for p in older], "runs_shown": len(shown),
                           "series": [{"scenario": s, "gpu": g, "runs": n} for s, g, n in looked]}, indent=2))
         return 0
     level = report.ms if p99 else (lambda value: f"{value:,.0f}")
@@ -393,9 +400,12 @@ def cmd_history(args) -> int:
     if args.format == "csv":
         print(_tabular(rows, headers, "csv"))
         return OK
-    print(f"{len(points)} level shift(s) in {len(looked)} series (scenario x physical GPU)"
+    window = f" in the last {len(shown):,} of {len(loaded.runs):,} runs" if len(shown) < len(loaded.runs) else ""
+    print(f"{len(points)} level shift(s){window} in {len(looked)} series (scenario x physical GPU)"
           + (f" of the serving job's {args.metric} latency (a + change is slower)" if p99 else "")
           + f"; a level must hold for {args.min_runs} runs and differ at p < {args.alpha:g} with any one run left out")
+    if older:
+        print(_older_shifts(older, len(shown), len(loaded.runs)))
     if points:
         print(_tabular(rows, headers, args.format))
     short = [(s, g, n) for s, g, n in looked if not changepoints.can_hold_a_shift(n, args.min_runs)]
@@ -446,6 +456,18 @@ def cmd_forget(args) -> int:
     return OK
 
 
+def _older_shifts(older, shown: int, runs: int) -> str:
+    """The level shifts before the runs shown, a line per series: where each started and by how much."""
+    by_series: dict[tuple[str, str], list] = {}
+    for point in older:
+        by_series.setdefault((point.scenario, point.gpu), []).append(point)
+    lines = [f"{len(older)} older level shift(s), before the {shown:,} runs shown of {runs:,} (--last, --since):"]
+    lines += [f"  {short_name(scenario)} on {gpu[:16]}: " + ", ".join(
+        f"{p.change:+.1%} at {p.run_id.split('_')[0]} ({p.datetime[:10]})" for p in shifts)
+        for (scenario, gpu), shifts in by_series.items()]
+    return "\n".join(lines)
+
+
 def cmd_ab(args) -> int:
     from . import ab
 
@@ -491,7 +513,8 @@ def cmd_report(args) -> int:
                            NOTHING_TO_READ)
     out = _out_folder(args.out)
     try:
-        page = html_report.build([run for run in runs if run.scenarios], loaded, out)
+        page = html_report.build([run for run in runs if run.scenarios], loaded, out,
+                                 loaded.recent(args.last, args.since) if loaded is not None else [])
     except OSError as error:
         raise CommandError(f"cannot write the report into {out}: {error}", UNWRITABLE) from None
     print(f"wrote {page} ({page.stat().st_size / 1e3:,.0f} KB) and its figures in {page.parent / 'figures'}")
@@ -577,11 +600,15 @@ def cmd_plot(args) -> int:
         raise CommandError(f"no saved run {args.run!r} under {args.storage}", USAGE)
     out = _out_folder(args.out)
     try:
-        written = plots.write(itertools.chain(plots.for_runs([run]), plots.history(loaded)), out, args.format)
+        written = plots.write(itertools.chain(plots.for_runs([run]),
+                                              plots.history(loaded, loaded.recent(args.last, args.since))),
+                              out, args.format)
     except OSError as error:
         raise CommandError(f"cannot write the figures into {out}: {error}", UNWRITABLE) from None
-    for _, path in written:
+    for figure, path in written:
         print(path)
+        for note in figure.notes:  # e.g. the older runs not drawn, and their level shifts
+            print(f"  {note}")
     return OK
 
 
@@ -616,6 +643,24 @@ def _storage_argument(parser) -> None:
     parser.add_argument("--storage", type=_storage, default=Path(".benchmarks"),
                         help="pytest-benchmark's storage as pytest's --benchmark-storage takes it: a folder or a "
                              "file:// URL (default .benchmarks)")
+
+
+def _since(text: str) -> str:
+    """--since: an ISO date or date and time (UTC unless it says its offset), as the saved runs' times (UTC)
+    compare with it."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (2026-12-01) or date and time "
+                                         "(2026-12-01T08:00)") from None
+    return (when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo else when).isoformat()
+
+
+def _window_arguments(parser, what: str) -> None:
+    parser.add_argument("--last", type=_checked("--last", 0, 10**9, integer=True), default=RECENT_RUNS,
+                        help=f"{what} the newest this many saved runs; older level shifts are summed up in a line "
+                             f"(default {RECENT_RUNS}; 0: every run)")
+    parser.add_argument("--since", type=_since, help=f"{what} runs saved at or after this date (UTC), e.g. 2026-12-01")
 
 
 def _format_argument(parser, default: str = "table", extra: tuple[str, ...] = ()) -> None:
@@ -716,6 +761,7 @@ def build_parser() -> argparse.ArgumentParser:
                              help="what each series follows: the scenario's throughput, or its serving job's p99 "
                                   "latency (scenarios with Workload(..., rate=...); saturated runs left out) "
                                   "(default throughput)")
+    _window_arguments(history_cmd, "list the level shifts of")
     _format_argument(history_cmd)
     history_cmd.set_defaults(run_command=cmd_history)
 
@@ -767,6 +813,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(a folder or a file:// URL)")
     report_cmd.add_argument("--out", default="gpucolloc-report", help="folder for index.html and figures/ "
                             "(default gpucolloc-report)")
+    _window_arguments(report_cmd, "with --storage: show the history of")
     report_cmd.set_defaults(run_command=cmd_report)
 
     advise_cmd = commands.add_parser("advise", help="rank the measured ways a job mix can share this GPU, and say "
@@ -790,6 +837,7 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_argument(plot)
     plot.add_argument("--out", default="gpucolloc-plots", help="folder for the figures (default gpucolloc-plots)")
     plot.add_argument("--run", help="run for the figures of one run (default: the newest)")
+    _window_arguments(plot, "draw the history of")
     plot.add_argument("--format", choices=["png", "svg"], default="png",
                       help="the figures' file format (default png); this command writes figures, not tables")
     plot.set_defaults(run_command=cmd_plot)

@@ -310,8 +310,9 @@ class CollocateFixture:
 
         loaded = self.session.history
         assert loaded is not None  # the session loads it before the first gated scenario
-        saved = loaded.samples(self.node.nodeid)
-        references = [(sample, loaded.samples(nodeid)) for nodeid, sample in self.session.judged]
+        last = history.GATE_WINDOW * context.policy.runs
+        saved = loaded.samples(self.node.nodeid, last=last)
+        references = [(sample, loaded.samples(nodeid, last=last)) for nodeid, sample in self.session.judged]
         remeasured: list[str] = []
         while True:
             judged = record.read(record.write(result))  # judged as it will be saved
@@ -320,8 +321,8 @@ class CollocateFixture:
             for metric in history.LATENCY:
                 latency = history.latency_sample_of(judged, "current", metric=metric)
                 if latency is not None:
-                    gate.with_latency(verdict, gate.decide(latency, loaded.samples(self.node.nodeid, metric=metric),
-                                                           context.policy))
+                    saved_latency = loaded.samples(self.node.nodeid, metric=metric, last=last)
+                    gate.with_latency(verdict, gate.decide(latency, saved_latency, context.policy))
             disturbed = verdict.disturbed or next(  # the alone measurement is the session's: measured again it is not
                 (f"{metric}: {v.disturbed}" for metric, v in verdict.latency.items()
                  if v.disturbed and not metric.startswith("alone")), None)

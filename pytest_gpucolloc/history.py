@@ -1,24 +1,32 @@
 """Saved runs, read from pytest-benchmark's file storage (``.benchmarks/<machine>/NNNN_*.json``).
 
-Read-only: files are never modified. A file that cannot be read, or a scenario in it that is not a readable
-record (``record.read``), is reported by name and skipped. History holds runs, not experiments: an A/B arm's run
-(``experiment``) and a run the user set aside (``forget.py``) are left out of it, and named.
+Read-only: saved files are never modified. A file that cannot be read, or a scenario in it that is not a readable
+record (``record.read``), is reported by name and skipped. A storage of ``INDEX_FROM`` files or more keeps what
+was read of each in an index beside them (``index.py``): what the gate and the change points judge (each scenario's
+samples) comes from it, and a run's full records are read from its file only when a table or figure shows them.
+History holds runs, not experiments: an A/B arm's run (``experiment``) and a run the user set aside (``forget.py``)
+are left out of it, and named.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Collection
+import math
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import forget, machine, record
+from . import forget, index, machine, record
 from .gate import RunSample, power_cap_share
 
 # What a scenario is judged and followed by: its throughput and, with a serving job, that job's latency at p50 and p99
 # beside its neighbours and alone at the same rate (its own yardstick); p90 is followed, not gated.
 LATENCY = ("p50", "p99", "alone p50", "alone p99")
 METRICS = ("throughput", "p50", "p90", "p99", "alone p50", "alone p99")
+# The gate judges a scenario against its newest saved runs, this many times its baseline's runs at most
+# (gate.Policy.runs: 300 by default): its current level and the level shift that started it are found among them,
+# and the gate's cost stays the same however long the history grows.
+GATE_WINDOW = 10
 
 
 @dataclass
@@ -28,8 +36,14 @@ class SavedRun:
     datetime: str
     commit: str | None
     machine: dict  # machine_info["gpucolloc"]
-    scenarios: dict[str, record.ScenarioRecord]  # benchmark fullname -> this plugin's record
+    scenarios: Mapping[str, record.ScenarioRecord]  # benchmark fullname -> this plugin's record
     problems: list[str] = field(default_factory=list)  # scenarios skipped, and why
+    # (fullname, metric) -> the sample the gate judges, and fullname -> its series' GPU: made from the record when
+    # first asked, or from what the index kept (``stored``, read when first asked)
+    samples: dict[tuple[str, str], RunSample | None] = field(default_factory=dict, repr=False, compare=False)
+    gpus: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    levels: dict[tuple[str, str], float | None] = field(default_factory=dict, repr=False, compare=False)
+    stored: str | None = field(default=None, repr=False, compare=False)
 
     def matches(self, wanted: str) -> bool:
         """The run's id, or its NNNN number."""
@@ -37,12 +51,40 @@ class SavedRun:
 
     def sample(self, fullname: str, metric: str = "throughput") -> RunSample | None:
         """The scenario as the gate judges ``metric`` (None: not in this run, or no serving job for a latency)."""
-        scenario = self.scenarios.get(fullname)
-        if scenario is None:
-            return None
-        if metric == "throughput":
-            return sample_of(scenario, self.run_id, self.machine, self.datetime, self.commit)
-        return latency_sample_of(scenario, self.run_id, self.machine, self.datetime, self.commit, metric)
+        key = (fullname, metric)
+        if self.stored is not None:
+            try:
+                self.samples.update(_stored_samples(self, json.loads(self.stored)))
+            except (ValueError, TypeError, KeyError, AttributeError):  # a row of another shape: never trusted
+                self.samples.clear()  # made from the records instead
+            self.stored = None
+        if key not in self.samples:
+            if fullname not in self.scenarios:
+                return None
+            scenario = self.scenarios[fullname]
+            self.samples[key] = sample_of(scenario, self.run_id, self.machine, self.datetime, self.commit) \
+                if metric == "throughput" else \
+                latency_sample_of(scenario, self.run_id, self.machine, self.datetime, self.commit, metric)
+        return self.samples[key]
+
+    def level(self, fullname: str, metric: str = "throughput") -> float | None:
+        """The scenario's level in its series (log throughput, or log ms of a latency), None where it is not part of
+        one: not in this run, throttled, shared the GPU with foreign processes, or (of a latency) a saturated
+        service."""
+        key = (fullname, metric)
+        if key not in self.levels:
+            sample = self.sample(fullname, metric)
+            if sample is None or sample.throttled or sample.contaminated or sample.saturated:
+                self.levels[key] = None
+            else:
+                self.levels[key] = -sample.log_mean if sample.latency else sample.log_mean  # it holds 1/latency
+        return self.levels[key]
+
+    def gpu(self, fullname: str) -> str:
+        """The physical GPU the scenario ran on (``series_gpu``)."""
+        if fullname not in self.gpus:
+            self.gpus[fullname] = series_gpu(self, self.scenarios[fullname])
+        return self.gpus[fullname]
 
 
 AB_SAVE_TAG = "ab-"  # the save name ``pytest-gpucolloc ab`` gave its arms: NNNN_ab-<time>-<arm>.json
@@ -64,6 +106,7 @@ def why_left_out(root: Path, run: SavedRun, forgotten: dict | None = None) -> st
     """Why the saved ``run`` under the storage ``root`` is not a run of its history (None: it is): an experiment,
     or a run the user set aside. ``forgotten``: ``forget.read(root)``, when already read."""
     return experiment(run) or forget.why(forget.read(root) if forgotten is None else forgotten, root, run.path)
+
 
 
 def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | None = None, datetime: str = "",
@@ -133,10 +176,22 @@ class History:
     problems: list[str] = field(default_factory=list)  # "path: why it was skipped"
     left_out: list[tuple[SavedRun, str]] = field(default_factory=list)  # experiments and forgotten runs, and why
 
-    def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput"
-                ) -> list[RunSample]:
-        found = (run.sample(fullname, metric) for run in self.runs if run.run_id not in exclude)
-        return [s for s in found if s is not None]
+    def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput",
+                last: int | None = None) -> list[RunSample]:
+        """The scenario's samples, oldest first; ``last``: only the newest this many (the newer runs alone are
+        read)."""
+        found: list[RunSample] = []
+        for run in reversed(self.runs):
+            if last is not None and len(found) >= last:
+                break
+            if run.run_id not in exclude and (sample := run.sample(fullname, metric)) is not None:
+                found.append(sample)
+        return found[::-1]
+
+    def recent(self, last: int | None = None, since: str | None = None) -> list[SavedRun]:
+        """The newest ``last`` runs (None or 0: all) saved at or after ``since`` (ISO date or time, UTC)."""
+        runs = [run for run in self.runs if since is None or run.datetime >= since]
+        return runs[-last:] if last else runs
 
     def find(self, wanted: str) -> SavedRun | None:
         return next((run for run in self.runs if run.matches(wanted)), None)
@@ -182,22 +237,137 @@ def read_run(path: Path) -> SavedRun:
     return SavedRun(path, path.stem, when, commit, identity, scenarios, problems)
 
 
-def load(root: Path) -> History:
+INDEX_FROM = 64  # saved files: fewer are read in well under a second, and leave no index in small storages
+
+
+def load(root: Path, use_index: bool | None = None) -> History:
+    """Every saved run under ``root``, oldest first. ``use_index``: keep and use the storage's index (default:
+    when it holds ``INDEX_FROM`` files or more)."""
     history = History()
     if not root.exists():
         return history
+    found, history.problems = index.walk(root)
     forgotten = forget.read(root)
-    for path in sorted(root.rglob("*.json")):
-        try:
-            run = read_run(path)
-        except (OSError, ValueError) as error:  # JSONDecodeError is a ValueError
-            history.problems.append(f"{path}: skipped ({type(error).__name__}: {str(error)[:120]})")
-            continue
-        history.problems += run.problems
-        why = why_left_out(root, run, forgotten)
-        if run.scenarios and why:
-            history.left_out.append((run, why))
-        elif run.scenarios:
-            history.runs.append(run)
+    with index.opened(root, len(found) >= INDEX_FROM if use_index is None else use_index) as kept:
+        fresh, keep = {}, set()
+        shared: dict = {}  # what runs of one machine and suite share: read once
+        for file in found:
+            row = kept.known.get(file.key)
+            run = _indexed(file, row, shared) if row is not None else None
+            if run is None:
+                try:
+                    run = read_run(file.path)
+                except (OSError, ValueError) as error:  # JSONDecodeError is a ValueError
+                    history.problems.append(f"{file.path}: skipped ({type(error).__name__}: {str(error)[:120]})")
+                    continue
+                if kept.connection is not None:
+                    fresh[file.key] = (file.size, file.mtime_ns, *_summary(run))
+            keep.add(file.key)
+            history.problems += run.problems
+            why = why_left_out(root, run, forgotten)
+            if run.scenarios and why:
+                history.left_out.append((run, why))
+            elif run.scenarios:
+                history.runs.append(run)
+        kept.update(fresh, keep)
+        if kept.problem:
+            history.problems.append(kept.problem)
     history.runs.sort(key=lambda r: r.datetime)
     return history
+
+
+OWN = ("run_id", "datetime", "commit")  # a sample's fields that are its run's: kept once, with the run
+
+
+def _summary(run: SavedRun) -> tuple[str, str, str]:
+    """What the index keeps of a run (JSON texts): its own fields and each scenario's series levels; what runs of
+    one machine and suite share (the machine, the scenarios and their GPUs, read once for them all); its samples."""
+    def saved(sample: RunSample | None) -> dict | None:
+        if sample is None:
+            return None
+        fields = {k: v for k, v in dataclasses.asdict(sample).items() if k not in OWN}
+        if len(sample.repeats) <= 1:
+            fields["repeats"] = []  # one set: the rounds themselves
+        return fields
+
+    def text(value) -> str:
+        return json.dumps(value, separators=(",", ":"))
+
+    levels = [[run.level(name, metric) for metric in METRICS] for name in run.scenarios]
+    shared = {"machine": run.machine, "gpus": {name: run.gpu(name) for name in run.scenarios}}
+    samples = {name: [saved(run.sample(name, metric)) for metric in METRICS] for name in run.scenarios}
+    return text([run.run_id, run.datetime, run.commit, run.problems, levels]), text(shared), text(samples)
+
+
+def _stored_sample(run: SavedRun, saved: dict | None) -> RunSample | None:
+    if saved is None:
+        return None
+    values = {**saved, "rounds": tuple(saved["rounds"]), "repeats": tuple(tuple(r) for r in saved["repeats"]),
+              "jobs": tuple(saved["jobs"]), "config": dict(saved["config"]), "run_id": run.run_id,
+              "datetime": run.datetime, "commit": run.commit}
+    sample = RunSample(**values)
+    numbers = [*sample.rounds, *(x for r in sample.repeats for x in r)]
+    if not sample.rounds or not all(type(x) is float and math.isfinite(x) and x > 0 for x in numbers):
+        raise ValueError("rounds of another shape")
+    return sample
+
+
+def _stored_samples(run: SavedRun, stored: dict) -> dict[tuple[str, str], RunSample | None]:
+    return {(name, metric): _stored_sample(run, saved) for name, kept in stored.items()
+            for metric, saved in zip(METRICS, kept, strict=True)}
+
+
+def _indexed(file: index.Found, row: index.Row, shared: dict[str, tuple[dict, list[str], dict[str, str]]]
+             ) -> SavedRun | None:
+    """A run as the index kept it (its samples are read when first asked, its records from the file); None when
+    the file changed since, or the row is not what the index keeps (never trusted: the file is read instead).
+    ``shared``: what runs share, read once."""
+    size, mtime_ns, own, common, samples = row
+    if (size, mtime_ns) != (file.size, file.mtime_ns):
+        return None
+    try:
+        if common not in shared:
+            kept = json.loads(common)
+            run_machine, gpus = kept["machine"], kept["gpus"]
+            if not isinstance(run_machine, dict) or not all(isinstance(g, str) for g in gpus.values()):
+                raise ValueError("a machine of another shape")
+            shared[common] = (run_machine, list(gpus), gpus)
+        run_machine, names, gpus = shared[common]
+        run_id, when, commit, problems, levels = json.loads(own)
+        found = {(name, metric): level for name, kept in zip(names, levels, strict=True)
+                 for metric, level in zip(METRICS, kept, strict=True)}
+        if not all(level is None or (type(level) is float and math.isfinite(level)) for level in found.values()) \
+                or not all(isinstance(p, str) for p in problems) or not isinstance(commit, (str, type(None))):
+            raise ValueError("a run of another shape")
+        return SavedRun(file.path, str(run_id), str(when), commit, run_machine, _Scenarios(file.path, names),
+                        list(problems), gpus=dict(gpus), levels=found, stored=samples)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+class _Scenarios(Mapping):
+    """An indexed run's scenarios: their names known, their records read from the file when first asked."""
+
+    def __init__(self, path: Path, names: list[str]):
+        self.path, self.names = path, names
+        self.records: Mapping[str, record.ScenarioRecord] | None = None
+
+    def _read(self) -> Mapping[str, record.ScenarioRecord]:
+        if self.records is None:
+            try:
+                self.records = read_run(self.path).scenarios
+            except (OSError, ValueError):  # removed or changed since the index was read: nothing to show
+                self.records = {}
+        return self.records
+
+    def __getitem__(self, name: str) -> record.ScenarioRecord:
+        return self._read()[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from . import latency_plot, plots, report
-from .history import History, SavedRun, series_gpu, short_name
+from .history import History, SavedRun, short_name
 from .modes import MODES
 from .record import ScenarioRecord
 
@@ -112,22 +112,22 @@ def _verdicts(counts: Counter) -> str:
                      for verdict, n in sorted(counts.items(), key=lambda item: item[0] != "regressed"))
 
 
-def _gate_history(loaded: History) -> tuple[str, int]:
-    """Per scenario and physical GPU: its runs and the latest gate verdict; with how many are regressed now."""
-    series: dict[tuple[str, str], list] = {}
-    for run in loaded.runs:
+def _gate_history(loaded: History, recent: list[SavedRun]) -> tuple[str, int]:
+    """Per scenario and physical GPU: its runs and the latest gate verdict among the ``recent`` runs; with how many
+    are regressed now."""
+    counts: Counter = Counter((name, run.gpu(name)) for run in loaded.runs for name in run.scenarios)
+    latest: dict[tuple[str, str], tuple] = {}
+    for run in recent:  # only these runs' files are read
         for name, scenario in run.scenarios.items():
-            series.setdefault((name, series_gpu(run, scenario)), []).append((run, scenario))
+            if scenario.verdict:
+                latest[(name, run.gpu(name))] = (run, scenario)
     rows, regressed = [], 0
-    for (name, gpu), points in sorted(series.items()):
-        gated = [(run, s) for run, s in points if s.verdict]
-        if not gated:
-            continue
-        run, scenario = gated[-1]
+    for (name, gpu), (run, scenario) in sorted(latest.items()):
         verdict, change = scenario.verdict or "", (scenario.gate or {}).get("change")
         regressed += verdict == "regressed"
         shown = f"<span class=regressed>{verdict}</span>" if verdict == "regressed" else _e(verdict)
-        rows.append(f"<tr><td>{_e(short_name(name))}</td><td>{_e(gpu)}</td><td>{len(points)}</td><td>{shown}</td>"
+        rows.append(f"<tr><td>{_e(short_name(name))}</td><td>{_e(gpu)}</td><td>{counts[(name, gpu)]}</td>"
+                    f"<td>{shown}</td>"
                     f"<td>{'-' if change is None else f'{change:+.1%}'}</td>"
                     f"<td>{_e(run.datetime[:16].replace('T', ' '))} {_e((run.commit or '')[:8])}</td></tr>")
     if not rows:
@@ -136,8 +136,10 @@ def _gate_history(loaded: History) -> tuple[str, int]:
             "<th>of the run</th></tr>" + "".join(rows) + "</table>"), regressed
 
 
-def build(runs: list[SavedRun], loaded: History | None, out: Path) -> Path:
-    """Write ``out/index.html`` and its figures in ``out/figures/``; return the page's path."""
+def build(runs: list[SavedRun], loaded: History | None, out: Path, recent: list[SavedRun] | None = None) -> Path:
+    """Write ``out/index.html`` and its figures in ``out/figures/``; return the page's path. ``recent``: the runs of
+    ``loaded`` whose verdicts and figures are shown (default: all)."""
+    recent = loaded.runs if loaded is not None and recent is None else recent or []
     body = ["<h1>pytest-gpucolloc report</h1>"]
     kinds = plots.by_kind(runs)
     tables = []
@@ -149,7 +151,7 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path) -> Path:
         if rows:
             tables.append((kind, rows, _warned(entries)))
     regressed = sum(plots.regressed(s) for entries in kinds.values() for _, s in entries)
-    gate_table, regressed_now = _gate_history(loaded) if loaded is not None else ("", 0)
+    gate_table, regressed_now = _gate_history(loaded, recent) if loaded is not None else ("", 0)
     if regressed or regressed_now:
         body.append(f"<p class=alert>The gate judged {regressed + regressed_now} regressed: "
                     "marked red in the tables and figures below.</p>")
@@ -168,7 +170,7 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path) -> Path:
     if gate_table:
         body.append("<h2>Gate over the stored history</h2>" + gate_table)
     figures = itertools.chain(plots.for_runs(runs), latency_plot.for_runs(runs),
-                              plots.history(loaded) if loaded is not None else [])
+                              plots.history(loaded, recent) if loaded is not None else [])
     section = None
     for item, _ in plots.write(figures, out / "figures", "png"):
         if item.section != section:

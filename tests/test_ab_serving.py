@@ -69,7 +69,7 @@ def test_a_slower_serving_step_is_regressed_on_p50_and_p90_and_fails_the_job(rep
     p50 = judged[("test_service[cpu-naive]", "p50")]  # every request is slower: the median too
     assert p50["verdict"] == "regressed" and p50["change"] > 1, p50
     p99 = judged[("test_service[cpu-naive]", "p99")]  # 3 windows of 0.5 s at 40/s: 60 requests, too few for p99
-    assert p99["verdict"] == "inconclusive" and "resolve no p99 (200 needed)" in p99["reason"], p99
+    assert p99["verdict"] == "inconclusive" and "too few for p99 in 5 of 5 blocks (200 needed)" in p99["reason"], p99
     assert "test_service[cpu-naive]: the service got slower (p50 +" in out.out, out.out
     row = next(line for line in out.out.splitlines() if " p50 " in line)
     assert "test_service[cpu-naive]" in row and "regressed" in row and " ms " in row, out.out

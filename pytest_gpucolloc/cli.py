@@ -13,6 +13,7 @@ from pathlib import Path
 from . import __version__, nvml
 from .history import METRICS
 from .modes import MODES
+from .scratch import can_write_in
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
 OK, NEGATIVE, USAGE, NOTHING_TO_READ, UNWRITABLE = 0, 1, 2, 3, 4
@@ -96,8 +97,8 @@ def _out_folder(path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise CommandError(f"cannot write into {folder}: {error.strerror or error}", UNWRITABLE) from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise CommandError(f"cannot write into {folder}: permission denied", UNWRITABLE)
+    if not can_write_in(folder):
+        raise CommandError(f"cannot write into {folder}: a file cannot be created there", UNWRITABLE)
     return folder
 
 
@@ -666,6 +667,9 @@ def main(argv: list[str] | None = None) -> int:
         return done.code if isinstance(done.code, int) else int(done.code is not None)
     if getattr(args, "format", None) == "text":
         args.format = "table"
+    if sys.stdout is None:  # started with stdout closed (>&-): print() would drop the answer without a word
+        print("error: cannot write the output: stdout is closed", file=sys.stderr)
+        return UNWRITABLE
     try:
         code = args.run_command(args)
         sys.stdout.flush()  # here, not at exit: a reader that went away is answered below, not by a traceback
@@ -677,6 +681,10 @@ def main(argv: list[str] | None = None) -> int:
         # stdout's reader stopped reading (| head): end quietly, with nothing left for Python to flush at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return PIPE_CLOSED
+    except OSError as error:  # the commands name what they cannot read: this is stdout that cannot be written
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (/dev/full): nothing left to fail at exit
+        print(f"error: cannot write the output: {error.strerror or error}", file=sys.stderr)
+        return UNWRITABLE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return INTERRUPTED

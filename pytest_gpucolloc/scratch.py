@@ -14,6 +14,16 @@ def scratch_base() -> Path:
     return Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
 
 
+def can_write_in(folder: Path) -> bool:
+    """A file can be created in ``folder`` and removed again: tried, since permission bits do not say it (root
+    passes them on a read-only or pseudo file system such as /proc)."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".gpucolloc-probe-"):
+            return True
+    except OSError:
+        return False
+
+
 def private_scratch() -> Path:
     """A new 0700 directory with a short path (MPS pipe sockets must fit in 108 bytes), marked with the
     pid of the process that owns it so that a later run can tell a killed run's leftovers."""

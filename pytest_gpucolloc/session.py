@@ -4,7 +4,6 @@ act on the whole run (history, ordering, GPU marker, xdist hand-over, machine id
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from .device import DeviceChoice, DeviceUnavailable, detect, make_target, select
 from .modes.base import ModeOptions, Target
 from .options import MAX_THRESHOLD, Config, DeviceConfig
 from .scenario import ScenarioResult, Settings
-from .scratch import clean_stale_scratch
+from .scratch import can_write_in, clean_stale_scratch
 
 # CPU smoke mode: real processes and real training, small enough for a laptop or a CI runner.
 CPU_IMAGE_SIZE = 32
@@ -162,7 +161,7 @@ class CollocSession:
             folders.append(("--colloc-gate-report", Path(self.options.colloc_gate_report).resolve().parent))
         for option, folder in folders:
             existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
-            if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            if existing is None or not existing.is_dir() or not can_write_in(existing):
                 raise pytest.UsageError(f"{option}: {folder} is not writable, so nothing measured could be saved; "
                                         "fix its permissions or choose another folder")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from . import __version__, nvml
 from .history import METRICS
 from .modes import MODES
-from .scratch import can_write_in
+from .scratch import can_write_in, clean_stale_scratch
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
 OK, NEGATIVE, USAGE, NOTHING_TO_READ, UNWRITABLE = 0, 1, 2, 3, 4
@@ -348,6 +348,9 @@ def cmd_ab(args) -> int:
                            max_blocks=max(args.ab_max_blocks, args.ab_min_blocks), pairs_per_block=args.ab_pairs,
                            window_s=args.ab_window_seconds, scenario_budget_s=60 * args.ab_scenario_minutes,
                            budget_s=60 * args.ab_budget_minutes, alone=args.ab_alone)
+    removed = clean_stale_scratch()  # a killed ab's arms, worktrees and socket folder (and a killed run's scratch)
+    if removed:
+        print(f"removed what killed runs left: {', '.join(removed)}", file=sys.stderr)
     try:
         ab.check_pytest_args(pytest_args)
         arms = [ab.resolve(args.baseline, "baseline", here), ab.resolve(args.candidate, "candidate", here)]

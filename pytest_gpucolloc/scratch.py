@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
+
+from . import process_marks
 
 SCRATCH_PREFIX = "gc-"
 OWNER_FILE = "owner.pid"
@@ -32,9 +35,23 @@ def private_scratch() -> Path:
     return path
 
 
+def _worktrees_in(path: Path) -> list[str]:
+    """The git directories that register the worktrees in ``path`` (a killed ``ab``'s arms: ``<path>/<arm>``)."""
+    gitdirs = []
+    for dot_git in path.glob("*/.git"):
+        try:
+            gitdir = Path(dot_git.read_text().removeprefix("gitdir:").strip())  # <repo>/.git/worktrees/<name>
+        except OSError:
+            continue  # a folder: no worktree
+        if gitdir.parent.name == "worktrees":
+            gitdirs.append(str(gitdir.parent.parent))
+    return gitdirs
+
+
 def clean_stale_scratch() -> list[str]:
-    """Remove what killed runs of this user left: scratch directories whose owner process is gone,
-    after stopping any MPS daemon still serving from them. Returns what was removed."""
+    """Remove what killed runs of this user left: scratch directories whose owner process is gone, after stopping
+    any MPS daemon still serving from them and any process still working in them (a killed ``ab``'s arms), and
+    unregistering the git worktrees they held. Returns what was removed."""
     from .mps_daemon import mps_processes
 
     removed = []
@@ -47,12 +64,16 @@ def clean_stale_scratch() -> list[str]:
             continue  # not ours, or not a scratch directory of this plugin
         if Path(f"/proc/{owner}").exists():
             continue  # its run is still going
+        process_marks.kill_started_in(path)
         for pid, info in mps_processes().items():
             if info["pipe_dir"] and info["pipe_dir"].startswith(str(path) + "/"):
                 try:
                     os.kill(pid, 9)
                 except OSError:
                     pass
+        repositories = _worktrees_in(path)
         shutil.rmtree(path, ignore_errors=True)
+        for git_dir in repositories:  # the worktree's registration, now that its folder is gone
+            subprocess.run(["git", "--git-dir", git_dir, "worktree", "prune"], capture_output=True, check=False)
         removed.append(str(path))
     return removed

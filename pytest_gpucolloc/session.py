@@ -114,8 +114,8 @@ class CollocSession:
         make saving safe."""
         config = self.config
         if self.xdist_index is None:  # the controller cleans up; xdist workers start after it
+            self.orphans_killed = process_marks.kill_orphans()  # first: named as such, not as in a scratch folder
             self.stale_removed = clean_stale_scratch()
-            self.orphans_killed = process_marks.kill_orphans()
         if before_running:
             self._check_usage()
         if self.xdist_index is None:

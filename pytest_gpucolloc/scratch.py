@@ -54,7 +54,7 @@ def clean_stale_scratch() -> list[str]:
     unregistering the git worktrees they held. Returns what was removed."""
     from .mps_daemon import mps_processes
 
-    removed = []
+    removed, killed = [], False
     for path in scratch_base().glob(f"{SCRATCH_PREFIX}*"):
         try:
             if not path.is_dir() or path.stat().st_uid != os.getuid():
@@ -62,9 +62,9 @@ def clean_stale_scratch() -> list[str]:
             owner = int((path / OWNER_FILE).read_text().strip())
         except (OSError, ValueError):
             continue  # not ours, or not a scratch directory of this plugin
-        if Path(f"/proc/{owner}").exists():
-            continue  # its run is still going
-        process_marks.kill_started_in(path)
+        if not process_marks.gone(owner):
+            continue  # its run is still going (a zombie's has ended)
+        killed |= bool(process_marks.kill_started_in(path))
         for pid, info in mps_processes().items():
             if info["pipe_dir"] and info["pipe_dir"].startswith(str(path) + "/"):
                 try:
@@ -76,4 +76,6 @@ def clean_stale_scratch() -> list[str]:
         for git_dir in repositories:  # the worktree's registration, now that its folder is gone
             subprocess.run(["git", "--git-dir", git_dir, "worktree", "prune"], capture_output=True, check=False)
         removed.append(str(path))
+    if killed:  # what they owned is left by a killed run now (an ab's arms' own scratch directories)
+        removed += clean_stale_scratch()
     return removed

@@ -221,8 +221,9 @@ def ab_left(repo: Path, tmp_path: Path, controller: int) -> dict[str, list]:
     from test_ab import git
 
     arms = subprocess.run(["pgrep", "-f", str(tmp_path / "arms")], capture_output=True, text=True).stdout.split()
+    owners = {str(controller), *(p.name for p in (tmp_path / "started").iterdir())}  # ab's, and its arms'
     folders = [str(p) for p in Path("/tmp").glob("gc-*") if (p / "owner.pid").is_file()
-               and (p / "owner.pid").read_text().strip() == str(controller)]
+               and (p / "owner.pid").read_text().strip() in owners]
     worktrees = git(repo, "worktree", "list", "--porcelain").count("worktree ") - 1
     return {"arms": arms, "folders": folders, "worktrees": [worktrees] if worktrees else [],
             "registered": list((repo / ".git" / "worktrees").glob("*"))}

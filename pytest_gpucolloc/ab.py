@@ -35,13 +35,13 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import history, interleave, machine, serving, shift
+from . import history, interleave, machine, serving, shift, worker
 from .outcome import Outcome
+from .scratch import clean_stale_scratch, private_scratch
 
 # What may differ between two interpreters' runs: the stack is the change being compared.
 STACK_KEYS = {"python", "torch", "torchvision", "cuda_runtime", "cudnn", "plugin_version"}
@@ -201,7 +201,7 @@ def checked_out(arms: list[Arm], here: Path):
         for arm in arms:
             if arm.kind != "revision" or arm.revision is None:
                 continue
-            folder = Path(tempfile.mkdtemp(prefix="gc-ab-")) / arm.label
+            folder = private_scratch() / arm.label  # a killed ab's is removed, and unregistered, by the next run
             _git(here, "worktree", "add", "--detach", "--quiet", str(folder), arm.revision)
             made.append(folder)
             arm.cwd = folder / here.resolve().relative_to(top)
@@ -624,6 +624,34 @@ def draw_latency(latency: dict[str, list[dict[str, list[dict]]]], labels: tuple[
         say(f"{name}: latency distribution per arm in {path}")
 
 
+ARM_GRACE_S = 5.0  # an interrupted arm's time to stop its workers itself; then it is killed: ab acts within seconds
+
+
+def _interrupt_if_ab_dies() -> None:
+    """In an arm, before exec: SIGTERM (its session unwinds as on Ctrl-C) when the ab controller dies, even by
+    SIGKILL. What the arms leave, the next run removes (scratch.clean_stale_scratch)."""
+    worker._die_with_parent(signal.SIGTERM)
+
+
+def _stop_arms(processes: dict[str, subprocess.Popen]) -> None:
+    """Ctrl-C, SIGTERM or an error here: each arm still running is interrupted, and SIGKILLed with its process group
+    after ARM_GRACE_S (its fork server then ends its workers); what killed arms left in scratch directories is
+    removed."""
+    running = [process for process in processes.values() if process.poll() is None]
+    for process in running:
+        process.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + ARM_GRACE_S
+    for process in running:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    if running:
+        clean_stale_scratch()
+
+
 def _arm_command(arm: Arm, pytest_args: list[str], settings: Settings, out: Path, tag: str) -> list[str]:
     """The arm's pytest, saving into the A/B's own folder (after the user's arguments: ours win): an arm is measured
     in turns with the other, so its run must never become a baseline or a comparison in the user's history."""
@@ -639,7 +667,7 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
     goes to ``say``: where the arms' logs are, then a line as each block starts and ends."""
     out.mkdir(parents=True, exist_ok=True)
     tag = "ab-" + time.strftime("%Y%m%dT%H%M%S")
-    folder = Path(tempfile.mkdtemp(prefix="gc-ab-"))  # short: a Unix socket path holds at most 107 bytes
+    folder = private_scratch()  # short: a Unix socket path holds at most 107 bytes; a killed ab's: see scratch.py
     arms = {baseline.label: baseline, candidate.label: candidate}
     processes: dict[str, subprocess.Popen] = {}
     logs = {label: out / f"{label}.log" for label in arms}
@@ -655,21 +683,13 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
                     # a session of their own: a Ctrl-C reaches the controller only, which stops them once
                     processes[label] = subprocess.Popen(_arm_command(arm, pytest_args, settings, out, tag),
                                                         cwd=arm.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                        start_new_session=True)
+                                                        start_new_session=True, preexec_fn=_interrupt_if_ab_dies)
             coordinator = Coordinator(_Arms(server, processes), (baseline.label, candidate.label), settings, say)
             coordinator.run()
         for process in processes.values():
             process.wait()
     finally:
-        for process in processes.values():  # Ctrl-C or an error here: the arms stop too, and their workers
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-        for process in processes.values():
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        _stop_arms(processes)
         shutil.rmtree(folder, ignore_errors=True)
     if coordinator.latency:  # every block's windows, by arm: the latency pictures and any later replay
         (out / "latency-windows.json").write_text(json.dumps(coordinator.latency))  # by test id

@@ -17,6 +17,7 @@ from .history import LATENCY, METRICS, short_name
 from .modes import MODES
 from .report import COLUMNS as TABLE_COLUMNS
 from .report import GATE_COLUMNS
+from .scratch import can_write_in, clean_stale_scratch
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
 OK, NEGATIVE, USAGE, NOTHING_TO_READ, UNWRITABLE = 0, 1, 2, 3, 4
@@ -126,8 +127,8 @@ def _out_folder(path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise CommandError(f"cannot write into {folder}: {error.strerror or error}", UNWRITABLE) from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise CommandError(f"cannot write into {folder}: permission denied", UNWRITABLE)
+    if not can_write_in(folder):
+        raise CommandError(f"cannot write into {folder}: a file cannot be created there", UNWRITABLE)
     return folder
 
 
@@ -477,6 +478,9 @@ def cmd_ab(args) -> int:
                            max_blocks=max(args.ab_max_blocks, args.ab_min_blocks), pairs_per_block=args.ab_pairs,
                            window_s=args.ab_window_seconds, scenario_budget_s=60 * args.ab_scenario_minutes,
                            budget_s=60 * args.ab_budget_minutes, alone=args.ab_alone)
+    removed = clean_stale_scratch()  # a killed ab's arms, worktrees and socket folder (and a killed run's scratch)
+    if removed:
+        print(f"removed what killed runs left: {', '.join(removed)}", file=sys.stderr)
     try:
         ab.check_pytest_args(pytest_args)
         arms = [ab.resolve(args.baseline, "baseline", here), ab.resolve(args.candidate, "candidate", here)]
@@ -859,6 +863,9 @@ def main(argv: list[str] | None = None) -> int:
         return done.code if isinstance(done.code, int) else int(done.code is not None)
     if getattr(args, "format", None) == "text":
         args.format = "table"
+    if sys.stdout is None:  # started with stdout closed (>&-): print() would drop the answer without a word
+        print("error: cannot write the output: stdout is closed", file=sys.stderr)
+        return UNWRITABLE
     try:
         code = args.run_command(args)
         sys.stdout.flush()  # here, not at exit: a reader that went away is answered below, not by a traceback
@@ -870,6 +877,10 @@ def main(argv: list[str] | None = None) -> int:
         # stdout's reader stopped reading (| head): end quietly, with nothing left for Python to flush at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return PIPE_CLOSED
+    except OSError as error:  # the commands name what they cannot read: this is stdout that cannot be written
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (/dev/full): nothing left to fail at exit
+        print(f"error: cannot write the output: {error.strerror or error}", file=sys.stderr)
+        return UNWRITABLE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return INTERRUPTED

@@ -2,7 +2,14 @@
 torchvision and the worker's code once, never touches CUDA, and forks each worker on request. A forked worker
 skips the imports a fresh ``python -m pytest_gpucolloc.worker`` pays (about 3 s for torch and 2 s for
 torchvision on an H200 host); it is a real process of its own all the same, with its own environment, session,
-log and CUDA context.
+log and CUDA context. Under ``--colloc-spawn=fresh`` a server that imports nothing execs each worker as
+``python -m pytest_gpucolloc.worker`` instead: a fresh interpreter, started the same way.
+
+The server is the workers' keeper: a child subreaper (``process_marks.become_subreaper``), so that whatever a
+workload starts and leaves orphaned, in its own session, without descriptors or environment (a double-forking
+daemon), becomes the server's child; when no worker is left, and before the server exits, it kills and reaps every
+child it has (``process_marks.end_children``). It exits, after that, when the controller does, even when the
+controller was SIGKILLed (its parent-death signal is SIGTERM, which it handles; the closed socket tells it too).
 
 Controller and server talk over a Unix socket pair (SOCK_SEQPACKET: one message per send). A request is
 ``{"env": {...}, "cwd": ...}`` with four file descriptors (the worker's stdin, its log, its message channel, and the
@@ -33,6 +40,7 @@ from .protocol import MSG_FD_ENV
 from .scratch import private_scratch
 
 SOCKET_ENV = "GPUCOLLOC_FORKSERVER_FD"
+EXEC_ENV = "GPUCOLLOC_FORKSERVER_EXEC"  # "1": exec each worker (--colloc-spawn=fresh), importing nothing first
 # What every worker imports anyway; none of it initialises CUDA.
 PRELOAD = ("torch", "torchvision.models", "torchvision.transforms.v2", "PIL.Image", "pytest_gpucolloc.models",
            "pytest_gpucolloc.image_data", "pytest_gpucolloc.worker")
@@ -71,12 +79,13 @@ class ForkedProcess:
 class ForkServer:
     """Controller side: starts the server, asks it for workers, learns how they ended."""
 
-    def __init__(self, env: dict[str, str]):
+    def __init__(self, env: dict[str, str], exec_workers: bool = False):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # in a scratch directory of this process: removed on close, or by the next run if this one is killed
         self.scratch = private_scratch()
         self.log_path = self.scratch / "forkserver.log"
-        env = {**env, SOCKET_ENV: str(theirs.fileno()), "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+        env = {**env, SOCKET_ENV: str(theirs.fileno()), EXEC_ENV: "1" if exec_workers else "0",
+               "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen([sys.executable, "-m", "pytest_gpucolloc.forkserver"], env=env,
                                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -155,26 +164,27 @@ class ForkServer:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-_SHARED: ForkServer | None = None
+_SHARED: dict[bool, ForkServer] = {}  # exec_workers -> the session's server of that kind
 
 
-def shared() -> ForkServer:
-    """The session's fork server, started on first use (again if it died)."""
-    global _SHARED
-    if _SHARED is None or not _SHARED.alive():
+def shared(exec_workers: bool = False) -> ForkServer:
+    """The session's fork server (``exec_workers``: the one for fresh workers), started on first use (again if it
+    died)."""
+    server = _SHARED.get(exec_workers)
+    if server is None or not server.alive():
         from .pool import base_environment
 
-        close_shared()
-        _SHARED = ForkServer(base_environment())
-        atexit.register(close_shared)
-    return _SHARED
+        if server is not None:
+            server.close()
+        if not _SHARED:
+            atexit.register(close_shared)
+        _SHARED[exec_workers] = server = ForkServer(base_environment(), exec_workers)
+    return server
 
 
 def close_shared() -> None:
-    global _SHARED
-    if _SHARED is not None:
-        _SHARED.close()
-        _SHARED = None
+    while _SHARED:
+        _SHARED.popitem()[1].close()
 
 
 # --- server side ---------------------------------------------------------------------------------------------
@@ -192,7 +202,7 @@ def _take_environment(env: dict, cwd: str) -> None:
     importlib.invalidate_caches()
 
 
-def _become_worker(server_pid: int, sock: socket.socket, request: dict, fds: list[int]) -> None:
+def _become_worker(server_pid: int, sock: socket.socket, request: dict, fds: list[int], exec_worker: bool) -> None:
     """In the forked child: take the worker's descriptors and environment, and run it. Never returns."""
     code = 1
     try:
@@ -211,9 +221,12 @@ def _become_worker(server_pid: int, sock: socket.socket, request: dict, fds: lis
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         from . import worker
 
-        worker._die_with_parent()
+        worker._die_with_parent()  # kept across exec
         if os.getppid() != server_pid:  # the server died before the line above: so must this worker
             os._exit(1)
+        if exec_worker:
+            os.set_inheritable(channel, True)
+            os.execve(sys.executable, [sys.executable, "-m", "pytest_gpucolloc.worker"], os.environ)
         code = worker.main()
     except BaseException:
         traceback.print_exc()
@@ -223,8 +236,8 @@ def _become_worker(server_pid: int, sock: socket.socket, request: dict, fds: lis
         os._exit(code)
 
 
-def serve(sock: socket.socket) -> None:
-    children: set[int] = set()
+def serve(sock: socket.socket, exec_workers: bool = False) -> None:
+    children: set[int] = set()  # the workers asked for; other children are orphans adopted as subreaper
     try:
         while True:
             if select.select([sock], [], [], 0.05)[0]:
@@ -236,36 +249,59 @@ def serve(sock: socket.socket) -> None:
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _become_worker(os.getppid(), sock, request, fds)
+                    _become_worker(os.getppid(), sock, request, fds, exec_workers)
                 for fd in fds:
                     os.close(fd)
                 children.add(pid)
                 sock.send(json.dumps({"pid": pid}).encode())
-            for pid in list(children):
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    children.discard(pid)
-                    sock.send(json.dumps({"exited": pid, "status": status}).encode())
+            exited = _reap(children)
+            if exited and not children:  # no worker left: neither may what the workers left (said before they end)
+                process_marks.end_children()
+            for pid, status in exited:
+                sock.send(json.dumps({"exited": pid, "status": status}).encode())
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for pid in children:  # the controller is gone: nothing it started may stay
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:  # forked a moment ago, before its own process group
                 os.kill(pid, signal.SIGKILL)
-        for pid in children:  # nor outlive the server: a GPU process can take seconds to tear down its context,
-            os.waitpid(pid, 0)  # and the controller waits for the server (up to CLOSE_TIMEOUT_S)
+        # nor outlive the server: a GPU process can take seconds to tear down its context, and the controller waits
+        # for the server (up to CLOSE_TIMEOUT_S)
+        process_marks.end_children(CLOSE_TIMEOUT_S - 5)
+
+
+def _reap(workers: set[int]) -> list[tuple[int, int]]:
+    """Collect every child that has ended: the workers among them (removed from ``workers``) with their statuses;
+    an adopted orphan is only reaped."""
+    exited = []
+    try:
+        while (ended := os.waitpid(-1, os.WNOHANG))[0]:
+            if ended[0] in workers:
+                workers.discard(ended[0])
+                exited.append(ended)
+    except ChildProcessError:
+        pass  # no child at all
+    return exited
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(0)  # through serve's cleanup: its workers and everything they left are ended first
 
 
 def main() -> int:
     from . import worker
 
-    worker._die_with_parent()
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    worker._die_with_parent(signal.SIGTERM)
+    process_marks.become_subreaper()
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_ENV)))
-    for name in PRELOAD:
+    exec_workers = os.environ.pop(EXEC_ENV, "0") == "1"
+    for name in () if exec_workers else PRELOAD:
         importlib.import_module(name)
     sock.send(json.dumps({"ready": True}).encode())
     try:
-        serve(sock)
+        serve(sock, exec_workers)
     except (BrokenPipeError, ConnectionResetError):
         pass
     return 0

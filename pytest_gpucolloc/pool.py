@@ -10,17 +10,19 @@ import os
 import selectors
 import signal
 import subprocess
-import sys
 import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import process_marks, progress, protocol
 from .logs import tail
 from .protocol import MSG_FD_ENV
 from .workloads import Workload
+
+if TYPE_CHECKING:
+    from .forkserver import ForkServer
 
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 # Variables a worker must never inherit: the mode decides them.
@@ -60,7 +62,7 @@ def base_environment() -> dict[str, str]:
 
 
 class _Worker:
-    def __init__(self, label: str, slot: WorkerSlot, spec: protocol.Spec, log_path: Path, forkserver=None):
+    def __init__(self, label: str, slot: WorkerSlot, spec: protocol.Spec, log_path: Path, forkserver: ForkServer):
         self.label, self.slot, self.log_path = label, slot, log_path
         read_fd, write_fd = os.pipe()
         env = base_environment()
@@ -73,26 +75,21 @@ class _Worker:
         self.spawned_at = time.monotonic()
         mark_fd = process_marks.mark_descriptor(self.mark)  # the worker keeps it open, and every fork of it
         try:
+            # started by the session's fork server (forked, or exec'd fresh), in a session of its own: Ctrl-C
+            # reaches the controller only, and what the worker leaves orphaned becomes the server's to end
             with open(log_path, "wb") as log:
-                if forkserver is None:
-                    self.process = subprocess.Popen(
-                        [sys.executable, "-m", "pytest_gpucolloc.worker"],
-                        stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
-                        pass_fds=(write_fd, mark_fd), start_new_session=True,  # Ctrl-C reaches the controller only
-                    )
-                else:  # forked by the server, which has imported torch already (its own session too)
-                    try:
-                        self.process = forkserver.spawn(env, log.fileno(), write_fd, mark_fd)
-                    except BaseException:
-                        os.close(read_fd)
-                        os.close(write_fd)
-                        raise
+                try:
+                    self.process = forkserver.spawn(env, log.fileno(), write_fd, mark_fd)
+                except BaseException:
+                    os.close(read_fd)
+                    os.close(write_fd)
+                    raise
         finally:
             os.close(mark_fd)
         os.close(write_fd)
         self.messages_fd = read_fd  # -1 once closed
         stdin = self.process.stdin
-        assert stdin is not None  # a pipe: Popen(stdin=PIPE), or the fork server's
+        assert stdin is not None  # a pipe: the fork server's
         self.stdin = stdin
         self._buffer = b""
         self.send(spec)
@@ -163,9 +160,9 @@ class WorkerPool:
     """Workers of one phase of a scenario (all running at the same time)."""
 
     def __init__(self, slots: list[WorkerSlot], *, device: str, warmup_s: float, warmup_steps: int,
-                 log_dir: Path, image_size: int | None = None, label_offset: int = 0, forkserver=None):
+                 log_dir: Path, forkserver: ForkServer, image_size: int | None = None, label_offset: int = 0):
         self.slots = slots
-        self.forkserver = forkserver  # forkserver.ForkServer, or None: each worker a fresh interpreter
+        self.forkserver = forkserver  # forkserver.shared(): forks each worker, or execs it fresh
         self.spec: dict[str, Any] = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps,
                                          image_size=image_size)  # what every worker's Spec shares
         self.log_dir = Path(log_dir)

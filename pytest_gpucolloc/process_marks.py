@@ -11,11 +11,15 @@ not mistaken for its owner). Each worker carries it twice, because neither way r
   forked by the fork server shows the server's, without the mark.
 
 ``kill_marked`` ends workers' processes when they stop; ``kill_orphans`` ends, at the start of the next run,
-those whose owner is gone. A process that leaves its worker's process group, closes the descriptor and runs
-without the variable (exec'd with a cleared environment) is not found.
+those whose owner is gone (pytest and its fork server killed outright). A process that leaves its worker's process
+group, closes the descriptor and runs without the variable (exec'd with a cleared environment) carries no mark: it
+is reached because the process that starts every worker, the fork server, is a child subreaper
+(``become_subreaper``): such a process, orphaned, becomes the server's child, and the server ends its children
+(``end_children``) once no worker is left, and before it exits.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import time
@@ -126,3 +130,54 @@ def _owner_alive(mark: str) -> bool:
 def kill_orphans() -> list[int]:
     """SIGKILL the marked processes whose pytest process is gone (a run killed outright); returns their pids."""
     return _kill([pid for pid, mark in _marks().items() if not _owner_alive(mark)])
+
+
+def kill_started_in(folder: Path) -> list[int]:
+    """SIGKILL this user's processes that work in ``folder`` or name it in their environment (a killed ``ab``'s
+    arms: their worktree, their socket), and wait until they are gone; returns their pids."""
+    needle = str(folder).encode() + b"/"
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (needle in (entry / "environ").read_bytes()
+                                         or Path(os.readlink(entry / "cwd")).is_relative_to(folder)):
+                found.append(int(entry.name))
+        except OSError:
+            pass  # gone meanwhile, or another user's
+    return _kill(found)
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper: an orphan among its descendants, whatever its session, becomes its
+    child instead of init's. False where the kernel refuses (before Linux 3.4)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> list[int]:
+    me = os.getpid()
+    return [int(entry.name) for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and (fields := _stat(int(entry.name))) and int(fields[1]) == me]
+
+
+def end_children(timeout_s: float = KILL_WAIT_S) -> list[int]:
+    """SIGKILL every child of this process and reap it, until none is left: a subreaper's killed child hands it
+    its own children, which are killed in turn. Returns the pids killed (waits at most ``timeout_s``)."""
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for pid in _children():
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            break  # none left, not even a zombie
+        time.sleep(0.005)
+    return sorted(set(killed))

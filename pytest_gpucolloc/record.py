@@ -311,6 +311,18 @@ def _finite(value: Any, what: str, positive: bool = False) -> float:
     return _number(value, what, positive=positive)
 
 
+# A latency the plugin can have measured: its histograms hold 1 us to 1 hour (serving.LOWEST_US, HIGHEST_US), and a
+# percentile may read up to one bucket above that; anything else in a record (5e-324, 1e308) is not a latency.
+LATENCY_MS = (0.001, 7_200_000.0)
+
+
+def _latency(value: Any, what: str) -> float:
+    ms = _number(value, what)
+    if not LATENCY_MS[0] <= ms <= LATENCY_MS[1]:
+        raise RecordError(f"{what} must be a latency from {LATENCY_MS[0]:g} to {LATENCY_MS[1]:,.0f} ms, got {ms:g}")
+    return ms
+
+
 def _real(value: Any, what: str) -> float:  # a change or an interval bound: negative too
     return _number(value, what, low=None)
 
@@ -388,13 +400,13 @@ _GATE = _object({**_VERDICT, "latency": _object(values=_object(_VERDICT)), "p99"
 _MODE_FACTS = _object({"mig_layout": _list(_object())})
 _PARAMS = _object({"model": _text, "options": _object(), "mig": _text, "cuda_graph": _flag, "batch_size": _count})
 _SERVING = _object({  # a serving job's numbers (serving.summary; fixture._serving adds the rest)
-    "rate": _scalar, "offered_rps": _finite, "achieved_rps": _finite, "requests": _count, "p50_ms": _finite,
+    "rate": _scalar, "offered_rps": _finite, "achieved_rps": _finite, "requests": _count, "p50_ms": _latency,
     "p90_ms": _finite, "p99_ms": _finite, "p999_ms": _finite, "max_ms": _finite,
-    "round_p50_ms": _list(_optional(_finite)), "round_p90_ms": _list(_optional(_finite)),
-    "round_p99_ms": _list(_optional(_finite)), "backlog": _list(_count), "unserved": _count, "saturated": _flag,
-    "why": _text, "histogram": _text, "workload": _text, "rate_asked": _text, "alone_p50_ms": _finite,
-    "alone_p99_ms": _finite, "alone_round_p50_ms": _list(_optional(_finite)),
-    "alone_round_p99_ms": _list(_optional(_finite)), "alone_saturated": _flag, "p99_vs_alone": _finite,
+    "round_p50_ms": _list(_optional(_latency)), "round_p90_ms": _list(_optional(_latency)),
+    "round_p99_ms": _list(_optional(_latency)), "backlog": _list(_count), "unserved": _count, "saturated": _flag,
+    "why": _text, "histogram": _text, "workload": _text, "rate_asked": _text, "alone_p50_ms": _latency,
+    "alone_p99_ms": _latency, "alone_round_p50_ms": _list(_optional(_latency)),
+    "alone_round_p99_ms": _list(_optional(_latency)), "alone_saturated": _flag, "p99_vs_alone": _finite,
     "training_jobs": _count, "training_throughput": _finite, "training_kept": _finite})
 _WORKER = {  # field -> check, for the fields a reader uses (None: absent)
     "params": _PARAMS, "throughput": lambda v, what: _finite(v, what, positive=True),

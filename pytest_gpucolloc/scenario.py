@@ -256,7 +256,7 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
     for slot, cpus in zip(slots, assignment.cpus):
         slot.cpus = cpus
     telemetry: dict = {}
-    server = forkserver.shared() if settings.spawn == "forkserver" else None
+    server = forkserver.shared(exec_workers=settings.spawn == "fresh")
     paired = pairing if pairing is not None and pairing.link.start(pairing.test, pairing.block, phase) else None
     began = time.monotonic()
     with WorkerPool(slots, device=target.device, warmup_s=settings.warmup_s,

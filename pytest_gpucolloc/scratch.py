@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
+
+from . import process_marks
 
 SCRATCH_PREFIX = "gc-"
 OWNER_FILE = "owner.pid"
@@ -12,6 +15,16 @@ OWNER_FILE = "owner.pid"
 
 def scratch_base() -> Path:
     return Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
+
+
+def can_write_in(folder: Path) -> bool:
+    """A file can be created in ``folder`` and removed again: tried, since permission bits do not say it (root
+    passes them on a read-only or pseudo file system such as /proc)."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".gpucolloc-probe-"):
+            return True
+    except OSError:
+        return False
 
 
 def private_scratch() -> Path:
@@ -22,12 +35,26 @@ def private_scratch() -> Path:
     return path
 
 
+def _worktrees_in(path: Path) -> list[str]:
+    """The git directories that register the worktrees in ``path`` (a killed ``ab``'s arms: ``<path>/<arm>``)."""
+    gitdirs = []
+    for dot_git in path.glob("*/.git"):
+        try:
+            gitdir = Path(dot_git.read_text().removeprefix("gitdir:").strip())  # <repo>/.git/worktrees/<name>
+        except OSError:
+            continue  # a folder: no worktree
+        if gitdir.parent.name == "worktrees":
+            gitdirs.append(str(gitdir.parent.parent))
+    return gitdirs
+
+
 def clean_stale_scratch() -> list[str]:
-    """Remove what killed runs of this user left: scratch directories whose owner process is gone,
-    after stopping any MPS daemon still serving from them. Returns what was removed."""
+    """Remove what killed runs of this user left: scratch directories whose owner process is gone, after stopping
+    any MPS daemon still serving from them and any process still working in them (a killed ``ab``'s arms), and
+    unregistering the git worktrees they held. Returns what was removed."""
     from .mps_daemon import mps_processes
 
-    removed = []
+    removed, killed = [], False
     for path in scratch_base().glob(f"{SCRATCH_PREFIX}*"):
         try:
             if not path.is_dir() or path.stat().st_uid != os.getuid():
@@ -35,14 +62,20 @@ def clean_stale_scratch() -> list[str]:
             owner = int((path / OWNER_FILE).read_text().strip())
         except (OSError, ValueError):
             continue  # not ours, or not a scratch directory of this plugin
-        if Path(f"/proc/{owner}").exists():
-            continue  # its run is still going
+        if not process_marks.gone(owner):
+            continue  # its run is still going (a zombie's has ended)
+        killed |= bool(process_marks.kill_started_in(path))
         for pid, info in mps_processes().items():
             if info["pipe_dir"] and info["pipe_dir"].startswith(str(path) + "/"):
                 try:
                     os.kill(pid, 9)
                 except OSError:
                     pass
+        repositories = _worktrees_in(path)
         shutil.rmtree(path, ignore_errors=True)
+        for git_dir in repositories:  # the worktree's registration, now that its folder is gone
+            subprocess.run(["git", "--git-dir", git_dir, "worktree", "prune"], capture_output=True, check=False)
         removed.append(str(path))
+    if killed:  # what they owned is left by a killed run now (an ab's arms' own scratch directories)
+        removed += clean_stale_scratch()
     return removed

@@ -31,7 +31,7 @@ from .device import DeviceChoice, DeviceUnavailable, detect, make_target, select
 from .modes.base import ModeOptions, Target
 from .options import MAX_THRESHOLD, Config, DeviceConfig
 from .scenario import ScenarioResult, Settings
-from .scratch import clean_stale_scratch
+from .scratch import can_write_in, clean_stale_scratch
 from .workloads import SMOKE_SEQ_LEN
 
 # CPU smoke mode: real processes and real training, small enough for a laptop or a CI runner.
@@ -118,8 +118,8 @@ class CollocSession:
         make saving safe."""
         config = self.config
         if self.xdist_index is None:  # the controller cleans up; xdist workers start after it
+            self.orphans_killed = process_marks.kill_orphans()  # first: named as such, not as in a scratch folder
             self.stale_removed = clean_stale_scratch()
-            self.orphans_killed = process_marks.kill_orphans()
         if before_running:
             self._check_usage()
         if self.xdist_index is None:
@@ -192,7 +192,7 @@ class CollocSession:
             folders.append(("--colloc-gate-report", Path(self.options.colloc_gate_report).resolve().parent))
         for option, folder in folders:
             existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
-            if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            if existing is None or not existing.is_dir() or not can_write_in(existing):
                 raise pytest.UsageError(f"{option}: {folder} is not writable, so nothing measured could be saved; "
                                         "fix its permissions or choose another folder")
 

@@ -19,11 +19,11 @@ import traceback
 from . import measure, protocol
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process if the controller dies, so no worker can be orphaned."""
+def _die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send ``sig`` to this process if its parent dies, so no worker can be orphaned."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 

@@ -50,6 +50,10 @@ def variants(saved: dict) -> dict[str, str]:
     put("huge-workloads", setter("workloads", ["x"] * HUGE))
     put("huge-telemetry", setter("telemetry", [{}] * HUGE))
     put("huge-label", setter("workload", "x" * (record.MAX_TEXT + 1), worker=True))
+    for field in ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms", "alone_p99_ms", "round_p99_ms"):
+        for name, value in (("tiny", 5e-324), ("huge", 1e308)):  # finite, not a latency: 1/p99 overflows
+            latency = [value] * len(rounds) if field == "round_p99_ms" else value
+            put(f"latency-{field}-{name}", setter("serving", {"workload": "x", field: latency}, worker=True))
     put("workers-mismatch", setter("workers", info["workers"] * 2))
     put("nested-40-in-gpu", setter("gpu", json.loads("[" * 40 + "]" * 40)))
     put("nested-40-in-params", setter("params", {"options": json.loads("[" * 40 + "]" * 40)}, worker=True))

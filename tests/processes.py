@@ -1,7 +1,8 @@
 """Finding this plugin's worker processes from outside, for the tests that check nothing outlives a scenario.
 
-A fresh worker runs ``python -m pytest_gpucolloc.worker``; a forked one (the default) keeps its fork server's
-command line, ``python -m pytest_gpucolloc.forkserver``, and is that server's child; a worker's own processes (a
+Every worker is a fork server's child: a fresh one runs ``python -m pytest_gpucolloc.worker`` (exec'd by a server
+that imports nothing); a forked one (the default) keeps its server's command line,
+``python -m pytest_gpucolloc.forkserver``; a worker's own processes (a
 DataLoader's) keep their worker's command line. The server itself lives for the whole pytest session and is not a
 worker.
 """
@@ -73,3 +74,8 @@ def plugin_processes(parent: int | None = None) -> list[int]:
     table = _processes()
     return sorted(pid for pid, (up, cmdline) in table.items() if (WORKER in cmdline or SERVER in cmdline)
                   and (parent is None or parent in (up, table.get(up, (0, b""))[0])))
+
+
+def fork_servers(parent: int) -> list[int]:
+    """The fork servers ``parent`` (a pytest process) started."""
+    return sorted(pid for pid, (up, cmdline) in _processes().items() if up == parent and SERVER in cmdline)

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_gpucolloc.scratch import OWNER_FILE, clean_stale_scratch, scratch_base
 from tests.ctrl_c import pytest_command
-from tests.processes import environment_has, plugin_processes, worker_processes
+from tests.processes import environment_has, fork_servers, plugin_processes, worker_processes
 
 SCENARIO = '''
 import pytest
@@ -100,8 +100,9 @@ def stat_of(pid: int) -> list[str]:
 def test_a_forked_session_leader_left_by_a_killed_run_is_killed_by_the_next_run(pytester, tmp_path):
     """Under the fork server (the default) a workload forks, without exec, a child that starts its own session: the
     environment /proc shows for it is the server's, without its worker's mark, and nothing reaches it when pytest
-    is SIGKILLed (the server and its workers die with pytest). The next run's sweep finds and kills it, and removes
-    what the killed run left in its scratch directories, the fork server's log included."""
+    and its fork server are SIGKILLed together (its workers die with the server). The next run's sweep finds it by
+    the descriptor it inherited and kills it, and removes what the killed run left in its scratch directories, the
+    fork server's log included."""
     pid_file = tmp_path / "children"
     pytester.makepyfile(test_orphan=ORPHAN.format(pid_file=pid_file))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
@@ -119,7 +120,8 @@ def test_a_forked_session_leader_left_by_a_killed_run_is_killed_by_the_next_run(
     scratch = [path for path in scratch_base().glob("gc-*") if (path / OWNER_FILE).is_file()
                and (path / OWNER_FILE).read_text().strip() == str(run.pid)]
     assert any((path / "forkserver.log").is_file() for path in scratch)
-    run.kill()  # SIGKILL: nothing runs in pytest; its fork server and workers die with it, the child does not
+    for pid in [run.pid, *fork_servers(run.pid)]:  # SIGKILL: nothing of the plugin runs; the workers die with
+        os.kill(pid, signal.SIGKILL)              # their server, the child does not
     run.wait()
     # The next run's sweep: this one's, unless another pytest session on the machine started first.
     pytester.runpytest_subprocess("--colloc-device=cpu", "--co")

@@ -1,6 +1,7 @@
 """Reliability, round two: what an independent fault probe broke, each checked from outside the code under test."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import hostile
+from processes import fork_servers
 from pytest_gpucolloc import cli, protocol, record
 from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.history import load
@@ -53,9 +55,9 @@ def test_processes_a_workload_starts_do_not_escape_the_scenario(tmp_path, spawn)
 
 @pytest.mark.slow
 def test_orphans_of_a_killed_run_are_killed_by_the_next_run(pytester, tmp_path):
-    # The child starts its own session: one left in the worker's process group may or may not die with pytest
-    # (the fork server kills its workers' groups when it sees pytest gone, unless its own death signal comes
-    # first), while one in its own session is reached by nothing but the next run's sweep.
+    # pytest and its fork server SIGKILLed together (kill -9 of both, the OOM killer): nothing of the plugin runs
+    # to end the child in its own session (the server ends it when pytest alone is killed: test_reliability_four),
+    # and it carries its worker's mark: the next run's sweep finds it.
     pid_file = tmp_path / "children"
     pytester.makepyfile(test_orphan=f'''
 import pytest
@@ -75,7 +77,8 @@ def test_x(collocate):
         time.sleep(0.2)
     children = pids_in(pid_file)
     assert children, "the workload never started its child"
-    run.kill()  # SIGKILL: no cleanup of any kind runs in pytest; its worker dies with it, the child does not
+    for pid in [run.pid, *fork_servers(run.pid)]:  # SIGKILL: no cleanup of any kind runs; the workers die with
+        os.kill(pid, signal.SIGKILL)              # their server, the child does not
     run.wait()
     time.sleep(1)
     assert alive(children[0]), "the orphan should still be there before the next run"

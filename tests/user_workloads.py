@@ -114,3 +114,65 @@ class ForksASessionLeader(TinyStep):
 
 def forks_a_session_leader(batch_size, device, precision="fp32", **options):
     return ForksASessionLeader(batch_size, device, **options)
+
+
+def _record(pid_file, pid):
+    with open(pid_file, "a") as out:
+        out.write(f"{pid}\n")
+
+
+def _close_every_descriptor():
+    os.closerange(0, os.sysconf("SC_OPEN_MAX"))
+
+
+class Escapes(TinyStep):
+    """A workload whose child leaves nothing the kernel shows to tie it to its worker: its own session, no
+    descriptor inherited, no variable of the worker's environment. ``how``:
+    - ``exec``: forks a child that starts a new session, closes every descriptor and execs ``sleep`` with an empty
+      environment;
+    - ``popen``: ``subprocess.Popen(["sleep", ...], start_new_session=True, env={})``;
+    - ``daemon``: a classic double-forking daemon, without exec (under the fork server its /proc environment is the
+      server's), that closes every descriptor.
+    ``how`` may be a list of these."""
+
+    def __init__(self, batch_size, device, pid_file, how, **options):
+        super().__init__(batch_size, device, **options)
+        for kind in [how] if isinstance(how, str) else how:
+            _escape(kind, pid_file)
+
+
+def _escape(how, pid_file):
+    if how == "popen":
+        _record(pid_file, subprocess.Popen(["sleep", "600"], start_new_session=True, env={}).pid)
+        return
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setsid()
+            if how == "daemon" and os.fork() > 0:
+                os._exit(0)  # the first child ends: the daemon is an orphan from here on
+            _record(pid_file, os.getpid())
+            _close_every_descriptor()
+            if how == "exec":
+                os.execve("/bin/sleep", ["sleep", "600"], {})
+            while True:
+                time.sleep(1)
+        finally:
+            os._exit(0)
+    if how == "daemon":
+        os.waitpid(child, 0)
+    deadline = time.monotonic() + 10
+    while how == "exec" and time.monotonic() < deadline and not _exec_done(child):
+        time.sleep(0.01)
+
+
+def _exec_done(pid):
+    """The child has exec'd ``sleep``: what /proc shows of it is sleep's."""
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().startswith(b"sleep")
+    except OSError:
+        return True
+
+
+def escapes(batch_size, device, precision="fp32", **options):
+    return Escapes(batch_size, device, **options)

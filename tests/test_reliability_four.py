@@ -1,0 +1,264 @@
+"""Reliability, round four: what an independent fault probe broke, each checked from outside the code under test."""
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_gpucolloc import cli, record
+from pytest_gpucolloc.device import standalone_target
+from pytest_gpucolloc.modes.naive import NaiveMode
+from pytest_gpucolloc.scenario import Settings, run_scenario
+from pytest_gpucolloc.workloads import Workload
+from test_gate_serving import write_run
+from test_plugin import FAST, SCENARIOS, TINY
+
+# --- extreme latencies in a saved serving run -------------------------------------------------------------
+
+
+def with_latency(path: Path, round_p99: list[float], field: str = "round_p99_ms") -> Path:
+    """The saved run with its serving job's ``round_p99`` (or ``field`` set to its first), as given."""
+    data = json.loads(path.read_text())
+    data["benchmarks"][0]["extra_info"]["serving"][field] = round_p99 if field == "round_p99_ms" else round_p99[0]
+    path.write_text(json.dumps(data))
+    return path
+
+
+def serving_history(root: Path, round_p99: list[float], field: str = "round_p99_ms") -> Path:
+    """Six steady runs at 10 ms and a seventh to gate; run 3 carries ``round_p99`` (or ``field`` set to its first)."""
+    for number in range(1, 7):
+        write_run(root, number, 10.0)
+    with_latency(root / "0003_run.json", round_p99, field)
+    return write_run(root, 7, 10.0)
+
+
+@pytest.mark.parametrize("field", ["round_p99_ms", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms", "alone_p99_ms"])
+@pytest.mark.parametrize("value", [5e-324, 1e-300, 1e-9, 1e308, 1e12])
+def test_a_saved_run_with_an_impossible_latency_is_named_and_the_gate_still_decides(tmp_path, capsys, field, value):
+    current = serving_history(tmp_path, [value] * 6, field)
+    code = cli.main(["gate", str(current), "--storage", str(tmp_path)])
+    said = capsys.readouterr()
+    assert code == 0, said.out + said.err
+    assert f"0003_run.json: scenario benchmarks/test_serving.py::test_service_beside_training[mps-rate80] skipped " \
+           f"({'an item of ' if field == 'round_p99_ms' else ''}serving.{field} must be a latency" in said.err
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.floats(*record.LATENCY_MS), min_size=1, max_size=6), st.floats(*record.LATENCY_MS))
+def test_the_gate_decides_over_any_latency_the_reader_lets_through(tmp_path_factory, rounds, current_p99):
+    root = tmp_path_factory.mktemp("history")
+    current = with_latency(serving_history(root, rounds), [current_p99] * 6)
+    record.read(json.loads(current.read_text())["benchmarks"][0]["extra_info"])  # the reader lets it through
+    assert cli.main(["gate", str(current), "--storage", str(root), "--format", "json"]) in (0, 1)
+
+
+# --- stdout that cannot be written -------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+
+
+@pytest.mark.parametrize("argv", [["check"], ["table", str(DATA / "default-run.json")],
+                                  ["history", "--storage", str(DATA / "aa-history")]])
+@pytest.mark.parametrize("stdout", ["/dev/full", "closed"])
+def test_a_command_whose_stdout_cannot_be_written_exits_4_in_one_line(argv, stdout):
+    redirect = ">/dev/full" if stdout == "/dev/full" else ">&-"
+    done = subprocess.run(["bash", "-c", f'exec "$@" {redirect}', "-", sys.executable, "-m", "pytest_gpucolloc.cli",
+                           *argv], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 4, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.strip().startswith("error: cannot write the output")
+
+
+# --- a storage or report under a read-only pseudo file system ------------------------------------------------
+
+@pytest.mark.parametrize("option", ["--benchmark-storage=file:///proc/gpucolloc-history",
+                                    "--colloc-gate-report=/proc/gpucolloc-gate.md"])
+def test_a_storage_or_report_where_no_file_can_be_created_is_a_usage_error_before_anything_runs(pytester, option):
+    """As root, /proc passes every permission check: a file created (and removed) there is what tells."""
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
+    done = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", "--benchmark-autosave",
+                              "-k", "naive-1", *FAST, option)
+    assert done.ret == pytest.ExitCode.USAGE_ERROR
+    done.stderr.fnmatch_lines(["*/proc* is not writable, so nothing measured could be saved*"])
+    assert not list(Path("/tmp").glob(f"gc-*/{pytester.path.name}*"))
+
+
+def test_an_output_folder_where_no_file_can_be_created_exits_4(capsys):
+    assert cli.main(["plot", "--storage", str(DATA / "aa-history"), "--out", "/proc"]) == 4
+    assert "cannot write into /proc" in capsys.readouterr().err
+
+
+# --- what a workload starts, out of its session, without descriptors or environment ---------------------------
+
+QUICK = Settings(rounds=2, round_s=0.2, warmup_s=0.2, warmup_steps=2, timeout_s=120)
+HOW = ["exec", "popen", "daemon"]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def escapees(pid_file: Path, expected: int) -> list[int]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pids = [int(x) for x in pid_file.read_text().split()] if pid_file.exists() else []
+        if len(pids) >= expected:
+            return pids
+        time.sleep(0.05)
+    raise AssertionError(f"the workload started {pids} of {expected} children")
+
+
+def escape(how: str, pid_file: Path, **options) -> Workload:
+    return Workload("tests.user_workloads:escapes", batch_size=4, options={"how": how, "pid_file": str(pid_file),
+                                                                           **options})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spawn", ["forkserver", "fresh"])
+def test_no_child_a_workload_hides_outlives_its_scenario(tmp_path, spawn):
+    """Each of the three escapes is a real process that carries no mark: another session, no descriptor, an empty
+    (or, forked without exec, the server's) environment."""
+    pid_files = [tmp_path / f"{how}-children" for how in HOW]
+    jobs = [escape(how, pid_file) for how, pid_file in zip(HOW, pid_files)]
+    with standalone_target("cpu") as target:
+        run_scenario(jobs, NaiveMode(), target, dataclasses.replace(QUICK, spawn=spawn), tmp_path)
+    children = [pid for pid_file in pid_files for pid in escapees(pid_file, 1)]
+    assert len(children) == 3
+    assert [pid for pid in children if alive(pid)] == [], "a workload's child outlived its scenario"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spawn", ["forkserver", "fresh"])
+def test_no_child_a_workload_hides_outlives_a_pytest_killed_outright(pytester, tmp_path, spawn):
+    """pytest SIGKILLed mid-scenario: the fork server, their keeper, ends them within seconds, no next run needed."""
+    pid_file = tmp_path / "children"
+    pytester.makepyfile(test_escapes=f'''
+import pytest
+from pytest_gpucolloc import Workload
+
+@pytest.mark.gpucolloc_quick
+def test_x(collocate):
+    collocate([Workload("tests.user_workloads:escapes", batch_size=4,
+                        options={{"how": {HOW!r}, "pid_file": "{pid_file}", "step_sleep": 0.01}})] * 2)
+''')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--colloc-device=cpu",
+                            "--gpu-mode=naive", "--colloc-round-seconds=30", f"--colloc-spawn={spawn}",
+                            "test_escapes.py"],
+                           cwd=pytester.path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        children = escapees(pid_file, 3)  # the job alone (the first phase) has started all three
+        time.sleep(0.5)
+        assert all(alive(pid) for pid in children)
+    finally:
+        run.kill()
+        run.wait()
+    deadline = time.monotonic() + 15
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [pid for pid in children if alive(pid)] == [], "a workload's child outlived the pytest that ran it"
+
+
+# --- ab interrupted while its arms start, or killed outright ------------------------------------------------
+
+STUCK = """import os, signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # an arm that cannot act on Ctrl-C (stuck)
+if "ARMS_STARTED" in os.environ:
+    open(os.path.join(os.environ["ARMS_STARTED"], str(os.getpid())), "w").close()
+"""
+
+
+@pytest.fixture
+def ab_repo(tmp_path):
+    """test_ab's project (two revisions of a scenario) whose pytest sessions ignore SIGINT."""
+    from test_ab import SCENARIO, WORKLOAD, git
+
+    path = tmp_path / "project"
+    path.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "ab@example.invalid"], ["config", "user.name", "ab"]):
+        git(path, *args)
+    (path / "workload.py").write_text(WORKLOAD)
+    (path / "conftest.py").write_text(STUCK)
+    (path / "test_scenario.py").write_text(SCENARIO.format(sleep=0.002))
+    git(path, "add", ".")
+    git(path, "commit", "-qm", "fast")
+    (path / "test_scenario.py").write_text(SCENARIO.format(sleep=0.006))
+    git(path, "commit", "-qam", "slow")
+    return path
+
+
+def start_ab(repo: Path, tmp_path: Path) -> subprocess.Popen:
+    """``pytest-gpucolloc ab`` of the two revisions, once both arms' worktrees exist and their sessions start."""
+    from test_ab import ARGS, git
+
+    command = [sys.executable, "-m", "pytest_gpucolloc.cli", "ab", "--baseline", "HEAD~1", "--candidate", "HEAD",
+               "--out", str(tmp_path / "arms"), "--storage", str(tmp_path / "storage"), *ARGS]
+    started = tmp_path / "started"
+    started.mkdir()
+    controller = subprocess.Popen(command, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  env=dict(os.environ, PYTHONPATH=str(ROOT), ARMS_STARTED=str(started)))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(started.iterdir())) < 2:
+        time.sleep(0.1)
+    assert git(repo, "worktree", "list").count("\n") == 2, "the arms' worktrees never appeared"
+    assert len(list(started.iterdir())) == 2, "the arms' sessions never started"
+    return controller
+
+
+def ab_left(repo: Path, tmp_path: Path, controller: int) -> dict[str, list]:
+    from test_ab import git
+
+    arms = subprocess.run(["pgrep", "-f", str(tmp_path / "arms")], capture_output=True, text=True).stdout.split()
+    owners = {str(controller), *(p.name for p in (tmp_path / "started").iterdir())}  # ab's, and its arms'
+    folders = [str(p) for p in Path("/tmp").glob("gc-*") if (p / "owner.pid").is_file()
+               and (p / "owner.pid").read_text().strip() in owners]
+    worktrees = git(repo, "worktree", "list", "--porcelain").count("worktree ") - 1
+    return {"arms": arms, "folders": folders, "worktrees": [worktrees] if worktrees else [],
+            "registered": list((repo / ".git" / "worktrees").glob("*"))}
+
+
+@pytest.mark.slow
+def test_sigterm_to_ab_while_its_arms_start_acts_within_seconds(ab_repo, tmp_path):
+    controller = start_ab(ab_repo, tmp_path)
+    began = time.monotonic()
+    controller.send_signal(signal.SIGTERM)
+    out, _ = controller.communicate(timeout=180)
+    took = time.monotonic() - began
+    assert controller.returncode == 130, out
+    assert took < 20, f"ab took {took:.0f} s to act on SIGTERM"
+    assert ab_left(ab_repo, tmp_path, controller.pid) == {"arms": [], "folders": [], "worktrees": [],
+                                                          "registered": []}
+
+
+@pytest.mark.slow
+def test_what_a_killed_ab_left_is_removed_by_the_next_run(ab_repo, tmp_path):
+    """SIGTERM, then SIGKILL a second later (a CI cancel): the arms are told by the kernel (their parent-death
+    signal); the next run of the plugin removes the worktrees (and their registration) and the socket folder."""
+    controller = start_ab(ab_repo, tmp_path)
+    controller.send_signal(signal.SIGTERM)
+    time.sleep(1)
+    controller.kill()
+    controller.communicate()
+    left = ab_left(ab_repo, tmp_path, controller.pid)
+    assert left["folders"] and left["registered"], left  # what the killed ab left
+    nxt = subprocess.run([sys.executable, "-m", "pytest", "--colloc-device=cpu", "--co", "-q", "-p", "no:cacheprovider",
+                          "test_scenario.py"], cwd=ab_repo, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert nxt.returncode == 0, nxt.stdout + nxt.stderr
+    deadline = time.monotonic() + 30  # the arms unwind on their own meanwhile
+    while ab_left(ab_repo, tmp_path, controller.pid)["arms"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ab_left(ab_repo, tmp_path, controller.pid) == {"arms": [], "folders": [], "worktrees": [],
+                                                          "registered": []}

@@ -212,7 +212,8 @@ def predicted(jobs: Counter, runs: list[SavedRun]) -> dict:
     errors = [abs(c.error) for c in checks if c.kind == kind]
     error = f"{statistics.median(errors):.0%}" if errors else "unknown"
     ranked = sorted((p for p in found if p.speedup is not None), key=lambda p: -(p.speedup or 0.0))
-    lines = [f"Predicted, not measured ({kind} mix on {gpu}; model error on held-out mixes: {error}):"]
+    lines = [f"Predicted, not measured ({kind} mix on {gpu}; model error on held-out mixes: {error}):" if ranked else
+             f"Not predicted ({kind} mix on {gpu}): the measured mixes are too few to know the model's error here"]
     for p in ranked:
         slowest = min(p.shares.values())
         lines.append(f"  {p.mode}: {p.speedup:.2f}x (about {p.low:.2f}-{p.high:.2f}x; held out: {p.held_out_error:.0%}"
@@ -225,7 +226,8 @@ def predicted(jobs: Counter, runs: list[SavedRun]) -> dict:
     no_layout = why_it_cannot_exist(gpu, sizes)
     mig_words = f"no layout: {no_layout}" if no_layout else "not predicted (no MIG mix measured): measure it"
     lines.append(f"  {MigMode.name}: {mig_words}" + ("" if all(sizes) else ", with a mig size per job"))
-    modes = [m for m in SHARING if m != MigMode.name or (all(sizes) and not no_layout)]
+    alone = [name for name, mode in MODES.items() if mode.alone]  # the jobs' profiles, for the model's next fit
+    modes = alone + [m for m in SHARING if m != MigMode.name or (all(sizes) and not no_layout)]
     command = mix_command(jobs, profiles, modes)
     lines.append(f"Measure it: {command}")
     return {"predicted": [dataclasses.asdict(p) for p in found], "unprofiled": [], "predicted_lines": lines,

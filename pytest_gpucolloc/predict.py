@@ -18,6 +18,7 @@ the advisor says "measure it" instead.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -127,9 +128,9 @@ def observations_of(scenarios: Iterable[ScenarioRecord], modes: Iterable[str] = 
         if scenario.n_workers < 2 or scenario.mode not in wanted or not _usable(scenario):
             continue
         alone = [scenario.alone_of(i) for i in range(scenario.n_workers)]
-        if all(alone):
-            found.append(Observation(scenario.workloads, scenario.mode,
-                                     tuple(w.throughput / a for w, a in zip(scenario.workers, alone) if a)))
+        shares = tuple(w.throughput / a for w, a in zip(scenario.workers, alone) if a)
+        if len(shares) == scenario.n_workers and all(0 < s < math.inf for s in shares):  # logs are fitted
+            found.append(Observation(scenario.workloads, scenario.mode, shares))
     return found
 
 

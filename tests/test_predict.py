@@ -107,3 +107,36 @@ def test_the_printed_command_measures_exactly_the_mix_asked_for(capsys):
         {"resnet26-cifar10/bs128/graph/cudnn-heuristics": 2, "resnet50-imagenet64/bs128": 4})
     with pytest.raises(pytest.UsageError, match="not a JSON list"):
         module.jobs_of("resnet26*3")
+
+
+TINY = '''
+import torch
+
+
+class Step:
+    def __init__(self, batch_size):
+        self.samples_per_step = batch_size
+        self.model = torch.nn.Linear(8, 2)
+        self.x = torch.randn(batch_size, 8)
+
+    def train_step(self):
+        self.model(self.x).sum().backward()
+
+
+def factory(batch_size, device, precision="fp32"):
+    return Step(batch_size)
+'''
+
+
+@pytest.mark.slow
+def test_the_mix_command_measures_the_mix_it_names(pytester, monkeypatch):
+    pytester.makepyfile(tiny_workload=TINY, test_mix=(ROOT / "benchmarks" / "test_mix.py").read_text())
+    args = ["test_mix.py", "--gpu-mode=naive", "--colloc-device=cpu", "--colloc-cpu-full", "--colloc-rounds=2",
+            "--colloc-round-seconds=0.2", "--colloc-warmup-seconds=0.1", "-p", "no:cacheprovider", "-rs"]
+    monkeypatch.delenv("GPUCOLLOC_MIX", raising=False)
+    pytester.runpytest_subprocess(*args).stdout.fnmatch_lines(["*GPUCOLLOC_MIX names no mix*"])
+    monkeypatch.setenv("GPUCOLLOC_MIX", '[{"model": "tiny_workload:factory", "batch_size": 4, "count": 2}]')
+    out = pytester.path / "run.json"
+    pytester.runpytest_subprocess(*args, f"--benchmark-json={out}").assert_outcomes(passed=1)
+    scenario = history.read_run(out).scenarios
+    assert [s.workloads for s in scenario.values()] == [("tiny_workload:factory/bs4",) * 2]

@@ -213,7 +213,7 @@ def predicted(jobs: Counter, runs: list[SavedRun]) -> dict:
     error = f"{statistics.median(errors):.0%}" if errors else "unknown"
     ranked = sorted((p for p in found if p.speedup is not None), key=lambda p: -(p.speedup or 0.0))
     lines = [f"Predicted, not measured ({kind} mix on {gpu}; model error on held-out mixes: {error}):" if ranked else
-             f"Not predicted ({kind} mix on {gpu}): the measured mixes are too few to know the model's error here"]
+             f"Not predicted ({kind} mix on {gpu}; model error on held-out mixes: {error}): measure it"]
     for p in ranked:
         slowest = min(p.shares.values())
         lines.append(f"  {p.mode}: {p.speedup:.2f}x (about {p.low:.2f}-{p.high:.2f}x; held out: {p.held_out_error:.0%}"

@@ -27,7 +27,7 @@ def test_a_mix_never_measured_is_answered_from_the_closest_saying_so(capsys):
     out = capsys.readouterr().out
     assert "\nClosest measured, not this mix:" in out
     # two measured mixes of other jobs are too few to fit the model and know its error: nothing is predicted
-    assert out.startswith("Not predicted (launch-bound mix on NVIDIA H200)")
+    assert out.startswith("Not predicted (launch-bound mix on NVIDIA H200; model error on held-out mixes: unknown)")
 
 
 def test_a_job_that_would_starve_is_ranked_after_the_fair_ways():

@@ -251,8 +251,8 @@ def predict(jobs: Counter, profiles: dict[str, Profile], observations: list[Obse
     mine = [profiles[label] for label, count in sorted(jobs.items()) for _ in range(count)]
     checks = held_out(observations, profiles) if checks is None else checks
     kind = kind_of(mine)
-    used = [p.memory_bytes for p in mine]
-    fits = sum(used) <= memory_total_bytes if memory_total_bytes and all(used) else None  # type: ignore[arg-type]
+    used = [p.memory_bytes or 0 for p in mine]  # 0: not measured, and then fitting is not known
+    fits = sum(used) <= memory_total_bytes if memory_total_bytes and all(used) else None
     found = []
     for mode in PREDICTED_MODES:
         model = fit(observations, profiles, mode)

@@ -1,7 +1,8 @@
 """How should these jobs share this GPU? Ranks the ways a job mix was measured to run (each sharing mode, MIG
-layouts, graphed variants) from saved scenarios; never invents a number: a mix that was not
-measured is answered from the closest measured mixes only with that said, and what was not measured is named with
-the command that would measure it.
+layouts, graphed variants) from saved scenarios; never presents a prediction as a measurement: a mix that was not
+measured is answered from the closest measured mixes with that said, and predicted from its jobs' profiles alone
+(``predicted``, predict.py) marked as a prediction with the model's error on held-out mixes, or left to measure where
+that error is large; what was not measured is named with the command that would measure it.
 
 With a p99 budget (``serving_advice``) it answers the service/training question instead: for each service in the
 saved runs and each number of training jobs measured beside it, the way to share (mode, SMs reserved for the service)
@@ -10,12 +11,17 @@ does, it says so with the smallest p99 measured.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+import shlex
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from . import predict
 from .history import SavedRun, short_name
+from .mig.planner import why_it_cannot_exist
 from .modes import MODES
 from .modes.mig import MigMode
 from .record import ScenarioRecord
@@ -166,7 +172,67 @@ def advise(jobs: Counter, runs: list[SavedRun]) -> dict:
         "not_measured": missing, "mig_cannot_exist": cannot_exist,
         "measure_with": (f"pytest <your scenario of these jobs> --gpu-mode={','.join(missing)}" if missing else None),
         "graphed_measured": any(option.graphed for option in options),
+        **({} if exact else predicted(jobs, runs)),
     }
+
+
+def _gpu_name(run: SavedRun, scenario: ScenarioRecord) -> str | None:
+    return (scenario.gpu or {}).get("name") or run.machine.get("gpu_name")
+
+
+def mix_command(jobs: Counter, profiles: dict[str, predict.Profile], modes: list[str]) -> str:
+    """The command that measures this mix (benchmarks/test_mix.py), each job as its profile's parameters."""
+    from .workloads import Workload
+
+    mix = []
+    for label, count in sorted(jobs.items()):
+        params = dict(profiles[label].params)
+        default = Workload(params["model"]).to_dict()
+        mix.append({k: v for k, v in params.items() if k == "model" or default.get(k) != v} | {"count": count})
+    return (f"GPUCOLLOC_MIX={shlex.quote(json.dumps(mix, separators=(',', ':')))} pytest benchmarks/test_mix.py "
+            f"--gpu-mode={','.join(modes)}")
+
+
+def predicted(jobs: Counter, runs: list[SavedRun]) -> dict:
+    """A mix nobody measured, predicted from its jobs' profiles alone by the model fitted on every measured mix of
+    the same GPU model (predict.py), each mode with its held-out error; "measure it" where that error is large.
+    ``predicted``: [] when a job was never profiled alone (named in ``unprofiled``)."""
+    names = Counter(_gpu_name(r, s) for r in runs for s in r.scenarios.values() if s.device == "cuda")
+    gpu = names.most_common(1)[0][0] if names else None
+    mine = [(r, s) for r in runs for s in r.scenarios.values() if s.device == "cuda" and _gpu_name(r, s) == gpu]
+    profiles = predict.profiles_of(s for _, s in mine)
+    unprofiled = sorted(label for label in jobs if label not in profiles)
+    if unprofiled:
+        return {"predicted": [], "unprofiled": unprofiled, "predicted_lines": [
+            f"Not predicted: {', '.join(unprofiled)} never measured alone with telemetry in these runs"]}
+    observations = predict.observations_of(s for _, s in mine)
+    checks = predict.held_out(observations, profiles)
+    memory = max((r.machine.get("gpu_memory_total_bytes") or 0 for r, _ in mine), default=0) or None
+    found = predict.predict(jobs, profiles, observations, memory, checks)
+    kind = found[0].kind if found else "-"
+    errors = [abs(c.error) for c in checks if c.kind == kind]
+    error = f"{statistics.median(errors):.0%}" if errors else "unknown"
+    ranked = sorted((p for p in found if p.speedup is not None), key=lambda p: -(p.speedup or 0.0))
+    lines = [f"Predicted, not measured ({kind} mix on {gpu}; model error on held-out mixes: {error}):" if ranked else
+             f"Not predicted ({kind} mix on {gpu}; model error on held-out mixes: {error}): measure it"]
+    for p in ranked:
+        slowest = min(p.shares.values())
+        lines.append(f"  {p.mode}: {p.speedup:.2f}x (about {p.low:.2f}-{p.high:.2f}x; held out: {p.held_out_error:.0%}"
+                     f" off over {p.held_out_mixes} mixes), each job at about {slowest:.0%} of its speed alone; "
+                     f"contended: {p.contended}")
+    lines += [f"  {p.mode}: measure it ({p.why_not})" for p in found if p.speedup is None]
+    if any(p.fits_in_memory is False for p in found):
+        lines.append("  memory: the jobs used more memory alone than the GPU has: they do not fit together")
+    sizes = [profiles[label].params.get("mig") for label, n in sorted(jobs.items()) for _ in range(n)]
+    no_layout = why_it_cannot_exist(gpu, sizes)
+    mig_words = f"no layout: {no_layout}" if no_layout else "not predicted (no MIG mix measured): measure it"
+    lines.append(f"  {MigMode.name}: {mig_words}" + ("" if all(sizes) else ", with a mig size per job"))
+    alone = [name for name, mode in MODES.items() if mode.alone]  # the jobs' profiles, for the model's next fit
+    modes = alone + [m for m in SHARING if m != MigMode.name or (all(sizes) and not no_layout)]
+    command = mix_command(jobs, profiles, modes)
+    lines.append(f"Measure it: {command}")
+    return {"predicted": [dataclasses.asdict(p) for p in found], "unprofiled": [], "predicted_lines": lines,
+            "model_error": error, "measure_mix_with": command}
 
 
 @dataclass(frozen=True)

@@ -550,6 +550,8 @@ def cmd_advise(args) -> int:
     if args.format == "csv":
         print(_tabular(rows, headers, "csv"))
         return OK
+    for line in advice.get("predicted_lines", []):  # a mix nobody measured: predicted, said as such
+        print(line)
     print(advice["recommendation"] + ".")
     print(_tabular(rows, headers, args.format))
     if advice["not_measured"]:

@@ -25,7 +25,9 @@ def test_the_measured_ways_are_ranked_against_the_jobs_as_asked(capsys):
 def test_a_mix_never_measured_is_answered_from_the_closest_saying_so(capsys):
     assert cli.main(["advise", str(RUN), "--jobs", "resnet26-cifar10/bs128*3"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Closest measured, not this mix:")
+    assert "\nClosest measured, not this mix:" in out
+    # two measured mixes of other jobs are too few to fit the model and know its error: nothing is predicted
+    assert out.startswith("Not predicted (launch-bound mix on NVIDIA H200; model error on held-out mixes: unknown)")
 
 
 def test_a_job_that_would_starve_is_ranked_after_the_fair_ways():

@@ -119,3 +119,16 @@ def test_same_scenarios_matches_runs_by_mode_and_jobs_and_says_which_way_they_mo
                               "--later", run(tmp_path / "d.json", ("t", "cuda", "mps", ["gpt2-small/bs8"], 1.0))],
                              cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert nothing.returncode == 3 and "no scenario was measured by both" in nothing.stdout
+
+
+def test_predict_held_out_leaves_each_mix_out_and_says_where_it_predicts_badly(tmp_path):
+    out = tmp_path / "model.md"
+    done = subprocess.run([sys.executable, str(ROOT / "studies" / "predict_held_out.py"), "--results",
+                           str(ROOT / "tests" / "data" / "predict-runs"), "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = out.read_text()
+    assert "(4 files, " in text and "## 1. Leave one mix out" in text
+    assert "Predicted badly (median error above 15%" in text and "graphed under naive" in text
+    rows = [line for line in text.splitlines() if line.startswith("| 2x resnet26-cifar10/bs128 | launch-bound |")]
+    assert [row.split(" | ")[2] for row in rows] == ["mps", "mps-partitioned", "naive"]

@@ -523,6 +523,10 @@ class CollocSession:
             "warm ('= alone': a sequential scenario, or one job under naive, '= mps': one mps-partitioned client has "
             "the whole GPU; each records that measurement, taken once)"
         )
+        terminalreporter.write_line(
+            "pytest-benchmark's table times each round as the time per sample (1 / the aggregate samples/s, in its "
+            "unit: a slower scenario shows a longer time; its OPS are samples/s), so that --benchmark-compare-fail "
+            "sees a slowdown")
         served = report.serving_table(entries)
         if served:
             terminalreporter.write_line(served)

@@ -340,7 +340,10 @@ class CollocSession:
 
         root = benchmark_api.storage_path(self.config.getoption("benchmark_storage", None))
         if root is None:
-            raise pytest.UsageError("--colloc-gate reads file storage only (--benchmark-storage=file://...)")
+            raise pytest.UsageError(
+                f"--colloc-gate judges against pytest-benchmark's file storage (its default; --benchmark-storage="
+                f"file://PATH or a folder), and {self.config.getoption('benchmark_storage')} is another of its "
+                "backends, which the gate cannot read; without --colloc-gate pytest-benchmark saves there as usual")
         self.history = history.load(root)  # before this run saves anything
 
     def pytest_report_header(self, config):

@@ -31,3 +31,4 @@ def test_a_column_that_does_not_exist_is_refused_before_anything_runs(pytester):
     result = pytester.runpytest(*ARGS, "--colloc-columns=scenario,throughput")
     assert result.ret == 4  # usage error
     result.stderr.fnmatch_lines(["*--colloc-columns takes names among scenario,mode,workers,*got 'scenario,throughput'*"])
+

@@ -110,7 +110,10 @@ def _paired(timeline: list[tuple[int, SavedRun]], name: str, metric: str, policy
     runs = [run.run_id for side, run in timeline if side == 0]
     if metric != "throughput":  # a latency sample holds 1/latency: its log-ratios turned round, judged by signs
         found = shift.judge([-d for d in ratios], policy.threshold, policy.alpha)
-        return gate.Verdict(verdict=found.verdict, reason=reason + f", {found.above} of {found.units} slower",
+        reason += f", {found.above} of {found.units} slower"
+        if found.ci is None:
+            reason += f" (a latency is judged by signs: {shift.units_needed(policy.alpha)} pairs needed at this alpha)"
+        return gate.Verdict(verdict=found.verdict, reason=reason,
                             baseline=math.exp(-statistics.fmean(befores)) if befores else None,
                             current=math.exp(-statistics.fmean(afters)) if afters else None,
                             change=found.change, ci=found.ci, mde=found.detectable, threshold=policy.threshold,

@@ -666,6 +666,8 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
     """Both arms' pytest sessions at once, kept in step by the coordinator; judged when both have ended. Progress
     goes to ``say``: where the arms' logs are, then a line as each block starts and ends."""
     out.mkdir(parents=True, exist_ok=True)
+    for label in (baseline.label, candidate.label):  # an earlier A/B's arm files would read as this one's
+        (out / f"{label}.json").unlink(missing_ok=True)
     tag = "ab-" + time.strftime("%Y%m%dT%H%M%S")
     folder = private_scratch()  # short: a Unix socket path holds at most 107 bytes; a killed ab's: see scratch.py
     arms = {baseline.label: baseline, candidate.label: candidate}
@@ -700,9 +702,12 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
         say("not started, the job's budget was spent (no verdict): " + ", ".join(coordinator.skipped))
     if not coordinator.blocks:
         codes = ", ".join(f"{label} {process.returncode}" for label, process in processes.items())
+        failed = [label for label, process in processes.items() if process.returncode not in (0, 5)]
+        tail = "".join(f"\nthe {label} arm's log ends:\n{logs[label].read_text(errors='replace')[-800:]}"
+                       for label in failed)
         raise ABError("no scenario was measured in both arms: every selected test was skipped or failed, or records "
                       f"no pytest-gpucolloc scenario (pytest exited: {codes}; see {logs[baseline.label]} and "
-                      f"{logs[candidate.label]})")
+                      f"{logs[candidate.label]})" + tail)
     runs = []
     for label in arms:
         path = out / f"{label}.json"

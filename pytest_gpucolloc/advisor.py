@@ -146,7 +146,11 @@ def rank(options: list[Option]) -> list[Option]:
 def advise(jobs: Counter, runs: list[SavedRun]) -> dict:
     options, exact = options_for(jobs, runs)
     if not options:
-        raise AdviceError("no measured GPU scenario runs any of these jobs; measure them first, e.g. a test with "
+        smoke = any(scenario.device == "cpu" for run in runs for scenario in run.scenarios.values())
+        raise AdviceError("no measured GPU scenario runs any of these jobs"
+                          + (" (these runs are CPU smoke runs: they check the suite, and advise ranks what a GPU "
+                             "measured)" if smoke else "")
+                          + "; measure them on a GPU first, e.g. a test with "
                           f"collocate([...]) of {', '.join(sorted(jobs))} and pytest --gpu-mode={','.join(SHARING)}")
     ranked = rank(options)
     best = ranked[0]

@@ -530,6 +530,11 @@ class CollocSession:
             "pytest-benchmark's table times each round as the time per sample (1 / the aggregate samples/s, in its "
             "unit: a slower scenario shows a longer time; its OPS are samples/s), so that --benchmark-compare-fail "
             "sees a slowdown")
+        if self.results and not (config.getoption("benchmark_save", None) or config.getoption("benchmark_autosave",
+                                                                                                None)):
+            terminalreporter.write_line(  # a first-time user's runs would otherwise leave no history, silently
+                "gpucolloc: this run was not saved, so no later run can be compared or gated against it: add "
+                "--benchmark-autosave (or gate it: --colloc-gate saves too)", yellow=True)
         served = report.serving_table(entries)
         if served:
             terminalreporter.write_line(served)

@@ -21,6 +21,7 @@ def test_the_summary_shows_the_columns_asked_for(pytester):
     header, row = result.outlines[at], result.outlines[at + 2]
     assert header.split() == ["scenario", "mode", "aggregate", "samples/s"], header
     assert row.split()[:2] == ["test_pair[cpu-naive]", "naive"] and len(row) < 60, row
+    result.stdout.fnmatch_lines(["gpucolloc: this run was not saved, so no later run can be compared or gated*"])
     # pytest-benchmark's own table follows: what its times are is said where it is printed
     result.stdout.fnmatch_lines(["pytest-benchmark's table times each round as the time per sample (1 / the "
                                  "aggregate samples/s*"])

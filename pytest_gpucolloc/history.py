@@ -46,8 +46,10 @@ class SavedRun:
     stored: str | None = field(default=None, repr=False, compare=False)
 
     def matches(self, wanted: str) -> bool:
-        """The run's id, or its NNNN number."""
-        return self.run_id == wanted or self.run_id.split("_")[0] == wanted
+        """The run's id, or its NNNN number (``0006``, or ``6``)."""
+        number = self.run_id.split("_")[0]
+        return self.run_id == wanted or number == wanted or (wanted.isdigit() and number.isdigit()
+                                                             and int(wanted) == int(number))
 
     def sample(self, fullname: str, metric: str = "throughput") -> RunSample | None:
         """The scenario as the gate judges ``metric`` (None: not in this run, or no serving job for a latency)."""

@@ -249,14 +249,14 @@ def gate_table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple", column
     numbered and said in full below the table, with its scenario and verdict; Markdown keeps it in the cell."""
     body = gate_rows(verdicts)
     notes: list[str] = []
+    keep = [GATE_COLUMNS.index(name) for name in columns or GATE_COLUMNS]
     if fmt == "simple":
         for row in body:
             row[GATE_COLUMNS.index("noise")] = row[GATE_COLUMNS.index("noise")].split(", ")[0]  # the dominant level
             for index in (GATE_COLUMNS.index("lever"), GATE_COLUMNS.index("why")):
-                if len(row[index]) > WIDE:
+                if len(row[index]) > WIDE and index in keep:  # a hidden column's cell is not said below either
                     notes.append(f"[{len(notes) + 1}] {row[0]} {row[1]}: {GATE_HEADERS[index]}: {row[index]}")
                     row[index] = f"[{len(notes)}]"
-    keep = [GATE_COLUMNS.index(name) for name in columns or GATE_COLUMNS]
     headers = GATE_HEADERS if fmt != "simple" else TERMINAL_HEADERS  # a terminal's: short
     table = tabulate([[row[i] for i in keep] for row in body], headers=[headers[i] for i in keep],
                      tablefmt=fmt, disable_numparse=True)

@@ -210,6 +210,7 @@ def test_every_command_names_runs_alike_and_defaults_to_the_latest(tmp_path, cap
     code, out, err = run_cli(capsys, "gate", "0004", "--storage", storage)
     assert code == 0 and out.startswith(f"gate: {ids[3]}"), out + err
     assert run_cli(capsys, "gate", "--storage", storage)[1].startswith(f"gate: {ids[3]}")  # the latest
+    assert run_cli(capsys, "gate", "4", "--storage", storage)[1].startswith(f"gate: {ids[3]}")  # 4 is 0004
     assert run_cli(capsys, "gate", "--storage", storage, "0009")[0] == 2
     code, out, err = run_cli(capsys, "table", "0002", "--storage", storage)
     assert code == 0 and out.splitlines()[1].startswith("----"), out  # a plain table, not Markdown
@@ -247,6 +248,7 @@ def test_a_gate_table_fits_a_terminal_and_takes_columns(tmp_path, capsys):
     assert "regressed: why: " in out and "beyond the baseline's run-to-run spread" in out
     code, out, err = run_cli(capsys, "gate", run, "--storage", storage, "--columns", "scenario,verdict,change")
     assert out.splitlines()[1].split() == ["scenario", "verdict", "change"], out
+    assert "[1]" not in out, out  # no footnote of a hidden column
     code, out, err = run_cli(capsys, "gate", run, "--storage", storage, "--format", "markdown")
     assert "[1]" not in out and "beyond the baseline's run-to-run spread" in out
     code, out, err = run_cli(capsys, "gate", run, "--storage", storage, "--columns", "scenario,nope")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucolloc import cli, history, predict
+from tiny_workload import SOURCE as TINY_SOURCE
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = sorted((ROOT / "tests" / "data" / "predict-runs").glob("*.json"))
@@ -109,28 +110,12 @@ def test_the_printed_command_measures_exactly_the_mix_asked_for(capsys):
         module.jobs_of("resnet26*3")
 
 
-TINY = '''
-import torch
 
-
-class Step:
-    def __init__(self, batch_size):
-        self.samples_per_step = batch_size
-        self.model = torch.nn.Linear(8, 2)
-        self.x = torch.randn(batch_size, 8)
-
-    def train_step(self):
-        self.model(self.x).sum().backward()
-
-
-def factory(batch_size, device, precision="fp32"):
-    return Step(batch_size)
-'''
 
 
 @pytest.mark.slow
 def test_the_mix_command_measures_the_mix_it_names(pytester, monkeypatch):
-    pytester.makepyfile(tiny_workload=TINY, test_mix=(ROOT / "benchmarks" / "test_mix.py").read_text())
+    pytester.makepyfile(tiny_workload=TINY_SOURCE, test_mix=(ROOT / "benchmarks" / "test_mix.py").read_text())
     args = ["test_mix.py", "--gpu-mode=naive", "--colloc-device=cpu", "--colloc-cpu-full", "--colloc-rounds=2",
             "--colloc-round-seconds=0.2", "--colloc-warmup-seconds=0.1", "-p", "no:cacheprovider", "-rs"]
     monkeypatch.delenv("GPUCOLLOC_MIX", raising=False)

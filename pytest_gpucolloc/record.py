@@ -401,7 +401,7 @@ _MODE_FACTS = _object({"mig_layout": _list(_object())})
 _PARAMS = _object({"model": _text, "options": _object(), "mig": _text, "cuda_graph": _flag, "batch_size": _count})
 _SERVING = _object({  # a serving job's numbers (serving.summary; fixture._serving adds the rest)
     "rate": _scalar, "offered_rps": _finite, "achieved_rps": _finite, "requests": _count, "p50_ms": _latency,
-    "p90_ms": _finite, "p99_ms": _finite, "p999_ms": _finite, "max_ms": _finite,
+    "p90_ms": _latency, "p99_ms": _latency, "p999_ms": _latency, "max_ms": _latency,
     "round_p50_ms": _list(_optional(_latency)), "round_p90_ms": _list(_optional(_latency)),
     "round_p99_ms": _list(_optional(_latency)), "backlog": _list(_count), "unserved": _count, "saturated": _flag,
     "why": _text, "histogram": _text, "workload": _text, "rate_asked": _text, "alone_p50_ms": _latency,

@@ -204,7 +204,7 @@ def start_ab(repo: Path, tmp_path: Path) -> subprocess.Popen:
     from test_ab import ARGS, git
 
     command = [sys.executable, "-m", "pytest_gpucolloc.cli", "ab", "--baseline", "HEAD~1", "--candidate", "HEAD",
-               "--out", str(tmp_path / "arms"), "--storage", str(tmp_path / "storage"), *ARGS]
+               "--out", str(tmp_path / "arms"), *ARGS]
     started = tmp_path / "started"
     started.mkdir()
     controller = subprocess.Popen(command, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

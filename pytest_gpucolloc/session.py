@@ -526,10 +526,11 @@ class CollocSession:
             "warm ('= alone': a sequential scenario, or one job under naive, '= mps': one mps-partitioned client has "
             "the whole GPU; each records that measurement, taken once)"
         )
-        terminalreporter.write_line(
-            "pytest-benchmark's table times each round as the time per sample (1 / the aggregate samples/s, in its "
-            "unit: a slower scenario shows a longer time; its OPS are samples/s), so that --benchmark-compare-fail "
-            "sees a slowdown")
+        if self.results:  # its table follows: say what its times are where it is printed
+            terminalreporter.write_line(
+                "pytest-benchmark's table times each round as the time per sample (1 / the aggregate samples/s, in "
+                "its unit: a slower scenario shows a longer time; its OPS are samples/s), so that "
+                "--benchmark-compare-fail sees a slowdown")
         if self.results and not (config.getoption("benchmark_save", None) or config.getoption("benchmark_autosave",
                                                                                                 None)):
             terminalreporter.write_line(  # a first-time user's runs would otherwise leave no history, silently

@@ -12,6 +12,9 @@ matplotlib.use("Agg")  # files only, never a window
 
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
+from .history import short_name  # noqa: E402
+from .plots import Figure, machine_kind, slug  # noqa: E402
+
 TICKS = (50, 90, 99, 99.9, 99.99)
 
 
@@ -64,9 +67,7 @@ CURVES = 8  # runs drawn per scenario: the most recent ones
 def for_runs(runs: list) -> list:
     """The report's figures: per serving scenario and machine kind, the latency distribution of each run's requests
     beside its neighbours, the most recent CURVES runs (``plots.Figure``s, drawn here)."""
-    from . import serving
-    from .history import short_name
-    from .plots import Figure, machine_kind, slug
+    from . import serving  # hdrhistogram loads only where a report has a service
 
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for run in runs:

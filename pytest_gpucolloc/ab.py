@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import history, interleave, machine, serving, shift, worker
+from . import history, interleave, machine, nvml, serving, shift, worker
 from .outcome import Outcome
 from .scratch import clean_stale_scratch, private_scratch
 
@@ -181,8 +181,6 @@ def check_clean(here: Path) -> None:
 
 def check_gpu_idle(device_args: list[str]) -> None:
     """A GPU that foreign processes use would load one arm and not the other."""
-    from . import nvml
-
     if "--colloc-device=cpu" in device_args or nvml.init():
         return
     busy = {gpu.uuid: pids for gpu in nvml.gpus() if (pids := sorted(nvml.gpu_processes(gpu.uuid)))}
@@ -610,7 +608,7 @@ class Coordinator:
 def draw_latency(latency: dict[str, list[dict[str, list[dict]]]], labels: tuple[str, str], out: Path, say) -> None:
     """Each serving scenario's latency distribution per arm, every block's requests merged, as latency-TEST.png."""
     from . import latency_plot  # matplotlib loads only where a service was A/B'd
-    from .plots import slug
+    from .plots import slug  # matplotlib, as above
 
     for test, blocks in latency.items():
         curves = {label: merged([w for block in blocks for w in block.get(label, [])]) for label in labels}

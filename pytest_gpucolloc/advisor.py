@@ -24,7 +24,8 @@ from .history import SavedRun, short_name
 from .mig.planner import why_it_cannot_exist
 from .modes import MODES
 from .modes.mig import MigMode
-from .record import ScenarioRecord
+from .record import ScenarioRecord, service_as_asked, sm_reserved
+from .workloads import ALIASES, Workload, WorkloadError
 
 MIN_FAIR_SHARE = 0.5  # below this a job runs at less than half its alone speed: said as a warning
 SHARING = [name for name, mode in MODES.items() if not mode.alone]  # the ways jobs share the GPU, to measure
@@ -37,7 +38,6 @@ class AdviceError(ValueError):
 def parse_jobs(text: str) -> Counter:
     """'resnet26-cifar10/bs128*3,resnet50*2' -> Counter of workload labels. A job is a label as the summary shows
     it, or a name as ``Workload`` takes it (an alias, at its default batch size)."""
-    from .workloads import ALIASES, Workload, WorkloadError
 
     jobs: Counter = Counter()
     for part in (p.strip() for p in text.split(",")):
@@ -186,7 +186,6 @@ def _gpu_name(run: SavedRun, scenario: ScenarioRecord) -> str | None:
 
 def mix_command(jobs: Counter, profiles: dict[str, predict.Profile], modes: list[str]) -> str:
     """The command that measures this mix (benchmarks/test_mix.py), each job as its profile's parameters."""
-    from .workloads import Workload
 
     mix = []
     for label, count in sorted(jobs.items()):
@@ -269,7 +268,7 @@ class ServingOption:
     service: str  # the serving job's label, its rate as asked (record.service_as_asked)
     training_jobs: int
     mode: str
-    sm_reserved: float | None  # percent of the SMs the service was given (report.sm_reserved)
+    sm_reserved: float | None  # percent of the SMs the service was given (record.sm_reserved)
     scenario: str
     runs: int
     p99_ms: float | None
@@ -290,8 +289,6 @@ def _median(values: list) -> float | None:
 def serving_options(runs: list[SavedRun]) -> tuple[list[ServingOption], str]:
     """Each scenario with a service and training jobs beside it, and the device they ran on: GPU runs where there
     are any, else CPU smoke runs (never the two together)."""
-    from .record import service_as_asked
-    from .report import sm_reserved
 
     found = [(name, s) for run in runs for name, s in run.scenarios.items()
              if s.serving and (s.serving.get("training_jobs") or 0) > 0]

@@ -1,5 +1,5 @@
-"""Level shifts in saved history: per scenario and per physical GPU, where its throughput (or a latency of its serving
-job, ``metric="p50"``, ``"p99"``, ``"alone p50"``, ...) moved to a new level and stayed there.
+"""Level shifts in a series of run means (oldest first): where it moved to a new level and stayed there. Pure
+statistics over floats; ``history_shifts.py`` applies them to saved history.
 
 Candidates come from ``ruptures``: PELT over the runs' mean log throughput, a penalty scaled by the series' own run-
 to-run noise, run by its C implementation of the L2 cost (``KernelCPD`` with a linear kernel: the segmentation of
@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
-
-from .history import History, SavedRun
 
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_RUNS = 3
@@ -24,45 +21,7 @@ DEFAULT_MIN_RUNS = 3
 BLOCK = 1000
 
 
-@dataclass(frozen=True)
-class Point:
-    run: SavedRun  # one run of the series
-    log_level: float  # of what the series follows: throughput (samples/s) or a latency (ms)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ChangePoint:
-    scenario: str
-    gpu: str  # physical GPU (UUID), or "CPU smoke"
-    run_id: str  # the first run at the new level
-    commit: str | None
-    driver: str | None
-    datetime: str
-    before: float  # geometric mean of the level before: samples/s, or ms of a latency
-    after: float
-    change: float  # fraction: + is faster (a latency: + is higher)
-    p_value: float  # Welch's t-test between the two levels, the largest with any one run left out
-    runs_before: int
-    runs_after: int
-    metric: str = "throughput"  # or a latency: "p50", "p90", "p99", "alone p50", "alone p99"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def series(history: History, metric: str = "throughput") -> dict[tuple[str, str], list[Point]]:
-    """Each scenario's comparable runs per physical GPU, oldest first (throttled runs, runs that shared the
-    GPU with foreign processes and, of p99, saturated services are left out: their level is not the scenario's)."""
-    found: dict[tuple[str, str], list[Point]] = {}
-    for run in history.runs:
-        for name in run.scenarios:
-            level = run.level(name, metric)
-            if level is not None:
-                found.setdefault((name, run.gpu(name)), []).append(Point(run, level))
-    return found
-
-
-def _robust_p(before: list[float], after: list[float]) -> float:
+def robust_p(before: list[float], after: list[float]) -> float:
     """Welch's t-test between the two levels: the largest p with any one run left out (one odd run cannot make,
     or carry, a shift). All the tests at once: each left-out run changes its side's mean and sum of squares by a
     term of its own. Sides whose runs are all equal have no spread: they differ (p 0) or not (p 1)."""
@@ -148,7 +107,7 @@ def shifts(values: list[float], alpha: float = DEFAULT_ALPHA, min_runs: int = DE
         left = kept[-1] if kept else 0
         right = candidates[k + 1] if k + 1 < len(candidates) else len(values)
         before, after = values[left:start], values[start:right]
-        if len(before) >= min_runs and len(after) >= min_runs and _robust_p(before, after) < alpha:
+        if len(before) >= min_runs and len(after) >= min_runs and robust_p(before, after) < alpha:
             kept.append(start)
     return kept
 
@@ -157,35 +116,3 @@ def level_start(values: list[float], alpha: float = DEFAULT_ALPHA, min_runs: int
     """Where the series' current level starts: the last shift, or 0 (the gate's baseline is this level)."""
     found = shifts(values, alpha, min_runs)
     return found[-1] if found else 0
-
-
-def detect(points: list[Point], scenario: str, gpu: str, alpha: float = DEFAULT_ALPHA,
-           min_runs: int = DEFAULT_MIN_RUNS, metric: str = "throughput") -> list[ChangePoint]:
-    values = [p.log_level for p in points]
-    kept = shifts(values, alpha, min_runs)
-    found = []
-    bounds = [0, *kept, len(values)]
-    for i, start in enumerate(kept):
-        before, after = values[bounds[i]:start], values[start:bounds[i + 2]]
-        run = points[start].run
-        level_before, level_after = math.exp(statistics.fmean(before)), math.exp(statistics.fmean(after))
-        found.append(ChangePoint(scenario=scenario, gpu=gpu, run_id=run.run_id, commit=run.commit,
-                                 driver=run.machine.get("driver_version"), datetime=run.datetime,
-                                 before=level_before, after=level_after, change=level_after / level_before - 1,
-                                 p_value=_robust_p(before, after), runs_before=len(before), runs_after=len(after),
-                                 metric=metric))
-    return found
-
-
-def find(history: History, scenario: str | None = None, gpu: str | None = None, alpha: float = DEFAULT_ALPHA,
-         min_runs: int = DEFAULT_MIN_RUNS, metric: str = "throughput"
-         ) -> tuple[list[ChangePoint], list[tuple[str, str, int]]]:
-    """Change points of every series of ``metric`` (optionally of scenarios whose name contains ``scenario`` and
-    GPUs whose UUID starts with ``gpu``), and every series looked at: (scenario, GPU, number of runs)."""
-    points, looked = [], []
-    for (name, uuid), runs in series(history, metric).items():
-        if (scenario and scenario not in name) or (gpu and not uuid.startswith(gpu)):
-            continue
-        looked.append((name, uuid, len(runs)))
-        points += detect(runs, name, uuid, alpha, min_runs, metric)
-    return points, looked

@@ -12,11 +12,20 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__, nvml
-from .history import LATENCY, METRICS, short_name
+from . import advisor, changepoints, checkup, compare, forget, gate, history, history_shifts, nvml, report
+from .benchmark_api import storage_path
+from .gate import Policy
+from .history import LATENCY, METRICS, experiment, short_name
+from .machine import PLUGIN_VERSION
+from .mig import planner
+from .mig.nvml_backend import NvmlMigBackend
+from .mig.profiles import UnknownTable, live_table, named_table
+from .mig.provision import MigProvisioner
 from .modes import MODES
+from .modes.mig import DEFAULT_CHECKPOINT_DIR
+from .options import MAX_ALPHA, MAX_RUNS, MAX_THRESHOLD, MIN_ALPHA, number_option
 from .report import COLUMNS as TABLE_COLUMNS
-from .report import GATE_COLUMNS
+from .report import GATE_COLUMNS, columns
 from .scratch import can_write_in, clean_stale_scratch
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
@@ -63,8 +72,6 @@ def cmd_info(args) -> int:
 
 def cmd_check(args) -> int:
     """What would make a benchmark's numbers unsteady here; exit 1 when anything would (checkup.py)."""
-    from . import checkup
-
     findings = checkup.check()
     rows = [[f.severity, f.check, f.finding, f.fix or "-"] for f in findings]
     print(_tabular(rows, ["severity", "check", "finding", "what to do"], args.format))
@@ -76,8 +83,6 @@ def cmd_check(args) -> int:
 
 
 def _read_runs(paths) -> list:
-    from . import history
-
     runs = []
     for path in paths:
         try:
@@ -148,8 +153,6 @@ def _tabular(rows: list[list], headers: list[str], fmt: str) -> str:
 
 
 def cmd_table(args) -> int:
-    from . import history, report
-
     entries, sources = [], []
     runs = _runs(args.files, args.storage)
     for run in runs:
@@ -184,8 +187,6 @@ def _gpu(selector: str, hint: str = ""):
 
 
 def _mig_table(args):
-    from .mig.profiles import UnknownTable, live_table, named_table
-
     if args.table:
         try:
             return named_table(args.table)
@@ -211,8 +212,6 @@ def cmd_mig_profiles(args) -> int:
 
 
 def cmd_mig_plan(args) -> int:
-    from .mig import planner
-
     table = _mig_table(args)
     try:
         layout = planner.parse_layout(args.layout)
@@ -225,10 +224,6 @@ def cmd_mig_plan(args) -> int:
 
 
 def cmd_mig_restore(args) -> int:
-    from .mig.nvml_backend import NvmlMigBackend
-    from .mig.profiles import live_table
-    from .mig.provision import MigProvisioner
-    from .modes.mig import DEFAULT_CHECKPOINT_DIR
 
     gpu = _gpu(args.gpu)
     provisioner = MigProvisioner(NvmlMigBackend(gpu.uuid), live_table(gpu.uuid, gpu.name), gpu.uuid, gpu.index,
@@ -239,15 +234,11 @@ def cmd_mig_restore(args) -> int:
 
 
 def _policy(args):
-    from .gate import Policy
-
     return Policy(threshold=args.threshold / 100, alpha=args.alpha, runs=args.runs, min_runs=args.min_runs)
 
 
 def _storage(text: str) -> Path:
     """--storage as pytest's --benchmark-storage takes it: a folder or a file:// URL."""
-    from .benchmark_api import storage_path
-
     path = storage_path(text)
     if path is None:
         raise argparse.ArgumentTypeError(f"{text!r}: only pytest-benchmark's file storage can be read "
@@ -258,8 +249,6 @@ def _storage(text: str) -> Path:
 def _history(root: Path):
     """The saved runs under ``root``; storage that does not exist or holds no run of this plugin is exit code 3,
     never an empty history (a mis-set storage path must not pass as "no baseline")."""
-    from . import history
-
     if not root.is_dir():
         raise CommandError(f"no storage folder {root}" + (" (a file)" if root.exists() else "") + ": check --storage "
                            "(pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
@@ -296,8 +285,6 @@ def _commit(loaded, wanted: str) -> str:
 
 
 def cmd_compare(args) -> int:
-    from . import compare
-
     loaded = _history(args.storage)
     try:
         commits = [_commit(loaded, c) for c in args.commits] if args.commits else None
@@ -311,8 +298,6 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
-    from . import gate, history, report
-    from .history import experiment
 
     run = _runs([args.run] if args.run else [], args.storage)[0]
     if not run.scenarios:
@@ -355,8 +340,6 @@ def _modes(run, names: list[str]) -> list[str]:
 def _gate_render(verdicts, fmt: str, title: str, columns: list[str] | None = None) -> str:
     """The gate's table: a row per scenario, and below a serving scenario's a row per latency judged
     (``report.gate_rows``). JSON: each verdict as saved, the latency ones inside it."""
-    from . import report
-
     if fmt == "json":
         return json.dumps([{"scenario": name, **verdict.to_dict()} for name, verdict in verdicts], indent=2)
     entries = [(name if fmt != "table" else short_name(name), verdict.to_dict()) for name, verdict in verdicts]
@@ -367,11 +350,9 @@ def _gate_render(verdicts, fmt: str, title: str, columns: list[str] | None = Non
 
 
 def cmd_history(args) -> int:
-    from . import changepoints, report
-
     loaded = _history(args.storage)
     try:
-        points, looked = changepoints.find(loaded, args.scenario, args.gpu, args.alpha, args.min_runs, args.metric)
+        points, looked = history_shifts.find(loaded, args.scenario, args.gpu, args.alpha, args.min_runs, args.metric)
     except ImportError as missing:  # a dependency left out of the install, e.g. an offline machine's --no-deps
         raise CommandError(f"pytest-gpucolloc history needs the {missing.name} package, a dependency of "
                            f"pytest-gpucolloc that is not installed in this environment: pip install {missing.name}",
@@ -419,8 +400,6 @@ def cmd_history(args) -> int:
 
 def cmd_forget(args) -> int:
     """Set saved runs aside (left out of every history, their files kept), list them, or bring them back."""
-    from . import forget, history
-
     root = args.storage
     if args.list or not args.runs:
         listed = forget.read(root)
@@ -470,7 +449,7 @@ def _older_shifts(older, shown: int, runs: int) -> str:
 
 
 def cmd_ab(args) -> int:
-    from . import ab
+    from . import ab  # hdrhistogram and the worker's code load only for ab
 
     here = Path.cwd()
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
@@ -508,7 +487,7 @@ def cmd_ab(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from . import html_report
+    from . import html_report  # matplotlib loads only for a report
 
     runs = _runs(args.runs, args.storage or Path(".benchmarks")) if args.runs or not args.storage else []
     loaded = _history(args.storage) if args.storage else None
@@ -526,8 +505,6 @@ def cmd_report(args) -> int:
 
 
 def cmd_advise(args) -> int:
-    from . import advisor
-
     if args.p99_within is not None:
         return _advise_serving(args)
     try:
@@ -564,8 +541,6 @@ def cmd_advise(args) -> int:
 def _advise_serving(args) -> int:
     """``advise --p99-within``: per service and number of training jobs, the way within the p99 budget where training
     keeps the most; exit 1 when a service has none."""
-    from . import advisor
-
     try:
         budget = advisor.parse_budget(args.p99_within)
     except advisor.AdviceError as error:
@@ -598,7 +573,7 @@ def _advise_serving(args) -> int:
 def cmd_plot(args) -> int:
     import itertools
 
-    from . import plots
+    from . import plots  # matplotlib loads only for a figure
 
     loaded = _history(args.storage)
     run = loaded.find(args.run) if args.run else loaded.runs[-1]
@@ -620,8 +595,6 @@ def cmd_plot(args) -> int:
 
 def _checked(name: str, low: float, high: float, integer: bool = False):
     """An argparse type that checks the value as the plugin's own option of the same meaning does."""
-    from .options import number_option
-
     parse = number_option(name, low, high, integer)
 
     def check(text: str):
@@ -635,8 +608,6 @@ def _checked(name: str, low: float, high: float, integer: bool = False):
 
 def _columns(names: list[str]):
     def check(text: str) -> list[str]:
-        from .report import columns
-
         try:
             return columns(text, names)
         except ValueError as error:
@@ -675,8 +646,6 @@ def _format_argument(parser, default: str = "table", extra: tuple[str, ...] = ()
 
 
 def _judging_arguments(parser, storage: bool = True) -> None:
-    from . import gate
-    from .options import MAX_ALPHA, MAX_THRESHOLD, MIN_ALPHA
 
     if storage:
         _storage_argument(parser)
@@ -689,8 +658,6 @@ def _judging_arguments(parser, storage: bool = True) -> None:
 
 
 def _gate_arguments(parser) -> None:
-    from . import gate
-    from .options import MAX_RUNS
 
     _judging_arguments(parser)
     parser.add_argument("--runs", type=_checked("--runs", 2, MAX_RUNS, integer=True), default=gate.DEFAULT_RUNS,
@@ -704,7 +671,7 @@ def _gate_arguments(parser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pytest-gpucolloc", description=__doc__, epilog=EXIT_CODES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {PLUGIN_VERSION}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("info", help="GPUs, driver and sharing modes as this machine reports them"
                         ).set_defaults(run_command=cmd_info)

@@ -95,7 +95,7 @@ def paired(timeline: list[tuple[int, SavedRun]], policy: gate.Policy) -> list[Ro
 
 
 def _paired(timeline: list[tuple[int, SavedRun]], name: str, metric: str, policy: gate.Policy) -> gate.Verdict:
-    from . import ab
+    from . import ab  # hdrhistogram loads only where latencies are compared
 
     levels = [(side, run.sample(name, metric)) for side, run in timeline]  # None: not in that run
     ratios, befores, afters = [], [], []

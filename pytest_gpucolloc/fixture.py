@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import benchmark_api, distributed, interleave, measure, progress, record, run_warnings
+from . import benchmark_api, distributed, gate, history, interleave, measure, progress, record, run_warnings
 from .device import release
 from .modes import MODES, ModeFailed, ModeUnavailable
 from .modes.sequential import SequentialMode
@@ -306,8 +306,6 @@ class CollocateFixture:
         level when it has no history of its own (``gate.machine_levels``). A serving job's latency is judged beside
         the throughput at p50 and p99, with its neighbours and alone (``gate.with_latency``), against this GPU's runs
         only, and a run whose latency rounds look disturbed is measured again too."""
-        from . import gate, history  # scipy loads only when the run is gated
-
         loaded = self.session.history
         assert loaded is not None  # the session loads it before the first gated scenario
         last = history.GATE_WINDOW * context.policy.runs

@@ -34,7 +34,8 @@ import sys
 import time
 import traceback
 
-from . import process_marks
+from . import process_marks, worker
+from .environment import base_environment
 from .logs import tail
 from .protocol import MSG_FD_ENV
 from .scratch import private_scratch
@@ -172,7 +173,6 @@ def shared(exec_workers: bool = False) -> ForkServer:
     died)."""
     server = _SHARED.get(exec_workers)
     if server is None or not server.alive():
-        from .pool import base_environment
 
         if server is not None:
             server.close()
@@ -219,8 +219,6 @@ def _become_worker(server_pid: int, sock: socket.socket, request: dict, fds: lis
         os.environ[MSG_FD_ENV] = str(channel)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        from . import worker
-
         worker._die_with_parent()  # kept across exec
         if os.getppid() != server_pid:  # the server died before the line above: so must this worker
             os._exit(1)
@@ -290,8 +288,6 @@ def _exit_on_sigterm(signum, frame) -> None:
 
 
 def main() -> int:
-    from . import worker
-
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     worker._die_with_parent(signal.SIGTERM)
     process_marks.become_subreaper()

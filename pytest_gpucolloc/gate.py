@@ -35,6 +35,8 @@ import math
 import statistics
 from dataclasses import KW_ONLY, dataclass, field, fields
 
+from . import changepoints
+from .machine import bounding_differences
 from .outcome import Outcome
 
 # scipy is imported where a decision is computed: the option defaults below load with every pytest session.
@@ -407,8 +409,6 @@ def robust_baseline(current: RunSample, chosen: list[RunSample], policy: Policy
                     ) -> tuple[list[RunSample], dict[str, str], list[str]]:
     """The runs the decision stands on: disturbed runs left out (run id -> why), the level since the last shift,
     at most ``policy.runs`` of it; notes on what else was left out."""
-    from . import changepoints
-
     notes: list[str] = []
     terms = terms_of(current)
     usual = Usual.of(chosen)
@@ -433,8 +433,6 @@ def robust_baseline(current: RunSample, chosen: list[RunSample], policy: Policy
 
 
 def _config_differs(baseline: RunSample, current: RunSample) -> list[str]:
-    from .machine import bounding_differences
-
     return bounding_differences(baseline.config, current.config)
 
 

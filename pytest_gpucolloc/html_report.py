@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from . import latency_plot, plots, report
+from . import latency_plot, plots, record, report
 from .history import History, SavedRun, short_name
 from .modes import MODES
 from .record import ScenarioRecord
@@ -67,7 +67,7 @@ def _summary_table(rows: list[report.SummaryRow], warned: Counter) -> str:
 
 def _warned(entries: Iterable[tuple[str, ScenarioRecord]]) -> Counter:
     """Per summary row's (jobs, mixed), its scenarios with run warnings (``report.summary`` groups them so)."""
-    return Counter((plots.jobs(s), not s.homogeneous) for _, s in entries if s.warnings)
+    return Counter((record.jobs(s), not s.homogeneous) for _, s in entries if s.warnings)
 
 
 def _warnings(runs: list[SavedRun]) -> str:

@@ -11,6 +11,12 @@ import sys
 from typing import Any
 
 from . import nvml
+from .environment import base_environment
+
+try:  # the installed distribution's version (pyproject.toml), the one number to bump
+    PLUGIN_VERSION = importlib.metadata.version("pytest-gpucolloc")
+except importlib.metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+    PLUGIN_VERSION = "0+unknown"
 
 # (key in machine_info["gpucolloc"], words used when it changes)
 DESCRIBED = [
@@ -50,10 +56,8 @@ def bounding_differences(baseline: dict, current: dict) -> list[str]:
 
 def identity(gpu: nvml.GpuInfo | None, worker_report: dict | None) -> dict[str, Any]:
     """machine_info["gpucolloc"] for a run; ``worker_report`` is a worker's ready message (torch's view)."""
-    from . import __version__
-
     info: dict[str, Any] = {
-        "plugin_version": __version__,
+        "plugin_version": PLUGIN_VERSION,
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
         "device": "cuda" if gpu else "cpu",
@@ -82,8 +86,6 @@ def identity(gpu: nvml.GpuInfo | None, worker_report: dict | None) -> dict[str, 
 def torch_view(cuda: bool) -> dict:
     """torch's CUDA runtime and cuDNN versions as a worker reports them, read in a short-lived process set up
     as a worker's (the pytest process does not import torch)."""
-    from .pool import base_environment
-
     code = ("import json, torch; from pytest_gpucolloc.worker import stack_versions; "
             f"print(json.dumps(stack_versions(torch, {cuda})))")
     try:

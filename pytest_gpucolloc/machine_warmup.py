@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import nvml
+
 DEFAULT_LIMIT_S = 60.0
 MAX_LIMIT_S = 600.0
 INTERVAL_S = 0.5
@@ -86,8 +88,6 @@ def start_load(gpu_uuid: str, limit_s: float) -> subprocess.Popen:
 
 
 def _read(gpu_uuid: str) -> dict:
-    from . import nvml
-
     reading = nvml.instant_sample(gpu_uuid)
     power, busy = reading.get("power_mw"), reading.get("utilization_gpu_pct")
     return {"power_w": None if power is None else power / 1000, "sm_clock_mhz": reading.get("sm_clock_mhz"),

@@ -228,7 +228,7 @@ def build_named(workload: Workload, device: torch.device, image_size: int | None
     else:
         loader = None
         if workload.uses_loader:
-            from .image_data import LoaderFeed
+            from .image_data import LoaderFeed  # torch's data loader only where a job reads images
 
             loader = LoaderFeed(image_size or shape.image_size, shape.num_classes, workload.batch_size,
                                 workload.loader_workers, device)
@@ -313,7 +313,7 @@ def build_serving(workload: Workload, device: torch.device, image_size: int | No
 
 def data_wait_s(step) -> float | None:
     """Seconds the step has waited for its data loader so far; None for a job without one."""
-    from .image_data import LoaderFeed
+    from .image_data import LoaderFeed  # torch's data loader only where a job reads images
 
     loader = getattr(step, "loader", None)  # a user's step may have a "loader" of its own
     return loader.wait_s if isinstance(loader, LoaderFeed) else None

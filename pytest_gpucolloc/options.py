@@ -13,6 +13,8 @@ from typing import Any
 
 from . import gate
 from .cpu_affinity import CpuListError, CpuPolicy, parse_cpu_policy
+from .machine_warmup import MAX_LIMIT_S
+from .mig.planner import LayoutError, parse_layout
 from .modes import MODES, parse_modes
 
 # The gate's options, shared with the console command: a threshold of 100% would be a drop to nothing.
@@ -50,8 +52,6 @@ def _optional_int(name: str, low: int, high: int) -> Callable[[str], int | None]
 
 def parse_machine_warmup(text: str) -> float | None:
     """Seconds, or None for auto (decided by the session: on when gating on a GPU)."""
-    from .machine_warmup import MAX_LIMIT_S
-
     if str(text).strip().lower() == "auto":
         return None
     return number_option("--colloc-machine-warmup", 0, MAX_LIMIT_S)(text)
@@ -108,8 +108,6 @@ def parse_cpus(text: str) -> CpuPolicy:
 
 
 def parse_mig_layout(text: str) -> str | None:
-    from .mig.planner import LayoutError, parse_layout
-
     if not text:
         return None
     try:

@@ -28,10 +28,12 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
+from . import history_shifts
 from .history import History, SavedRun, short_name
 from .modes import MODE_COLOURS, MODES
 from .modes.mig import MigMode
-from .record import ScenarioRecord
+from .record import ScenarioRecord, jobs, sm_reserved
+from .record import service_as_asked as service_of
 
 # a regressed run, in every figure
 REGRESSED: dict[str, Any] = {"marker": "v", "color": "tab:red", "s": 70, "zorder": 4}
@@ -69,14 +71,6 @@ def by_kind(runs: list[SavedRun]) -> dict[str, Entries]:
         for name, scenario in run.scenarios.items():
             kinds[machine_kind(run, scenario)].append((name, scenario))
     return dict(sorted(kinds.items()))
-
-
-def jobs(scenario: ScenarioRecord) -> str:
-    """What ran together: the workload (several copies of it are counted by ``n``) or the mix, its jobs in one order
-    whatever order a test started them in."""
-    from .report import describe_workers
-
-    return scenario.workloads[0] if scenario.homogeneous else describe_workers(sorted(scenario.workloads))
 
 
 def regressed(scenario: ScenarioRecord) -> bool:
@@ -345,8 +339,6 @@ def serving(kind: str, entries: Entries) -> list[Figure]:
     against what its training jobs kept of their speed alone, a colour and marker per mode, labelled with its training
     jobs and the SMs reserved for the service; p99 logarithmic, the service alone at the same rate dashed. Several
     runs of a scenario are one point (their medians); a saturated service, whose p99 measures its queue, is hollow."""
-    from .record import service_as_asked as service_of
-    from .report import sm_reserved
 
     # service -> (mode, training jobs, SMs reserved) -> [(training kept, p99 ms, saturated)]
     points: dict[str, dict[tuple, list]] = defaultdict(lambda: defaultdict(list))
@@ -420,12 +412,11 @@ def history(loaded: History, recent: list[SavedRun] | None = None) -> Iterator[F
     verdicts, its baseline band (from the baseline down by the threshold), runs that were not comparable (hollow)
     and level shifts (dashed, found over the whole history). Older runs are not drawn: a note says how many, and
     their level shifts."""
-    from . import changepoints
 
     recent = loaded.runs if recent is None else recent
     shown = {run.run_id for run in recent}
     shifts = defaultdict(list)
-    for shift in changepoints.find(loaded)[0]:
+    for shift in history_shifts.find(loaded)[0]:
         shifts[(shift.scenario, shift.gpu)].append(shift)
     series: dict[tuple[str, str], list] = defaultdict(list)
     for run in recent:  # only these runs' files are read

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import process_marks, progress, protocol
+from . import phases, process_marks, protocol
+from .environment import base_environment
 from .logs import tail
 from .protocol import MSG_FD_ENV
 from .workloads import Workload
@@ -24,10 +25,6 @@ from .workloads import Workload
 if TYPE_CHECKING:
     from .forkserver import ForkServer
 
-PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
-# Variables a worker must never inherit: the mode decides them.
-_CONTROLLED_PREFIXES = ("CUDA_VISIBLE_DEVICES", "CUDA_MPS_", "NVIDIA_VISIBLE_DEVICES", MSG_FD_ENV,
-                        process_marks.MARK_ENV)
 _LIVE_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 _WORKER_NUMBERS = itertools.count()
 
@@ -52,13 +49,6 @@ class WorkerSlot:
     env: dict[str, str] = field(default_factory=dict)
     cpus: tuple[int, ...] | None = None
     mode_facts: dict[str, Any] = field(default_factory=dict)  # the mode's limits and checks, recorded with the result
-
-
-def base_environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_CONTROLLED_PREFIXES)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, os.getcwd(), env.get("PYTHONPATH")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 class _Worker:
@@ -207,7 +197,7 @@ class WorkerPool:
                         + "".join(f"\n--- last lines of {w.label} ---\n{tail(w.log_path, 10)}"
                                   for i, w in enumerate(self.workers) if i not in results)
                     )
-                progress.tick(len(results))  # a terminal's progress line, about once a second
+                phases.tick(len(results))  # a terminal's progress line, about once a second
                 ready = selector.select(timeout=min(remaining, 1.0))
                 for key, _ in ready:
                     self._receive(key.data, event, results, selector)

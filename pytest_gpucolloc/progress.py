@@ -12,6 +12,7 @@ import contextlib
 import math
 import time
 
+from . import phases
 from .report import duration
 
 _current: Progress | None = None
@@ -27,9 +28,9 @@ class Progress:
         self.total = len(tests)
         self.test: str | None = None
         self.began = 0.0
-        self.stage = ""  # what is being measured: mode and jobs
-        self.phase = ""
-        self.rounds: tuple[float, float, int, int, int] | None = None  # start, round s, first, last, most
+        self.stage_text = ""  # what is being measured: mode and jobs
+        self.phase_text = ""
+        self.round_plan: tuple[float, float, int, int, int] | None = None  # start, round s, first, last, most
         self.ready = (0, 0)  # workers warm, of
         self._shown = ""
         capture = reporter.config.pluginmanager.getplugin("capturemanager")
@@ -59,14 +60,14 @@ class Progress:
     def line(self) -> str:
         done = self.total - len(self.waiting)
         where = f"[{done}/{self.total}] " if self.total else ""
-        phase = self.phase
-        if self.rounds is not None and self.tty:  # a log says which rounds, once
-            start, round_s, first, last, most = self.rounds
+        phase = self.phase_text
+        if self.round_plan is not None and self.tty:  # a log says which rounds, once
+            start, round_s, first, last, most = self.round_plan
             k = min(max(math.floor((time.monotonic() - start) / round_s) + 1, first), last) if round_s > 0 else first
             phase = f"round {k} of {last}" + (f" (at most {most})" if most > last else "")
         elif self.ready[1] and self.tty:
             phase += f" ({self.ready[0]} of {self.ready[1]} workers warm)"
-        parts = [self.stage, phase] if self.verbosity >= 0 else []
+        parts = [self.stage_text, phase] if self.verbosity >= 0 else []
         elapsed = time.monotonic() - self.began
         said = "; ".join(p for p in parts if p)
         return f"gpucolloc {where}{self.test}{': ' + said if said else ''} [{elapsed:.0f} s, {self.left()}]"
@@ -108,8 +109,8 @@ class Progress:
     def begin(self, test: str) -> None:
         if test in self.waiting:  # tests before it that never began were skipped
             del self.waiting[: self.waiting.index(test) + 1]
-        self.test, self.began, self.stage, self.phase = test, time.monotonic(), "", ""
-        self.rounds, self._shown = None, ""
+        self.test, self.began, self.stage_text, self.phase_text = test, time.monotonic(), "", ""
+        self.round_plan, self._shown = None, ""
         if self.tty and self.verbosity >= -1:
             with self.uncaptured():
                 self.reporter.ensure_newline()
@@ -134,8 +135,26 @@ class Progress:
         self.reporter.currentfspath = None  # pytest starts its next result on a fresh line
 
     def set_phase(self, phase: str, rounds=None, ready=(0, 0)) -> None:
-        self.phase, self.rounds, self.ready = phase, rounds, ready
+        self.phase_text, self.round_plan, self.ready = phase, rounds, ready
         self.show(changed=True)
+
+    # what measurement tells (``phases.Listener``)
+    def stage(self, text: str) -> None:
+        self.stage_text = text
+
+    def phase(self, text: str, workers: int) -> None:
+        self.set_phase(text, ready=(0, workers))
+
+    def rounds(self, start: float, round_s: float, first: int, last: int, most: int) -> None:
+        self.set_phase(f"rounds {first}-{last}" + (f" of at most {most}" if most > last else ""),
+                       rounds=(start, round_s, first, last, most))
+
+    def tick(self, ready: int | None) -> None:
+        """The terminal's line again (a log gets nothing)."""
+        if self.tty:
+            if ready is not None and self.ready[1]:
+                self.ready = (ready, self.ready[1])
+            self.show(changed=False)
 
 
 def start(reporter, tests: list[str], last: dict[str, float]) -> None:
@@ -143,11 +162,13 @@ def start(reporter, tests: list[str], last: dict[str, float]) -> None:
     ``last``: test id -> seconds it took when it last ran here)."""
     global _current
     _current = Progress(reporter, tests, last) if reporter is not None and tests else None
+    phases.listen(_current)
 
 
 def stop() -> None:
     global _current
     _current = None
+    phases.listen(None)
 
 
 def begin(test: str) -> None:
@@ -158,32 +179,6 @@ def begin(test: str) -> None:
 def end() -> None:
     if _current is not None:
         _current.end()
-
-
-def stage(text: str) -> None:
-    """What is measured next (a mode and its jobs): its phases follow."""
-    if _current is not None:
-        _current.stage = text
-
-
-def phase(text: str, *, workers: int = 0) -> None:
-    if _current is not None:
-        _current.set_phase(text, ready=(0, workers))
-
-
-def rounds(start: float, round_s: float, first: int, last: int, most: int) -> None:
-    """Rounds ``first``..``last`` (counted from 1) are measured from ``start``, each ``round_s`` long."""
-    if _current is not None:
-        _current.set_phase(f"rounds {first}-{last}" + (f" of at most {most}" if most > last else ""),
-                           rounds=(start, round_s, first, last, most))
-
-
-def tick(ready: int | None = None) -> None:
-    """About once a second while waiting for workers: the terminal's line again (a log gets nothing)."""
-    if _current is not None and _current.tty:
-        if ready is not None and _current.ready[1]:
-            _current.ready = (ready, _current.ready[1])
-        _current.show(changed=False)
 
 
 def warn(texts: list[str]) -> None:

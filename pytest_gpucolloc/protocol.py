@@ -171,7 +171,7 @@ def _check(event: Ready | Result | Error) -> None:
             for seconds in event.data_wait_s:
                 _number(seconds, "a round's data wait")
         if event.latency is not None:
-            from .serving import check_round
+            from .serving import check_round  # hdrhistogram only where a worker serves
 
             if not isinstance(event.latency, list) or len(event.latency) != len(event.rounds):
                 raise ProtocolError("latency must list one entry per round")

@@ -61,8 +61,14 @@ fields. ``read`` accepts both and judges ``throttled`` by today's rule from the 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from .machine import BOUNDING
+from .mig.planner import why_it_cannot_exist
+from .telemetry import ABNORMAL_REASONS, throttled_why
+from .workloads import autotunes_convolutions
 
 if TYPE_CHECKING:
     from .gate import Verdict
@@ -150,8 +156,6 @@ class ScenarioRecord:
     def mig_cannot_exist(self) -> str | None:
         """Why one MIG instance of each job's ``mig`` size cannot exist on this scenario's GPU model (the planner
         on its profile table); None when it fits, or when the jobs name no sizes."""
-        from .mig.planner import why_it_cannot_exist
-
         return why_it_cannot_exist((self.gpu or {}).get("name"), [w.params.get("mig") for w in self.workers])
 
     @property
@@ -171,8 +175,6 @@ class ScenarioRecord:
     def autotuned_on_gpu(self) -> bool:
         """Ran on a GPU with convolutions whose algorithms cuDNN timed in each process: options={"cudnn_autotune":
         False} is a way to remove the noise of processes choosing differently."""
-        from .workloads import autotunes_convolutions
-
         return self.device == "cuda" and any(autotunes_convolutions(w.params) for w in self.workers)
 
     def alone_of(self, index: int) -> float | None:
@@ -199,6 +201,25 @@ class ScenarioRecord:
     @property
     def gpu_uuid(self) -> str | None:
         return (self.gpu or {}).get("uuid")
+
+
+def describe_workers(labels: list[str]) -> str:
+    counts = Counter(labels)
+    return " + ".join(f"{n}x {label}" if n > 1 else label for label, n in counts.items())
+
+
+def jobs(scenario: ScenarioRecord) -> str:
+    """What ran together: the workload (several copies of it are counted by ``n``) or the mix, its jobs in one order
+    whatever order a test started them in."""
+    return scenario.workloads[0] if scenario.homogeneous else describe_workers(sorted(scenario.workloads))
+
+
+def sm_reserved(scenario: ScenarioRecord) -> float | None:
+    """The share of the SMs (percent) the sharing mode gave a service beside training jobs (mps-partitioned: its MPS
+    limit, the training jobs sharing the rest); None where it was not limited."""
+    service = next((w for w in scenario.workers if w.params.get("rate") is not None), None)
+    limit = service.mode_facts.get("sm_percent") if service is not None else None
+    return float(limit) if isinstance(limit, (int, float)) and limit < 100 else None
 
 
 def write(result, gate: Verdict | dict | None = None) -> dict[str, Any]:
@@ -432,8 +453,6 @@ def read_name(name: Any) -> str:
 
 def read_run_fields(data: dict) -> tuple[str, str | None, dict]:
     """A saved file's own fields that readers use, checked: its datetime, commit and machine identity."""
-    from .machine import BOUNDING
-
     when = _text(data.get("datetime") or "", "datetime")
     commit_info = data.get("commit_info")
     commit_info = commit_info if isinstance(commit_info, dict) else {}
@@ -457,8 +476,6 @@ def _fields(data: dict, checks: dict, prefix: str) -> dict:
 def _throttled(saved: bool | None, telemetry: list[dict]) -> bool | None:
     """Today's rule on what a run kept: an abnormal reason held for THROTTLED_SHARE of a window, or the SM clock
     fell below the floor (only recorded since version 2); the power cap never counts."""
-    from .telemetry import ABNORMAL_REASONS, throttled_why
-
     verdicts = []
     for phase in telemetry:
         if "throttled_why" in phase:  # judged when it was measured

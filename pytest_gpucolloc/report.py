@@ -11,7 +11,7 @@ from statistics import median
 
 from tabulate import tabulate
 
-from .record import ScenarioRecord
+from .record import ScenarioRecord, describe_workers, jobs, sm_reserved
 
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
            "speedup", "efficiency", "SM activity", "mem/worker GB", "data wait", "samples/J", "rounds", "start-up s",
@@ -84,11 +84,6 @@ def _data_wait(scenario: ScenarioRecord) -> str:
     """Per worker, the share of the time it waited for its data loader ('-': no loader)."""
     shares = [w.data_wait_share for w in scenario.workers]
     return "-" if all(v is None for v in shares) else ", ".join(_pct(v) for v in shares)
-
-
-def describe_workers(labels: list[str]) -> str:
-    counts = Counter(labels)
-    return " + ".join(f"{n}x {label}" if n > 1 else label for label, n in counts.items())
 
 
 def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
@@ -293,8 +288,6 @@ class SummaryRow:
 def summary(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[SummaryRow]:
     """Per workload (and per mix) and sharing mode: the count of copies with the best speedup, the median of the
     runs there. Only collocated scenarios (two or more jobs, not one after another) with a speedup count."""
-    from .plots import jobs
-
     Key = tuple[str, bool]  # the jobs, and whether they are a mix
     runs: dict[Key, dict[str, dict[int, list]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     verdicts: dict[Key, Counter] = defaultdict(Counter)
@@ -363,14 +356,6 @@ def ms(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
-
-
-def sm_reserved(scenario: ScenarioRecord) -> float | None:
-    """The share of the SMs (percent) the sharing mode gave a service beside training jobs (mps-partitioned: its MPS
-    limit, the training jobs sharing the rest); None where it was not limited."""
-    service = next((w for w in scenario.workers if w.params.get("rate") is not None), None)
-    limit = service.mode_facts.get("sm_percent") if service is not None else None
-    return float(limit) if isinstance(limit, (int, float)) and limit < 100 else None
 
 
 def serving_rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
-from . import forkserver, machine, measure, progress, protocol
+from . import forkserver, machine, measure, phases, protocol
 from .cpu_affinity import CpuPolicy, assign_cpus
 from .interleave import Link
 from .modes.base import SharingMode, Target, WorkerCheckFailed
@@ -79,7 +79,7 @@ class MeasuredWorker:
         """A serving job's latencies and rates (``serving.summary``); None for a training job."""
         if not self.workload.serves or self.result.latency is None:
             return None
-        from . import serving
+        from . import serving  # hdrhistogram only where a scenario has a service
 
         rate = self.workload.rate
         assert rate is not None
@@ -262,13 +262,13 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
     with WorkerPool(slots, device=target.device, warmup_s=settings.warmup_s,
                     warmup_steps=settings.warmup_steps, log_dir=log_dir, image_size=settings.image_size,
                     label_offset=label_offset, forkserver=server) as pool:
-        progress.phase("start-up and warm-up", workers=len(slots))
+        phases.phase("start-up and warm-up", workers=len(slots))
         try:
             ready = pool.wait_ready(settings.timeout_s)
             facts: dict[str, float | str] = {"fixed_cost_s": time.monotonic() - began}  # spawn to every worker warm
             check(slots, ready)
             if paired:
-                progress.phase(f"ab block {paired.block + 1}: windows in turns with the other arm")
+                phases.phase(f"ab block {paired.block + 1}: windows in turns with the other arm")
             served = paired.link.serve(paired.test, pool, settings.timeout_s) if paired else None
             if served is not None:
                 results, facts["stopped"] = served
@@ -300,7 +300,7 @@ def measure_until_precise(pool: WorkerPool, start: float, settings: Settings, se
     batch = settings.rounds if settings.precision > 0 else longest
     merged: list[protocol.Result] = []
     while True:
-        progress.rounds(start, settings.round_s, len(merged[0].rounds) + 1 if merged else 1,
+        phases.rounds(start, settings.round_s, len(merged[0].rounds) + 1 if merged else 1,
                         (len(merged[0].rounds) if merged else 0) + batch, longest)
         results = pool.measure(start, settings.round_s, batch, timeout_s=batch * settings.round_s + settings.timeout_s)
         merged = results if not merged else [protocol.joined(old, new) for old, new in zip(merged, results)]
@@ -321,12 +321,12 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
     began = time.monotonic()
     workloads = [settings.adapt(w) for w in workloads]
     mode.validate(workloads, target)
-    progress.stage(f"{mode.name}: {' + '.join(w.label for w in workloads)}")
+    phases.stage(f"{mode.name}: {' + '.join(w.label for w in workloads)}")
     Path(log_dir).mkdir(parents=True, exist_ok=True)
     by_key: dict[tuple, MeasuredWorker] = {}
     records: list[MeasuredWorker] = []
     notes: list[str] = []
-    phases: list[dict] = []  # how each phase was measured
+    measured: list[dict] = []  # how each phase was measured
     with mode.provision(workloads, target) as prov:
         try:
             offset = 0
@@ -335,7 +335,7 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
                     slots, target, settings, log_dir, prov.check_workers, offset, sampler_factory, pairing, phase)
                 offset += len(slots)
                 notes.append(note)
-                phases.append(facts)
+                measured.append(facts)
                 for slot, (ready, result) in zip(slots, outcomes):
                     stats = measure.WorkerStats(list(result.rounds), ready.samples_per_step)
                     record = MeasuredWorker(slot.workload, stats, ready, result, slot.cpus, dict(slot.mode_facts),
@@ -359,8 +359,8 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
         aggregate = measure.concurrent_aggregate([r.stats for r in counted(workers)])
     gpu = {"index": target.gpu.index, "uuid": target.gpu.uuid, "name": target.gpu.name,
            **machine.bounding(target.gpu)} if target.gpu else None
-    measurement = {"fixed_cost_s": sum(p["fixed_cost_s"] for p in phases), "rounds": len(aggregate),
-                   "stopped": "; ".join(dict.fromkeys(p["stopped"] for p in phases)),
+    measurement = {"fixed_cost_s": sum(p["fixed_cost_s"] for p in measured), "rounds": len(aggregate),
+                   "stopped": "; ".join(dict.fromkeys(p["stopped"] for p in measured)),
                    "wall_s": time.monotonic() - began}
     return ScenarioResult(mode.name, workloads, workers=workers, aggregate_rounds=aggregate, device=target.device,
                           cpu_note="; ".join(dict.fromkeys(notes)), mode_facts=dict(prov.mode_facts), gpu=gpu,

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from . import process_marks
+from .mps_daemon import mps_processes
 
 SCRATCH_PREFIX = "gc-"
 OWNER_FILE = "owner.pid"
@@ -52,8 +53,6 @@ def clean_stale_scratch() -> list[str]:
     """Remove what killed runs of this user left: scratch directories whose owner process is gone, after stopping
     any MPS daemon still serving from them and any process still working in them (a killed ``ab``'s arms), and
     unregistering the git worktrees they held. Returns what was removed."""
-    from .mps_daemon import mps_processes
-
     removed, killed = [], False
     for path in scratch_base().glob(f"{SCRATCH_PREFIX}*"):
         try:

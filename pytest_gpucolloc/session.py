@@ -17,8 +17,11 @@ from . import (
     benchmark_api,
     distributed,
     forkserver,
+    gate,
+    history,
     interleave,
     machine,
+    machine_warmup,
     process_marks,
     progress,
     record,
@@ -28,6 +31,7 @@ from . import (
 )
 from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
+from .machine_warmup import DEFAULT_LIMIT_S
 from .modes.base import ModeOptions, Target
 from .options import MAX_THRESHOLD, Config, DeviceConfig
 from .scenario import ScenarioResult, Settings
@@ -147,7 +151,6 @@ class CollocSession:
         root = benchmark_api.storage_path(config.getoption("benchmark_storage", None))
         if config.getoption("benchmark_compare", None) is not True or root is None:
             return
-        from . import history
 
         for path in reversed(benchmark_api.latest_saved(root)):
             try:
@@ -255,7 +258,6 @@ class CollocSession:
         run is not gated or the marker leaves the test to paired A/B (``by="ab"``)."""
         if self.history is None:
             return None
-        from . import gate
 
         if self.left_to_ab(node):  # its fresh processes differ by more than a threshold: history cannot decide
             return None
@@ -308,8 +310,6 @@ class CollocSession:
     # --- machine warm-up (machine_warmup.py) -------------------------------------------------------------
     def machine_warmup_limit(self) -> float:
         """Seconds of warm-up before the session's first measurement: 0 on the CPU; auto is on when gating."""
-        from .machine_warmup import DEFAULT_LIMIT_S
-
         if self.device().gpu is None:
             return 0.0
         chosen = self.options.colloc_machine_warmup
@@ -319,8 +319,6 @@ class CollocSession:
         """Once per session, before anything is measured on the GPU."""
         gpu = self.device().gpu
         if gpu is not None and self.machine_warmup is None and self.machine_warmup_limit() > 0:
-            from . import machine_warmup
-
             self.machine_warmup = machine_warmup.run(gpu.uuid, self.machine_warmup_limit())
 
     def _machine_warmup_line(self) -> str:
@@ -336,7 +334,6 @@ class CollocSession:
     def pytest_sessionstart(self, session):
         if not self.options.colloc_gate:
             return
-        from . import history  # the storage reader and scipy load only when the gate is on
 
         root = benchmark_api.storage_path(self.config.getoption("benchmark_storage", None))
         if root is None:
@@ -429,7 +426,6 @@ class CollocSession:
             if entry["extra_info"].get("gate_by") == "ab" and self.history is not None:
                 self.measured_for_ab.append(entry["fullname"])
             if entry["extra_info"].get("gate"):
-                from . import gate  # a gated run: its worker loaded it already
                 self.verdicts.append((entry["name"], gate.Verdict.from_dict(entry["extra_info"]["gate"])))
 
     def pytest_sessionfinish(self, session, exitstatus):

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 
 from . import nvml
+from .mps_daemon import _proc_name
 
 INSTANT_INTERVAL_S = 0.2
 PROCESS_INTERVAL_S = 1.0
@@ -194,8 +195,6 @@ class Sampler:
 
 def is_mps_server(pid: int) -> bool:
     """MPS servers hold the clients' contexts; they are part of the mode, not contamination."""
-    from .mps_daemon import _proc_name
-
     return _proc_name(pid).startswith("nvidia-cuda-mps")
 
 

@@ -17,6 +17,7 @@ import time
 import traceback
 
 from . import measure, protocol
+from .workloads import BACK_TO_BACK, Workload
 
 
 def _die_with_parent(sig: int = signal.SIGKILL) -> None:
@@ -115,8 +116,7 @@ def warm_up(spec: protocol.Spec):
         os.sched_setaffinity(0, spec.cpus)
     import torch
 
-    from . import models
-    from .workloads import Workload
+    from . import models  # torch: imported in the worker, never in the controller
 
     phase_done("import")
     workload = Workload.from_dict(spec.workload)
@@ -212,15 +212,14 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
     channel.send(ready)
     import torch
 
-    from . import models
-    from .workloads import BACK_TO_BACK, Workload
+    from . import models  # torch: imported in the worker, never in the controller
 
     rate = Workload.from_dict(spec.workload).rate
     if isinstance(rate, str) and rate != BACK_TO_BACK:
         raise ValueError(f"a serving job's rate {rate!r} reached the worker unresolved")
     requests = None
     if rate is not None:  # a serving job (hdrhistogram is loaded only here)
-        from . import serving
+        from . import serving  # hdrhistogram only where a worker serves
 
         requests = serving.Requests(step.train_step, sync, rate if isinstance(rate, (int, float)) else None)
     cuda = device.type == "cuda"
@@ -236,7 +235,7 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
             raise protocol.ProtocolError(f"unexpected command {command!r}")
         latency = None
         if requests is not None:
-            from . import serving
+            from . import serving  # hdrhistogram only where a worker serves
 
             rounds, latency = serving.serve_rounds(requests, command.start, command.round_s, command.rounds,
                                                    ready.samples_per_step, fresh=not continuing)

@@ -26,7 +26,7 @@ from mode_ab import ab_parser, compare, machine_of, two_modes  # studies/ is on 
 from pytest_gpucolloc import Workload, protocol
 from pytest_gpucolloc.modes import MODES
 from pytest_gpucolloc.cpu_affinity import CpuPolicy, assign_cpus
-from pytest_gpucolloc.pool import base_environment
+from pytest_gpucolloc.environment import base_environment
 from pytest_gpucolloc.device import standalone_target
 
 LAUNCHES = 20_000

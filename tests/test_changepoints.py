@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucolloc import changepoints, cli
+from pytest_gpucolloc import cli, history_shifts
 from pytest_gpucolloc.history import SavedRun, load
 
 DATA = Path(__file__).resolve().parent / "data"  # cut from real runs: data/README.md
@@ -16,13 +16,13 @@ TEMPLATE = next((DATA / "aa-history").rglob("0001_*.json"))
 
 def points(levels, noise=0.005, seed=3):
     rng = random.Random(seed)
-    return [changepoints.Point(SavedRun(Path(f"{i:04d}.json"), f"{i:04d}_run", f"2026-11-{i + 1:02d}", f"c{i:03d}",
+    return [history_shifts.Point(SavedRun(Path(f"{i:04d}.json"), f"{i:04d}_run", f"2026-11-{i + 1:02d}", f"c{i:03d}",
                                         {"driver_version": "580"}, {}), math.log(level) + rng.gauss(0, noise))
             for i, level in enumerate(levels)]
 
 
 def test_a_level_shift_is_found_where_it_starts_with_its_size():
-    found = changepoints.detect(points([1000] * 7 + [950] * 6), "s", "GPU-a")
+    found = history_shifts.detect(points([1000] * 7 + [950] * 6), "s", "GPU-a")
     assert len(found) == 1
     shift = found[0]
     assert shift.run_id == "0007_run" and shift.commit == "c007" and shift.driver == "580"
@@ -33,13 +33,13 @@ def test_a_level_shift_is_found_where_it_starts_with_its_size():
 @pytest.mark.parametrize("levels", [[1000] * 13, [1000] * 6 + [850] + [1000] * 6, [1000] * 12 + [850]],
                          ids=["steady", "one-outlier-in-the-middle", "one-outlier-at-the-end"])
 def test_no_shift_without_a_new_level(levels):
-    assert changepoints.detect(points(levels), "s", "GPU-a") == []
+    assert history_shifts.detect(points(levels), "s", "GPU-a") == []
 
 
 def test_two_shifts_and_a_short_series():
-    found = changepoints.detect(points([1000] * 5 + [900] * 5 + [1000] * 5), "s", "GPU-a")
+    found = history_shifts.detect(points([1000] * 5 + [900] * 5 + [1000] * 5), "s", "GPU-a")
     assert [p.run_id for p in found] == ["0005_run", "0010_run"]
-    assert changepoints.detect(points([1000] * 3 + [500] * 2), "s", "GPU-a") == []  # too few runs to tell
+    assert history_shifts.detect(points([1000] * 3 + [500] * 2), "s", "GPU-a") == []  # too few runs to tell
 
 
 @pytest.fixture
@@ -85,7 +85,7 @@ def test_history_command_lists_shifts_per_physical_gpu(storage, capsys):
 
 def test_throttled_runs_are_not_part_of_a_level(storage):
     history = load(storage)
-    for (name, _), series in changepoints.series(history).items():
+    for (name, _), series in history_shifts.series(history).items():
         assert all(not p.run.sample(name).throttled for p in series)
 
 
@@ -106,7 +106,7 @@ def _copy(history: Path, into: Path) -> Path:
 def test_a_known_step_in_an_h200_history_is_found_at_its_first_run(tmp_path):
     """Eight saved H200 runs of one graphed scenario, the last four with one extra training step every 33."""
     storage = _copy(DATA / "step-history", tmp_path)
-    found, looked = changepoints.find(load(storage))
+    found, looked = history_shifts.find(load(storage))
     assert len(looked) == 1 and looked[0][2] == 8
     assert [p.run_id[:4] for p in found] == ["0005"]
     assert found[0].change == pytest.approx(-0.03, abs=0.005) and found[0].p_value < 0.01
@@ -116,7 +116,7 @@ def test_a_known_step_in_an_h200_history_is_found_at_its_first_run(tmp_path):
 def test_no_shift_in_h200_histories_whose_last_run_alone_is_slower(folder, tmp_path):
     """Six unchanged runs, then one run slowed by 2.9%: one odd run is not a new level."""
     storage = DATA / folder
-    found, looked = changepoints.find(load(storage))
+    found, looked = history_shifts.find(load(storage))
     assert looked and all(runs == 7 for _, _, runs in looked)
     assert found == []
 

@@ -91,7 +91,7 @@ def test_workers_die_with_their_fork_server(cpu_target, tmp_path):
 def test_closing_the_server_ends_its_workers_before_it_returns(cpu_target, tmp_path):
     """The controller going away (a session's end, Ctrl-C) stops the server, which kills the workers it still has
     and waits for them: when close() returns none of them exists, not even as a zombie."""
-    from pytest_gpucolloc.pool import base_environment
+    from pytest_gpucolloc.environment import base_environment
 
     slot = WorkerSlot(tiny())
     server = forkserver.ForkServer(base_environment())

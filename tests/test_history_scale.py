@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_gpucolloc import changepoints, cli, gate, history, index
+from pytest_gpucolloc import changepoints, cli, gate, history, history_shifts, index
 from test_plugin import FAST, SCENARIOS, TINY
 
 DATA = Path(__file__).resolve().parent / "data"  # cut from real runs: data/README.md
@@ -44,7 +44,7 @@ def save_runs(root: Path, count: int = RUNS, seed: int = 5) -> list[Path]:
 
 def answers(loaded: history.History) -> dict:
     """What the commands say of a history: its change points, and the gate's verdict on each run."""
-    points, looked = changepoints.find(loaded)
+    points, looked = history_shifts.find(loaded)
     verdicts = {}
     for run in loaded.runs:
         before = {r.run_id for r in loaded.runs if r.datetime >= run.datetime}
@@ -236,7 +236,7 @@ def _robust_p_one_by_one(before: list[float], after: list[float]) -> float:
 def _series() -> list[list[float]]:
     """Every real series of the saved H200 histories in tests/data, and longer ones with shifts."""
     found = [[p.log_level for p in points] for folder in sorted(DATA.iterdir()) if folder.is_dir()
-             for points in changepoints.series(history.load(folder)).values()]
+             for points in history_shifts.series(history.load(folder)).values()]
     rng = random.Random(11)
     for runs in (40, 120, 300):
         levels = [rng.choice([1.0, 0.97, 1.04]) for _ in range(6)]
@@ -272,7 +272,7 @@ def test_the_robust_p_is_that_of_a_welch_test_per_run_left_out():
     pairs += [([rng.gauss(0, 1) for _ in range(rng.randint(2, 9))], [rng.gauss(1, 2) for _ in range(rng.randint(2, 9))])
               for _ in range(60)]
     for before, after in pairs:
-        assert changepoints._robust_p(before, after) == pytest.approx(_robust_p_one_by_one(before, after),
+        assert changepoints.robust_p(before, after) == pytest.approx(_robust_p_one_by_one(before, after),
                                                                       rel=1e-9, abs=1e-300)
 
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pytest_gpucolloc import progress
+from pytest_gpucolloc import phases, progress
 from tiny_workload import SOURCE as TINY_SOURCE
 
 SCENARIOS = '''
@@ -114,11 +114,11 @@ def test_a_terminal_line_counts_rounds_and_time_left_and_stays_when_done():
     progress.start(reporter, ["t::a", "t::b"], {"t::a": 30.0, "t::b": 40.0})
     try:
         progress.begin("t::a")
-        progress.stage("naive: resnet26 + resnet26")
-        progress.phase("start-up and warm-up", workers=2)
-        progress.tick(1)
+        phases.stage("naive: resnet26 + resnet26")
+        phases.phase("start-up and warm-up", workers=2)
+        phases.tick(1)
         assert reporter.out.getvalue().endswith("(1 of 2 workers warm) [0 s, about 70 s left]")
-        progress.rounds(time.monotonic() - 2.5, 1.0, 1, 5, 20)
+        phases.rounds(time.monotonic() - 2.5, 1.0, 1, 5, 20)
         assert "naive: resnet26 + resnet26; round 3 of 5 (at most 20)" in reporter.out.getvalue().rsplit("\r", 1)[1]
         progress.end()
         assert reporter.out.getvalue().endswith("gpucolloc t::a: done in 0 s; about 40 s left of the run\n")
@@ -126,7 +126,7 @@ def test_a_terminal_line_counts_rounds_and_time_left_and_stays_when_done():
     finally:
         progress.stop()
     progress.begin("t::b")  # stopped: nothing more is written
-    progress.tick()
+    phases.tick()
     assert reporter.out.getvalue().endswith("of the run\n")
 
 
@@ -136,9 +136,9 @@ def test_a_log_line_per_phase_one_per_scenario_with_q_none_with_qq(verbose, line
     progress.start(reporter, ["t::a", "t::c"], {"t::a": 30.0})
     try:
         progress.begin("t::a")
-        progress.phase("start-up and warm-up", workers=2)
-        progress.tick(1)  # a log gets no ticks
-        progress.rounds(time.monotonic(), 1.0, 1, 5, 5)
+        phases.phase("start-up and warm-up", workers=2)
+        phases.tick(1)  # a log gets no ticks
+        phases.rounds(time.monotonic(), 1.0, 1, 5, 5)
         progress.end()
     finally:
         progress.stop()

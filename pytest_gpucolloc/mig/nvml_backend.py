@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 
+from .. import nvml
 from ..nvml import as_text, try_call
 from .state import FULL_CI_PROFILE_INDEX, ComputeInstance, GpuInstance, MigBackendError
 
@@ -19,7 +20,6 @@ ERROR_CODES = {2: "invalid_argument", 3: "not_supported", 4: "no_permission", 6:
 def _library(lib):
     if lib is not None:
         return lib
-    from .. import nvml
 
     return nvml.library()
 

@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .profiles import Profile, ProfileTable
+from .profiles import Profile, ProfileTable, table_for_gpu
 
 # The paper's homogeneous layouts: N processes -> one instance each.
 DEFAULT_SLICES = {1: 7, 2: 3, 3: 2, 4: 1, 5: 1, 6: 1, 7: 1}
@@ -172,8 +172,6 @@ def why_it_cannot_exist(gpu_name: str | None, sizes: list) -> str | None:
     """Why one MIG instance of each of these sizes (the jobs' ``mig`` settings) cannot exist on this GPU model,
     by the planner on the model's in-repo profile table; None when it fits, when a job names no size, or when there
     is no table for the model."""
-    from .profiles import table_for_gpu
-
     table = table_for_gpu(gpu_name or "")
     if table is None or not sizes or not all(sizes):
         return None

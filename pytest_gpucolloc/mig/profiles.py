@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .nvml_backend import read_profiles
+
 TABLES = Path(__file__).with_name("tables")
 NAMED_TABLES = {path.stem: path for path in sorted(TABLES.glob("*.json"))}
 
@@ -115,8 +117,6 @@ def table_for_gpu(gpu_name: str) -> ProfileTable | None:
 
 def live_table(gpu_uuid: str, gpu_name: str) -> ProfileTable:
     """The profile table the GPU itself reports (read-only NVML queries; work with MIG mode off)."""
-    from .nvml_backend import read_profiles
-
     profiles = read_profiles(gpu_uuid)
     memory_slices = max((max(p["placements"]["starts"], default=0) + (p["placements"]["size"] or 0)
                          for p in profiles), default=8)

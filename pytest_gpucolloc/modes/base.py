@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .. import protocol
+from .. import nvml, protocol
 from ..mode_errors import ModeFailed, ModeUnavailable
 from ..nvml import GpuInfo
 from ..pool import WorkerSlot
@@ -121,7 +121,6 @@ def isolated_from_mps(target: Target) -> dict[str, str]:
 def check_not_mps_clients(target: Target, ready: list[protocol.Ready]) -> None:
     if target.gpu is None:
         return
-    from .. import nvml
 
     processes = nvml.gpu_processes(target.gpu.uuid)
     attached = [r.pid for r in ready if processes.get(r.pid, {}).get("mps")]

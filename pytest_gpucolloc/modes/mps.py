@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from .. import interleave, protocol
+from .. import interleave, nvml, protocol
 from .. import mps_daemon as mps
 from ..pool import WorkerSlot
 from ..scratch import OWNER_FILE
@@ -55,8 +55,6 @@ class _DaemonProvision(Provision):
 
 def _foreign_daemon_reason(target: Target) -> str | None:
     """An MPS server of someone else's on this GPU would mix its clients into our measurement."""
-    from .. import nvml
-
     on_gpu = nvml.gpu_processes(target.cuda_gpu.uuid)
     for pid, info in mps.mps_processes().items():
         if pid in on_gpu and info["name"].startswith("nvidia-cuda-mps") and not _other_arm(info["pipe_dir"]):

@@ -27,6 +27,7 @@ from .options import MAX_ALPHA, MAX_RUNS, MAX_THRESHOLD, MIN_ALPHA, number_optio
 from .report import COLUMNS as TABLE_COLUMNS
 from .report import GATE_COLUMNS, columns
 from .scratch import can_write_in, clean_stale_scratch
+from .verdict import DEFAULT_ALPHA, DEFAULT_MIN_RUNS, DEFAULT_RUNS, DEFAULT_THRESHOLD, with_latency
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
 OK, NEGATIVE, USAGE, NOTHING_TO_READ, UNWRITABLE = 0, 1, 2, 3, 4
@@ -321,7 +322,7 @@ def cmd_gate(args) -> int:
         for metric in LATENCY:  # a serving job: its latency judged too
             latency = run.sample(name, metric)
             if latency is not None:
-                gate.with_latency(verdict, gate.decide(
+                with_latency(verdict, gate.decide(
                     latency, loaded.samples(name, exclude=excluded, metric=metric, last=last), policy))
         verdicts.append((name, verdict))
     if args.markdown:  # written first: an output that cannot be written is said before the verdicts
@@ -650,21 +651,21 @@ def _judging_arguments(parser, storage: bool = True) -> None:
     if storage:
         _storage_argument(parser)
     parser.add_argument("--threshold", type=_checked("--threshold", 0, MAX_THRESHOLD),
-                        default=100 * gate.DEFAULT_THRESHOLD,
-                        help=f"smallest drop in percent that counts (default {100 * gate.DEFAULT_THRESHOLD:g})")
-    parser.add_argument("--alpha", type=_checked("--alpha", MIN_ALPHA, MAX_ALPHA), default=gate.DEFAULT_ALPHA,
+                        default=100 * DEFAULT_THRESHOLD,
+                        help=f"smallest drop in percent that counts (default {100 * DEFAULT_THRESHOLD:g})")
+    parser.add_argument("--alpha", type=_checked("--alpha", MIN_ALPHA, MAX_ALPHA), default=DEFAULT_ALPHA,
                         help="false-alarm rate per judgement: a scenario's throughput, and each latency of its "
-                             f"service (default {gate.DEFAULT_ALPHA:g})")
+                             f"service (default {DEFAULT_ALPHA:g})")
 
 
 def _gate_arguments(parser) -> None:
 
     _judging_arguments(parser)
-    parser.add_argument("--runs", type=_checked("--runs", 2, MAX_RUNS, integer=True), default=gate.DEFAULT_RUNS,
-                        help=f"baseline: most recent N comparable runs (default {gate.DEFAULT_RUNS})")
+    parser.add_argument("--runs", type=_checked("--runs", 2, MAX_RUNS, integer=True), default=DEFAULT_RUNS,
+                        help=f"baseline: most recent N comparable runs (default {DEFAULT_RUNS})")
     parser.add_argument("--min-runs", type=_checked("--min-runs", 1, MAX_RUNS, integer=True),
-                        default=gate.DEFAULT_MIN_RUNS,
-                        help=f"fewest baseline runs to decide (default {gate.DEFAULT_MIN_RUNS})")
+                        default=DEFAULT_MIN_RUNS,
+                        help=f"fewest baseline runs to decide (default {DEFAULT_MIN_RUNS})")
     _format_argument(parser)
 
 

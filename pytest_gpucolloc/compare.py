@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from . import gate, report, shift
 from .history import LATENCY, History, SavedRun
+from .verdict import with_latency
 
 GROUPABLE = ("driver_version", "cuda_driver_version", "cuda_runtime", "cudnn", "torch", "torchvision",
              "gpu_name", "gpu_uuid", "plugin_version", "hostname")
@@ -89,7 +90,7 @@ def paired(timeline: list[tuple[int, SavedRun]], policy: gate.Policy) -> list[Ro
         verdict = _paired(timeline, name, "throughput", policy)
         for metric in LATENCY:
             if any(run.sample(name, metric) is not None for _, run in timeline):
-                gate.with_latency(verdict, _paired(timeline, name, metric, policy))
+                with_latency(verdict, _paired(timeline, name, metric, policy))
         rows.append(Row(name, verdict.to_dict()))
     return rows
 
@@ -143,7 +144,7 @@ def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) 
         for metric in LATENCY:  # a serving job's latencies, judged as the gate judges them
             latest = next((s for run in reversed(after) if (s := run.sample(name, metric)) is not None), None)
             if latest is not None:
-                gate.with_latency(judged, gate.decide(latest, [s for run in before if (s := run.sample(name, metric))
+                with_latency(judged, gate.decide(latest, [s for run in before if (s := run.sample(name, metric))
                                                                is not None], wide))
         verdict = judged.to_dict()
         if verdict["verdict"] == "no baseline" and verdict["baseline_runs"]:

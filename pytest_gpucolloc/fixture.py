@@ -31,6 +31,7 @@ from .scenario import (
     taken_once,
 )
 from .session import CollocSession, ScenarioContext
+from .verdict import with_latency
 from .workloads import BACK_TO_BACK, Workload, WorkloadError, as_workloads
 
 if TYPE_CHECKING:  # loaded when first used: the gate runs only when asked for
@@ -303,8 +304,8 @@ class CollocateFixture:
         """The gate's verdict. A run that looks disturbed by its own signature (``gate.signature``) is measured
         again first, --colloc-gate-remeasure times at most, when this scenario measured it (``jobs``); the verdict
         says why each earlier measurement was not judged. Scenarios judged earlier in the session place this GPU's
-        level when it has no history of its own (``gate.machine_levels``). A serving job's latency is judged beside
-        the throughput at p50 and p99, with its neighbours and alone (``gate.with_latency``), against this GPU's runs
+        level when it has no history of its own (``machine_levels``). A serving job's latency is judged beside
+        the throughput at p50 and p99, with its neighbours and alone (``with_latency``), against this GPU's runs
         only, and a run whose latency rounds look disturbed is measured again too."""
         loaded = self.session.history
         assert loaded is not None  # the session loads it before the first gated scenario
@@ -320,7 +321,7 @@ class CollocateFixture:
                 latency = history.latency_sample_of(judged, "current", metric=metric)
                 if latency is not None:
                     saved_latency = loaded.samples(self.node.nodeid, metric=metric, last=last)
-                    gate.with_latency(verdict, gate.decide(latency, saved_latency, context.policy))
+                    with_latency(verdict, gate.decide(latency, saved_latency, context.policy))
             disturbed = verdict.disturbed or next(  # the alone measurement is the session's: measured again it is not
                 (f"{metric}: {v.disturbed}" for metric, v in verdict.latency.items()
                  if v.disturbed and not metric.startswith("alone")), None)

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import forget, index, machine, record
-from .gate import RunSample, power_cap_share
+from .baseline import power_cap_share
+from .verdict import RunSample
 
 # What a scenario is judged and followed by: its throughput and, with a serving job, that job's latency at p50 and p99
 # beside its neighbours and alone at the same rate (its own yardstick); p90 is followed, not gated.

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import gate
 from .cpu_affinity import CpuListError, CpuPolicy, parse_cpu_policy
 from .machine_warmup import MAX_LIMIT_S
 from .mig.planner import LayoutError, parse_layout
 from .modes import MODES, parse_modes
+from .verdict import DEFAULT_ALPHA, DEFAULT_MIN_RUNS, DEFAULT_REMEASURE, DEFAULT_RUNS, DEFAULT_THRESHOLD
 
 # The gate's options, shared with the console command: a threshold of 100% would be a drop to nothing.
 MAX_THRESHOLD = 99.0
@@ -229,20 +229,20 @@ OPTIONS = [
            "fail the run on a throughput regression; the run is saved there (as --benchmark-autosave) unless it "
            "names its own --benchmark-save", parse_flag, "false", flag=True),
     Option("colloc_gate_threshold", "smallest throughput drop, in percent, that counts as a regression "
-           f"(default {100 * gate.DEFAULT_THRESHOLD:g}; per scenario: @pytest.mark.gpucolloc_gate(threshold=5))",
-           number_option("--colloc-gate-threshold", 0, MAX_THRESHOLD), f"{100 * gate.DEFAULT_THRESHOLD:g}"),
+           f"(default {100 * DEFAULT_THRESHOLD:g}; per scenario: @pytest.mark.gpucolloc_gate(threshold=5))",
+           number_option("--colloc-gate-threshold", 0, MAX_THRESHOLD), f"{100 * DEFAULT_THRESHOLD:g}"),
     Option("colloc_gate_runs", "baseline: at most the N most recent comparable saved runs of the scenario's current "
-           f"level, since its last level shift (default {gate.DEFAULT_RUNS})",
-           number_option("--colloc-gate-runs", 2, MAX_RUNS, integer=True), str(gate.DEFAULT_RUNS)),
-    Option("colloc_gate_min_runs", f"fewest comparable runs the gate needs to decide (default {gate.DEFAULT_MIN_RUNS})",
-           number_option("--colloc-gate-min-runs", 2, MAX_RUNS, integer=True), str(gate.DEFAULT_MIN_RUNS)),
-    Option("colloc_gate_alpha", f"false-alarm rate of the gate per scenario (default {gate.DEFAULT_ALPHA:g})",
-           number_option("--colloc-gate-alpha", MIN_ALPHA, MAX_ALPHA), f"{gate.DEFAULT_ALPHA:g}"),
+           f"level, since its last level shift (default {DEFAULT_RUNS})",
+           number_option("--colloc-gate-runs", 2, MAX_RUNS, integer=True), str(DEFAULT_RUNS)),
+    Option("colloc_gate_min_runs", f"fewest comparable runs the gate needs to decide (default {DEFAULT_MIN_RUNS})",
+           number_option("--colloc-gate-min-runs", 2, MAX_RUNS, integer=True), str(DEFAULT_MIN_RUNS)),
+    Option("colloc_gate_alpha", f"false-alarm rate of the gate per scenario (default {DEFAULT_ALPHA:g})",
+           number_option("--colloc-gate-alpha", MIN_ALPHA, MAX_ALPHA), f"{DEFAULT_ALPHA:g}"),
     Option("colloc_gate_remeasure", "when a gated scenario's run looks disturbed (its round spread far above the "
            "scenario's usual, its power-cap share far below), measure it again, at most N times, before it is judged "
-           f"(default {gate.DEFAULT_REMEASURE}; 0: never)",
+           f"(default {DEFAULT_REMEASURE}; 0: never)",
            number_option("--colloc-gate-remeasure", 0, 10, integer=True),
-           str(gate.DEFAULT_REMEASURE)),
+           str(DEFAULT_REMEASURE)),
     Option("colloc_machine_warmup", "before the first measurement of a session on a GPU, load the GPU until its power "
            "and SM clock are steady, at most this many seconds (default auto: 60 when gating on a GPU, else off; "
            "0: off)", parse_machine_warmup, "auto"),

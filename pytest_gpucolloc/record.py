@@ -60,13 +60,14 @@ fields. ``read`` accepts both and judges ``throttled`` by today's rule from the 
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import record_checks as check
 from .machine import BOUNDING
 from .mig.planner import why_it_cannot_exist
+from .record_checks import MAX_DEPTH, RecordError, too_deep
 from .telemetry import ABNORMAL_REASONS, throttled_why
 from .workloads import autotunes_convolutions
 
@@ -87,10 +88,6 @@ _SCENARIO_FIELDS = ("mode", "device", "gpu", "workloads", "n_workers", "aggregat
                     "aggregate_throughput", "aggregate_cv", "speedup_vs_sequential", "ideal_throughput",
                     "efficiency", "cpu_affinity", "samples_per_joule", "throttled", "foreign_pids", "telemetry",
                     "gate", "gate_by", "workers", "measurement", "warnings", "serving")
-
-
-class RecordError(ValueError):
-    """extra_info that claims to be a record of this plugin but is not a readable one."""
 
 
 @dataclass(frozen=True)
@@ -293,184 +290,26 @@ def is_record(info: Any) -> bool:
     return isinstance(info, dict) and bool(info.get(MARKER))
 
 
-# --- reading: every field a reader uses is checked here, once ----------------------------------------------------
-# A saved file may hold anything (hand-edited, truncated, another tool's, hostile). Whatever a field holds, it either
-# has the type and range its readers assume or the scenario is refused with RecordError naming the field; nothing
-# downstream (summary, gate, compare, table, report, plots, advisor) sees an unchecked value.
-
-MAX_DEPTH = 32  # lists and objects nested in a record (ours nest about 6 deep); deeper is refused before reading
-MAX_ITEMS = 100_000  # rounds, workers, telemetry phases, ...: far more than any run takes
-MAX_TEXT = 10_000  # characters of a label, name or note
-
-
-def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Lists and objects nested more than ``limit`` deep (walked without recursion, so any depth is safe)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list, tuple)):
-            if depth > limit:
-                return True
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
-    return False
-
-
-def _short(value: Any) -> str:
-    return repr(value)[:40] if not isinstance(value, (dict, list)) else type(value).__name__
-
-
-def _number(value: Any, what: str, low: float | None = 0.0, positive: bool = False) -> float:
-    """A finite number (not a bool, not a string of digits), at least ``low``; positive: above 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or (low is not None and value < low) or (positive and value <= 0):
-        kind = "positive" if positive else "non-negative" if low == 0 else "any"
-        raise RecordError(f"{what} must be a finite {kind} number, got {_short(value)}")
-    return float(value)
-
-
-def _finite(value: Any, what: str, positive: bool = False) -> float:
-    return _number(value, what, positive=positive)
-
-
-# A latency the plugin can have measured: its histograms hold 1 us to 1 hour (serving.LOWEST_US, HIGHEST_US), and a
-# percentile may read up to one bucket above that; anything else in a record (5e-324, 1e308) is not a latency.
-LATENCY_MS = (0.001, 7_200_000.0)
-
-
-def _latency(value: Any, what: str) -> float:
-    ms = _number(value, what)
-    if not LATENCY_MS[0] <= ms <= LATENCY_MS[1]:
-        raise RecordError(f"{what} must be a latency from {LATENCY_MS[0]:g} to {LATENCY_MS[1]:,.0f} ms, got {ms:g}")
-    return ms
-
-
-def _real(value: Any, what: str) -> float:  # a change or an interval bound: negative too
-    return _number(value, what, low=None)
-
-
-def _count(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-        raise RecordError(f"{what} must be a whole number from 0 to 2**63, got {_short(value)}")
-    return value
-
-
-def _text(value: Any, what: str) -> str:
-    if not isinstance(value, str) or len(value) > MAX_TEXT:
-        raise RecordError(f"{what} must be a text of at most {MAX_TEXT:,} characters, got {_short(value)}")
-    return value
-
-
-def _flag(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise RecordError(f"{what} must be true or false, got {_short(value)}")
-    return value
-
-
-def _scalar(value: Any, what: str) -> Any:
-    """A configuration value: compared and printed, never computed with."""
-    if isinstance(value, str):
-        return _text(value, what)
-    if value is None or isinstance(value, bool):
-        return value
-    return _real(value, what)
-
-
-def _optional(check):
-    return lambda value, what: None if value is None else check(value, what)
-
-
-def _list(check, nonempty: bool = False):
-    def checked(value: Any, what: str) -> list:
-        if not isinstance(value, (list, tuple)) or len(value) > MAX_ITEMS or (nonempty and not value):
-            raise RecordError(f"{what} must be a {'non-empty ' if nonempty else ''}list of at most {MAX_ITEMS:,} "
-                              f"items, got {_short(value)}")
-        return [check(item, f"an item of {what}") for item in value]
-    return checked
-
-
-def _object(known: dict | None = None, values=None):
-    """An object with text keys; ``known`` keys checked where present (None is absent), other keys' values by
-    ``values`` when given, else kept as saved (only displayed, or not read at all)."""
-    known = known or {}
-
-    def checked(value: Any, what: str) -> dict:
-        if not isinstance(value, dict) or len(value) > MAX_ITEMS:
-            raise RecordError(f"{what} must be an object, got {_short(value)}")
-        out = {}
-        for key, item in value.items():
-            if key in known:
-                out[key] = None if item is None else known[key](item, f"{what}.{key}")
-            else:
-                out[key] = item if values is None else values(item, f"{what}.{key}")
-        return out
-    return checked
-
-
-_GPU = _object({"index": _count, "uuid": _text, "name": _text}, values=_scalar)
-_PHASE = _object({"sm_activity_pct": _finite, "power_capped_share": _finite, "throttled": _flag,
-                  "throttle_share": _object(values=_finite), "throttle_reasons": _list(_text),
-                  "foreign_pids": _list(_count)})
-_MEASUREMENT = _object({"fixed_cost_s": _finite, "wall_s": _finite, "rounds": _count, "same_as": _text,
-                        "stopped": _text})
-_VERDICT = {"verdict": _text, "reason": _text, "baseline": _finite, "current": _finite, "change": _real,
-            "ci": _list(_real), "mde": _finite, "mde_noise": _finite, "threshold": _finite,
-            "baseline_runs": _list(_text), "notes": _list(_text), "metric": _text,
-            "noise": _object({"shares": _object(values=_optional(_finite)), "dominant": _text, "lever": _text})}
-# a serving scenario's latency judgements inside its verdict ("p99" alone: saved before p50 was judged too)
-_GATE = _object({**_VERDICT, "latency": _object(values=_object(_VERDICT)), "p99": _object(_VERDICT)})
-_MODE_FACTS = _object({"mig_layout": _list(_object())})
-_PARAMS = _object({"model": _text, "options": _object(), "mig": _text, "cuda_graph": _flag, "batch_size": _count})
-_SERVING = _object({  # a serving job's numbers (serving.summary; fixture._serving adds the rest)
-    "rate": _scalar, "offered_rps": _finite, "achieved_rps": _finite, "requests": _count, "p50_ms": _latency,
-    "p90_ms": _latency, "p99_ms": _latency, "p999_ms": _latency, "max_ms": _latency,
-    "round_p50_ms": _list(_optional(_latency)), "round_p90_ms": _list(_optional(_latency)),
-    "round_p99_ms": _list(_optional(_latency)), "backlog": _list(_count), "unserved": _count, "saturated": _flag,
-    "why": _text, "histogram": _text, "workload": _text, "rate_asked": _text, "alone_p50_ms": _latency,
-    "alone_p99_ms": _latency, "alone_round_p50_ms": _list(_optional(_latency)),
-    "alone_round_p99_ms": _list(_optional(_latency)), "alone_saturated": _flag, "p99_vs_alone": _finite,
-    "training_jobs": _count, "training_throughput": _finite, "training_kept": _finite})
-_WORKER = {  # field -> check, for the fields a reader uses (None: absent)
-    "params": _PARAMS, "throughput": lambda v, what: _finite(v, what, positive=True),
-    "round_throughputs": _list(_finite), "cv": _finite, "step_time_median_s": _finite, "step_time_cv": _finite,
-    "measured_s": _finite, "peak_memory_bytes": _count, "reserved_memory_bytes": _count,
-    "device_memory_bytes": _count, "cpus": _list(_count), "pid": _count, "startup_s": _finite,
-    "startup_phases_s": _object(values=_finite), "cuda_visible_devices": _text, "device_uuid_seen": _text,
-    "alone_throughput": _finite, "tokens_per_s": _finite, "data_wait_share": _finite, "serving": _SERVING,
-}
-_SCENARIO = {
-    "gpu": _GPU, "device": _text, "n_workers": _count, "aggregate_throughput": _finite, "aggregate_cv": _finite,
-    "speedup_vs_sequential": _finite, "ideal_throughput": _finite, "efficiency": _finite,
-    "samples_per_joule": _finite, "throttled": _flag, "foreign_pids": _list(_count), "telemetry": _list(_PHASE),
-    "cpu_affinity": _text, "cpu_placement": _text, "gate": _GATE, "gate_by": _text, "measurement": _MEASUREMENT,
-    "warnings": _list(_text), "serving": _SERVING,
-}
-
-
 def read_name(name: Any) -> str:
     """A saved scenario's benchmark name (its test id)."""
-    return _text(name, "the benchmark's name")
+    return check.text(name, "the benchmark's name")
 
 
 def read_run_fields(data: dict) -> tuple[str, str | None, dict]:
     """A saved file's own fields that readers use, checked: its datetime, commit and machine identity."""
-    when = _text(data.get("datetime") or "", "datetime")
+    when = check.text(data.get("datetime") or "", "datetime")
     commit_info = data.get("commit_info")
     commit_info = commit_info if isinstance(commit_info, dict) else {}
-    commit = None if commit_info.get("id") is None else _text(commit_info["id"], "commit_info.id")
+    commit = None if commit_info.get("id") is None else check.text(commit_info["id"], "commit_info.id")
     machine_info = data.get("machine_info")
     machine_info = machine_info if isinstance(machine_info, dict) else {}
     identity = machine_info.get("gpucolloc") if isinstance(machine_info.get("gpucolloc"), dict) else {}
     if too_deep(identity):
         raise RecordError(f"machine_info is nested more than {MAX_DEPTH} lists or objects deep")
-    checks = {"gpu_name": _text, "gpu_uuid": _text, "driver_version": _text, "device": _text, "experiment": _text,
-              "gpu_memory_total_bytes": _count, **{key: _scalar for key in BOUNDING}}
-    return when, commit, _object(checks)(identity, "machine_info.gpucolloc")
-
-
-def _fields(data: dict, checks: dict, prefix: str) -> dict:
-    """The checked value of each field in ``checks`` (None where absent or null)."""
-    return {name: None if data.get(name) is None else check(data[name], prefix + name)
-            for name, check in checks.items()}
+    checks = {"gpu_name": check.text, "gpu_uuid": check.text, "driver_version": check.text, "device": check.text,
+              "experiment": check.text, "gpu_memory_total_bytes": check.count,
+              **{key: check.scalar for key in BOUNDING}}
+    return when, commit, check.object_of(checks)(identity, "machine_info.gpucolloc")
 
 
 def _throttled(saved: bool | None, telemetry: list[dict]) -> bool | None:
@@ -491,15 +330,15 @@ def _read_worker(data: Any, version: int, index: int) -> WorkerRecord:
     what = f"worker {index}"
     if not isinstance(data, dict):
         raise RecordError(f"{what} is not an object")
-    workload = _text(data.get("workload"), f"{what}'s workload label")
-    checked = _fields(data, _WORKER, f"{what}'s ")
+    workload = check.text(data.get("workload"), f"{what}'s workload label")
+    checked = check.fields_of(data, check.WORKER, f"{what}'s ")
     if version == 1:  # the mode's facts stood beside the fields
         facts = {k: v for k, v in data.items() if k not in _WORKER_FIELDS}
     else:
-        facts = _object()(data.get("mode_facts") or {}, f"{what}'s mode_facts")
+        facts = check.object_of()(data.get("mode_facts") or {}, f"{what}'s mode_facts")
     return WorkerRecord(
         workload=workload,
-        throughput=_finite(data.get("throughput"), f"{what}'s throughput", positive=True),
+        throughput=check.finite(data.get("throughput"), f"{what}'s throughput", positive=True),
         round_throughputs=tuple(checked["round_throughputs"] or ()),
         params=checked["params"] or {},
         cv=checked["cv"],
@@ -521,7 +360,7 @@ def read(info: Any) -> ScenarioRecord:
         raise RecordError("not a pytest-gpucolloc scenario")
     version = info[MARKER]
     if isinstance(version, bool) or not isinstance(version, int):
-        raise RecordError(f"record version {_short(version)} is not a version number")
+        raise RecordError(f"record version {check.short(version)} is not a version number")
     if version < 1:
         raise RecordError(f"record version {version} is not a version number")
     if version not in (1, 2):
@@ -529,20 +368,21 @@ def read(info: Any) -> ScenarioRecord:
                           f"(1-{VERSION}); upgrade pytest-gpucolloc")
     if too_deep(info):
         raise RecordError(f"nested more than {MAX_DEPTH} lists or objects deep")
-    rounds = tuple(_list(lambda v, what: _finite(v, "an aggregate round throughput", positive=True), nonempty=True)(
+    positive = check.positive_finite
+    rounds = tuple(check.list_of(lambda v, what: positive(v, "an aggregate round throughput"), nonempty=True)(
         info.get("aggregate_round_throughputs"), "aggregate_round_throughputs"))
-    workloads = _list(_text, nonempty=True)(info.get("workloads"), "workloads")
+    workloads = check.list_of(check.text, nonempty=True)(info.get("workloads"), "workloads")
     workers = info.get("workers")
     if not isinstance(workers, list) or not workers:
         raise RecordError("workers must be a non-empty list")
     if len(workers) != len(workloads):
         raise RecordError(f"{len(workers)} workers for {len(workloads)} workloads")
-    mode = _text(info.get("mode"), "mode")
-    checked = _fields(info, _SCENARIO, "")
+    mode = check.text(info.get("mode"), "mode")
+    checked = check.fields_of(info, check.SCENARIO, "")
     repeats = info.get("repeats") if version >= 2 else None
     if repeats is None:
         repeats = [list(rounds)]
-    repeats = _list(_list(lambda v, what: _finite(v, "a repeat's round throughput", positive=True), nonempty=True))(
+    repeats = check.list_of(check.list_of(lambda v, what: positive(v, "a repeat's round throughput"), nonempty=True))(
         repeats, "repeats")
     if sorted(x for r in repeats for x in r) != sorted(rounds):
         raise RecordError("repeats must split aggregate_round_throughputs into non-empty lists")
@@ -571,7 +411,7 @@ def read(info: Any) -> ScenarioRecord:
         telemetry=tuple(telemetry),
         cpu_affinity=checked["cpu_affinity"] or checked["cpu_placement"] or "",
         gate=checked["gate"],
-        mode_facts=_MODE_FACTS(facts, "mode_facts"),
+        mode_facts=check.MODE_FACTS(facts, "mode_facts"),
         measurement=checked["measurement"] or {},
         warnings=tuple(checked["warnings"] or ()),
         serving=checked["serving"],

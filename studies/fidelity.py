@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 from pytest_gpucolloc import Workload
+from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
-from pytest_gpucolloc.device import standalone_target
 
 CASES = [("resnet26", "resnet26-cifar10", 128), ("resnet50", "resnet50-imagenet64", 32)]
 

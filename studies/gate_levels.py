@@ -18,6 +18,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from pytest_gpucolloc import gate, history
+from pytest_gpucolloc.verdict import DEFAULT_RUNS
 
 
 def _cv(values: list[float]) -> float | None:
@@ -59,7 +60,7 @@ def levels(loaded: history.History, name: str, policy: gate.Policy) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--storage", type=Path, required=True)
-    parser.add_argument("--runs", type=int, default=gate.DEFAULT_RUNS)
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()

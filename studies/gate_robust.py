@@ -15,6 +15,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from pytest_gpucolloc import gate
+from pytest_gpucolloc.baseline import CAP_SHARE_DROP, ROUND_SPREAD_RATIO, level_outliers
 from pytest_gpucolloc.history import load
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic histories: tests/doubles
@@ -33,13 +34,13 @@ INJECTED = [  # baseline runs, disturbed, cold
 @contextlib.contextmanager
 def plain_gate():
     """The gate without its robust rules: the last 5 runs, nothing left out, no level shifts."""
-    saved = gate.ROUND_SPREAD_RATIO, gate.CAP_SHARE_DROP, gate.level_outliers
-    gate.ROUND_SPREAD_RATIO, gate.CAP_SHARE_DROP = math.inf, math.inf
-    gate.level_outliers = lambda means, alpha=0, keep=3: {}
+    saved = ROUND_SPREAD_RATIO, CAP_SHARE_DROP, level_outliers
+    ROUND_SPREAD_RATIO, CAP_SHARE_DROP = math.inf, math.inf
+    level_outliers = lambda means, alpha=0, keep=3: {}
     try:
         yield gate.Policy(runs=5)
     finally:
-        gate.ROUND_SPREAD_RATIO, gate.CAP_SHARE_DROP, gate.level_outliers = saved
+        ROUND_SPREAD_RATIO, CAP_SHARE_DROP, level_outliers = saved
 
 
 def simulation(trials: int) -> str:

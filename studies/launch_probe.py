@@ -23,11 +23,12 @@ import sys
 import time
 
 from mode_ab import ab_parser, compare, machine_of, two_modes  # studies/ is on sys.path when run as a script
+
 from pytest_gpucolloc import Workload, protocol
-from pytest_gpucolloc.modes import MODES
 from pytest_gpucolloc.cpu_affinity import CpuPolicy, assign_cpus
-from pytest_gpucolloc.environment import base_environment
 from pytest_gpucolloc.device import standalone_target
+from pytest_gpucolloc.environment import base_environment
+from pytest_gpucolloc.modes import MODES
 
 LAUNCHES = 20_000
 METRICS = ("enqueue_us", "per_kernel_us", "round_trip_us", "step_s", "step_issue_s", "step_drain_s",

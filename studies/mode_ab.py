@@ -13,9 +13,9 @@ from pathlib import Path
 from scipy import stats
 
 from pytest_gpucolloc import Workload, machine, telemetry
+from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.modes import MODES, parse_modes
 from pytest_gpucolloc.scenario import Settings, run_scenario
-from pytest_gpucolloc.device import standalone_target
 
 
 def ab_parser(doc: str) -> argparse.ArgumentParser:

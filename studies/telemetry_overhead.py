@@ -19,10 +19,10 @@ from pathlib import Path
 from scipy import stats
 
 from pytest_gpucolloc import Workload, telemetry
+from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.modes.mps import MpsMode
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
-from pytest_gpucolloc.device import standalone_target
 
 SCENARIOS = {
     # GPU-bound: rounds agree to ~0.2%, so a small cost on the GPU side is resolved.

@@ -3,13 +3,13 @@ tests/test_reliability.py and research/fault-suite (which counts them)."""
 import copy
 import json
 
-from pytest_gpucolloc import record
+from pytest_gpucolloc import record, record_checks
 
 WRONG = {"string": "12", "number": 12345, "object": {"uuid": 12345, "name": 7}, "list": ["fast", 1.0],
          "bool": True, "nan": float("nan"), "inf": float("inf"), "negative": -1}
 TOP = record._SCENARIO_FIELDS + ("gpucolloc", "mode_facts")
 WORKER = record._WORKER_FIELDS + ("mode_facts",)
-HUGE = 200_001  # items: above record.MAX_ITEMS
+HUGE = 200_001  # items: above record_checks.MAX_ITEMS
 DEEP = 100_000  # nested arrays: past the JSON parser's recursion limit
 
 
@@ -49,7 +49,7 @@ def variants(saved: dict) -> dict[str, str]:
     put("huge-rounds", setter("aggregate_round_throughputs", [1.0] * HUGE))
     put("huge-workloads", setter("workloads", ["x"] * HUGE))
     put("huge-telemetry", setter("telemetry", [{}] * HUGE))
-    put("huge-label", setter("workload", "x" * (record.MAX_TEXT + 1), worker=True))
+    put("huge-label", setter("workload", "x" * (record_checks.MAX_TEXT + 1), worker=True))
     for field in ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms", "alone_p99_ms", "round_p99_ms"):
         for name, value in (("tiny", 5e-324), ("huge", 1e308)):  # finite, not a latency: 1/p99 overflows
             latency = [value] * len(rounds) if field == "round_p99_ms" else value

@@ -8,6 +8,7 @@ import pytest
 
 from doubles.gatesim import detection_rate, synthetic_run
 from pytest_gpucolloc import cli, gate
+from pytest_gpucolloc.baseline import level_outliers
 from pytest_gpucolloc.benchmark_api import storage_path
 from pytest_gpucolloc.history import load, read_run
 from tiny_workload import SOURCE as TINY_SOURCE
@@ -535,8 +536,8 @@ def test_a_disturbed_current_run_is_named_but_still_judged():
 
 
 def test_level_outliers_leave_steady_runs_alone_and_take_the_odd_one():
-    assert gate.level_outliers([0.0, 0.001, -0.001, 0.002, -0.002]) == {}
-    found = gate.level_outliers([0.0, 0.001, -0.001, 0.002, -0.09])
+    assert level_outliers([0.0, 0.001, -0.001, 0.002, -0.002]) == {}
+    found = level_outliers([0.0, 0.001, -0.001, 0.002, -0.09])
     assert list(found) == [4] and found[4] == pytest.approx(-0.0905, abs=1e-3)
 
 

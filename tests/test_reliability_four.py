@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_gpucolloc import cli, record
+from pytest_gpucolloc import cli, record, record_checks
 from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
@@ -51,7 +51,7 @@ def test_a_saved_run_with_an_impossible_latency_is_named_and_the_gate_still_deci
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.floats(*record.LATENCY_MS), min_size=1, max_size=6), st.floats(*record.LATENCY_MS))
+@given(st.lists(st.floats(*record_checks.LATENCY_MS), min_size=1, max_size=6), st.floats(*record_checks.LATENCY_MS))
 def test_the_gate_decides_over_any_latency_the_reader_lets_through(tmp_path_factory, rounds, current_p99):
     root = tmp_path_factory.mktemp("history")
     current = with_latency(serving_history(root, rounds), [current_p99] * 6)

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from pytest_gpucolloc import gate, measure, protocol, record, report, run_warnings
+from pytest_gpucolloc.noise import MAX_USEFUL_REPEATS
 from pytest_gpucolloc.scenario import MeasuredWorker, ScenarioResult
 from pytest_gpucolloc.workloads import Workload
 from tiny_workload import SOURCE as TINY_SOURCE
@@ -71,7 +72,7 @@ def test_a_gate_lever_no_one_can_pull_is_capped_and_warned_of():
     verdict = gate.decide(repeated_run("now", rng, process_cv=0.05), history)
     lever = verdict.noise["lever"]
     assert "--colloc-repeats=" not in lever  # hundreds of fresh-process repeats are not advice
-    assert f"not by repeats (it would take over {gate.MAX_USEFUL_REPEATS} fresh-process repeats per run)" in lever
+    assert f"not by repeats (it would take over {MAX_USEFUL_REPEATS} fresh-process repeats per run)" in lever
     (warning,) = run_warnings.of(measured(), verdict, cores=8, parallel=1)
     assert warning.startswith("the gate cannot resolve its threshold here: not by repeats (it would take over ")
 

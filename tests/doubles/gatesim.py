@@ -8,7 +8,8 @@ import random
 import statistics
 from dataclasses import dataclass
 
-from pytest_gpucolloc.gate import Policy, RunSample, decide
+from pytest_gpucolloc.gate import RunSample, decide
+from pytest_gpucolloc.verdict import Policy
 
 # A user's GPU-bound job on H200s (FIELD_NOTES): steady runs power-capped for 88-100% of the window; a disturbed
 # run -9% with a 5.2% round CV and the cap for 4%; the first runs of a fresh machine ~3% low, capped 48-56%.

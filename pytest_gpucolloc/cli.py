@@ -450,7 +450,7 @@ def _older_shifts(older, shown: int, runs: int) -> str:
 
 
 def cmd_ab(args) -> int:
-    from . import ab  # hdrhistogram and the worker's code load only for ab
+    from . import ab, ab_arms, ab_judge  # hdrhistogram and the worker's code load only for ab
 
     here = Path.cwd()
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
@@ -462,24 +462,24 @@ def cmd_ab(args) -> int:
     if removed:
         print(f"removed what killed runs left: {', '.join(removed)}", file=sys.stderr)
     try:
-        ab.check_pytest_args(pytest_args)
-        arms = [ab.resolve(args.baseline, "baseline", here), ab.resolve(args.candidate, "candidate", here)]
+        ab_arms.check_pytest_args(pytest_args)
+        arms = [ab_arms.resolve(args.baseline, "baseline", here), ab_arms.resolve(args.candidate, "candidate", here)]
         if any(arm.kind == "revision" for arm in arms):
-            ab.check_clean(here)
-        ab.check_gpu_idle(pytest_args)
-        with ab.sigterm_as_interrupt(), ab.checked_out(arms, here):
+            ab_arms.check_clean(here)
+        ab_arms.check_gpu_idle(pytest_args)
+        with ab_arms.sigterm_as_interrupt(), ab_arms.checked_out(arms, here):
             judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, Path(args.out).resolve(),
                                       say=lambda text: print(text, file=sys.stderr, flush=True))
-    except ab.ABError as error:
+    except ab_arms.ABError as error:
         raise CommandError(str(error), USAGE) from None
     title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "
              f"{settings.window_s:g} s in blocks of fresh processes")
     print(title)
-    print(ab.table(judgements))
-    for line in ab.in_words(judgements):
+    print(ab_judge.table(judgements))
+    for line in ab_judge.in_words(judgements):
         print(line)
     if args.markdown:
-        _write(args.markdown, f"### {title}\n\n{ab.table(judgements, 'github')}\n")
+        _write(args.markdown, f"### {title}\n\n{ab_judge.table(judgements, 'github')}\n")
     if args.json:
         _write(args.json, json.dumps({"baseline": args.baseline, "candidate": args.candidate,
                                      "judgements": [j.to_dict() for j in judgements],
@@ -574,7 +574,7 @@ def _advise_serving(args) -> int:
 def cmd_plot(args) -> int:
     import itertools
 
-    from . import plots  # matplotlib loads only for a figure
+    from . import history_plot, plots  # matplotlib loads only for a figure
 
     loaded = _history(args.storage)
     run = loaded.find(args.run) if args.run else loaded.runs[-1]
@@ -583,7 +583,7 @@ def cmd_plot(args) -> int:
     out = _out_folder(args.out)
     try:
         written = plots.write(itertools.chain(plots.for_runs([run]),
-                                              plots.history(loaded, loaded.recent(args.last, args.since))),
+                                              history_plot.figures(loaded, loaded.recent(args.last, args.since))),
                               out, args.format)
     except OSError as error:
         raise CommandError(f"cannot write the figures into {out}: {error}", UNWRITABLE) from None

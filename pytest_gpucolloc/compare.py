@@ -96,7 +96,7 @@ def paired(timeline: list[tuple[int, SavedRun]], policy: gate.Policy) -> list[Ro
 
 
 def _paired(timeline: list[tuple[int, SavedRun]], name: str, metric: str, policy: gate.Policy) -> gate.Verdict:
-    from . import ab  # hdrhistogram loads only where latencies are compared
+    from . import ab_judge  # hdrhistogram loads only where latencies are compared
 
     levels = [(side, run.sample(name, metric)) for side, run in timeline]  # None: not in that run
     ratios, befores, afters = [], [], []
@@ -119,7 +119,7 @@ def _paired(timeline: list[tuple[int, SavedRun]], name: str, metric: str, policy
                             current=math.exp(-statistics.fmean(afters)) if afters else None,
                             change=found.change, ci=found.ci, mde=found.detectable, threshold=policy.threshold,
                             baseline_runs=runs, metric=metric)
-    judged = ab.judge(name, ratios, policy.threshold, policy.alpha)
+    judged = ab_judge.judge(name, ratios, policy.threshold, policy.alpha)
     reason += "" if judged.p_slower is None else f", p(slower)={judged.p_slower:.2g}"
     return gate.Verdict(verdict=judged.verdict, reason=reason,
                         baseline=math.exp(statistics.fmean(befores)) if befores else None,

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from . import latency_plot, plots, record, report
+from . import history_plot, latency_plot, plots, record, report
 from .history import History, SavedRun, short_name
 from .modes import MODES
 from .record import ScenarioRecord
@@ -170,7 +170,7 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path, recent: list[
     if gate_table:
         body.append("<h2>Gate over the stored history</h2>" + gate_table)
     figures = itertools.chain(plots.for_runs(runs), latency_plot.for_runs(runs),
-                              plots.history(loaded, recent) if loaded is not None else [])
+                              history_plot.figures(loaded, recent) if loaded is not None else [])
     section = None
     for item, _ in plots.write(figures, out / "figures", "png"):
         if item.section != section:

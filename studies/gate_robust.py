@@ -14,8 +14,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from pytest_gpucolloc import gate
-from pytest_gpucolloc.baseline import CAP_SHARE_DROP, ROUND_SPREAD_RATIO, level_outliers
+from pytest_gpucolloc import baseline, gate
 from pytest_gpucolloc.history import load
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic histories: tests/doubles
@@ -34,13 +33,13 @@ INJECTED = [  # baseline runs, disturbed, cold
 @contextlib.contextmanager
 def plain_gate():
     """The gate without its robust rules: the last 5 runs, nothing left out, no level shifts."""
-    saved = ROUND_SPREAD_RATIO, CAP_SHARE_DROP, level_outliers
-    ROUND_SPREAD_RATIO, CAP_SHARE_DROP = math.inf, math.inf
-    level_outliers = lambda means, alpha=0, keep=3: {}
+    saved = baseline.ROUND_SPREAD_RATIO, baseline.CAP_SHARE_DROP, baseline.level_outliers
+    baseline.ROUND_SPREAD_RATIO, baseline.CAP_SHARE_DROP = math.inf, math.inf
+    baseline.level_outliers = lambda means, alpha=0, keep=3: {}
     try:
         yield gate.Policy(runs=5)
     finally:
-        ROUND_SPREAD_RATIO, CAP_SHARE_DROP, level_outliers = saved
+        baseline.ROUND_SPREAD_RATIO, baseline.CAP_SHARE_DROP, baseline.level_outliers = saved
 
 
 def simulation(trials: int) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from scipy import stats
 
-from pytest_gpucolloc import ab, shift
+from pytest_gpucolloc import ab_judge, shift
 
 ROOT = Path(__file__).resolve().parent.parent
 EVIDENCE = ROOT / "docs" / "results" / "2026-12-03-h200-serving-verdicts"
@@ -28,7 +28,7 @@ ALPHA, THRESHOLD = 0.005, 0.02
 
 
 def by_t(ratios: list[float]) -> str:
-    return ab.judge("s", ratios, THRESHOLD, ALPHA, lower_is_better=True).verdict
+    return ab_judge.judge("s", ratios, THRESHOLD, ALPHA, lower_is_better=True).verdict
 
 
 def by_ranks(ratios: list[float]) -> str:
@@ -103,7 +103,7 @@ def main() -> None:
             for percentile in (50, 99):
                 ratios = []
                 for one in blocks:
-                    base, cand = (ab.merged(one[arm]).get_value_at_percentile(percentile) for arm in
+                    base, cand = (ab_judge.merged(one[arm]).get_value_at_percentile(percentile) for arm in
                                   ("baseline", "candidate"))
                     ratios.append(math.log(cand / base))
                 lines.append(f"| {call} | {part} | p{percentile} | {len(ratios)} | {sum(d > 0 for d in ratios)} | "

@@ -9,7 +9,7 @@ import venv
 
 import pytest
 
-from pytest_gpucolloc import ab, cli
+from pytest_gpucolloc import ab_arms, ab_judge, cli
 
 WORKLOAD = '''
 import time
@@ -131,16 +131,16 @@ def test_a_dirty_tree_is_refused_for_revision_arms(repo, capsys):
     ([math.log(1.2), math.log(1.21), math.log(1.19)], "improved"),
 ])
 def test_paired_log_ratios_decide(ratios, verdict):
-    assert ab.judge("s", ratios, threshold=0.02, alpha=0.05).verdict == verdict
+    assert ab_judge.judge("s", ratios, threshold=0.02, alpha=0.05).verdict == verdict
 
 
 def test_arms_on_different_machines_are_named():
-    arms = [ab.Arm("baseline", "HEAD~1", "revision", sys.executable, None)] * 2
-    changes = ab.unexpected_differences(arms, {"driver_version": "570", "torch": "2.11"},
+    arms = [ab_arms.Arm("baseline", "HEAD~1", "revision", sys.executable, None)] * 2
+    changes = ab_arms.unexpected_differences(arms, {"driver_version": "570", "torch": "2.11"},
                                         {"driver_version": "580", "torch": "2.11"})
     assert changes == ["driver 570 -> 580"]
-    interpreters = [ab.Arm("candidate", "/venv", "interpreter", sys.executable, None)] * 2
-    assert ab.unexpected_differences(interpreters, {"torch": "2.11"}, {"torch": "2.12"}) == []  # the change itself
+    interpreters = [ab_arms.Arm("candidate", "/venv", "interpreter", sys.executable, None)] * 2
+    assert ab_arms.unexpected_differences(interpreters, {"torch": "2.11"}, {"torch": "2.12"}) == []  # the change itself
 
 
 def test_a_scenario_budget_too_small_for_the_blocks_asked_for_says_so(repo, tmp_path, capsys):
@@ -233,11 +233,11 @@ def test_sigterm_of_ab_stops_both_arms_and_leaves_no_worktree(repo, tmp_path):
 
 
 def test_an_environment_whose_torchvision_wants_another_torch_is_refused_with_the_fix():
-    from pytest_gpucolloc import ab as ab_module
+    from pytest_gpucolloc import ab_arms
 
     versions = {"torch": "2.12.0+cu130", "torchvision": "0.26.0", "torchvision wants": ["torch==2.11.0"]}
-    assert ab_module._torchvision_mismatch(versions) == \
+    assert ab_arms._torchvision_mismatch(versions) == \
         "torch 2.12.0+cu130 beside torchvision 0.26.0, which wants torch==2.11.0"
-    assert ab_module._torchvision_mismatch({**versions, "torch": "2.11.0+cu130"}) is None
-    assert ab_module._torchvision_mismatch({"torch": "2.13.0", "torchvision wants": ["torch (>=2.14.0)"]})
-    assert ab_module._torchvision_mismatch({"torch": "2.13.0"}) is None  # no torchvision: nothing to mismatch
+    assert ab_arms._torchvision_mismatch({**versions, "torch": "2.11.0+cu130"}) is None
+    assert ab_arms._torchvision_mismatch({"torch": "2.13.0", "torchvision wants": ["torch (>=2.14.0)"]})
+    assert ab_arms._torchvision_mismatch({"torch": "2.13.0"}) is None  # no torchvision: nothing to mismatch

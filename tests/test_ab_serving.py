@@ -6,8 +6,7 @@ import subprocess
 import pytest
 
 import serving_workload
-from pytest_gpucolloc import ab as ab_module
-from pytest_gpucolloc import cli, serving
+from pytest_gpucolloc import ab_judge, cli, serving
 
 SCENARIO = '''
 from pytest_gpucolloc import Workload
@@ -96,7 +95,7 @@ def window(ms, backlog=0, offered_rps=100.0, requests=100, stalls=0, stall_ms=0.
 
 
 def latency(blocks, threshold=0.1, alpha=0.05):
-    return {j.metric: j for j in ab_module.judge_latency("s", blocks, ("baseline", "candidate"), threshold, alpha)}
+    return {j.metric: j for j in ab_judge.judge_latency("s", blocks, ("baseline", "candidate"), threshold, alpha)}
 
 
 @pytest.mark.parametrize("candidate_ms, verdict", [([4.0, 4.2, 3.9, 4.1, 4.0], "regressed"),
@@ -120,7 +119,7 @@ def test_one_stalled_block_does_not_decide():
     judged = latency(blocks, threshold=0.02, alpha=0.005)["p50"]
     assert judged.verdict == "regressed" and judged.change == pytest.approx(0.22, abs=0.01), judged
     ratios = judged.log_ratios
-    assert ab_module.judge("s", ratios, 0.02, 0.005, lower_is_better=True).verdict == "inconclusive"
+    assert ab_judge.judge("s", ratios, 0.02, 0.005, lower_is_better=True).verdict == "inconclusive"
 
 
 def test_a_rare_stall_is_a_tail_regression_not_a_median_one():
@@ -130,7 +129,7 @@ def test_a_rare_stall_is_a_tail_regression_not_a_median_one():
     judged = latency(blocks, threshold=0.02, alpha=0.005)
     assert judged["p99"].verdict == "regressed" and judged["p99"].change > 5, judged["p99"]
     assert judged["p50"].verdict == "unchanged", judged["p50"]
-    assert ab_module.in_words(list(judged.values())) == [
+    assert ab_judge.in_words(list(judged.values())) == [
         f"s: only its tail got worse (p99 {judged['p99'].change:+.1%}); the median unchanged "
         f"(p50 {judged['p50'].change:+.1%})"]
 
@@ -164,7 +163,7 @@ def test_one_short_block_does_not_hide_the_tail_of_the_others():
                 "candidate": [window(2.0 + 0.001 * i, requests=1000, stalls=20, stall_ms=40.0)]} for i in range(11)]
     judged = latency(blocks, threshold=0.02, alpha=0.005)
     assert judged["p99"].verdict == "regressed" and judged["p99"].blocks == 11, judged["p99"]
-    assert ab_module.in_words(list(judged.values()))[0].startswith("s: only its tail got worse (p99 +")
+    assert ab_judge.in_words(list(judged.values()))[0].startswith("s: only its tail got worse (p99 +")
 
 
 def test_a_p99_without_requests_enough_is_final_and_the_sentence_names_the_p90_that_moved():
@@ -172,4 +171,4 @@ def test_a_p99_without_requests_enough_is_final_and_the_sentence_names_the_p90_t
                "candidate": [window(2.0, requests=60, stalls=8, stall_ms=30.0)]} for _ in range(10)]
     judged = latency(blocks, threshold=0.02, alpha=0.005)
     assert judged["p90"].verdict == "regressed" and judged["p99"].final and judged["p99"].verdict == "inconclusive"
-    assert "only its tail got worse (p90 +" in ab_module.in_words(list(judged.values()))[0]
+    assert "only its tail got worse (p90 +" in ab_judge.in_words(list(judged.values()))[0]

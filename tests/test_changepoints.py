@@ -90,9 +90,9 @@ def test_throttled_runs_are_not_part_of_a_level(storage):
 
 
 def test_the_history_plot_marks_level_shifts(storage, tmp_path):
-    from pytest_gpucolloc import plots
+    from pytest_gpucolloc import history_plot, plots
 
-    written = plots.write(plots.history(load(storage)), tmp_path, "svg")
+    written = plots.write(history_plot.figures(load(storage)), tmp_path, "svg")
     figures = {path.stem[-5:]: path.read_text() for _, path in written}
     assert "level shift -10" in figures["GPU-b"] and "level shift" not in figures["GPU-a"]  # a figure per GPU
 

@@ -1,0 +1,192 @@
+"""The two arms of an A/B: what each is (an interpreter or virtual environment, or a git revision checked out in a
+temporary worktree), the checks made before anything runs, and how their machines may differ."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import machine, nvml
+from .scratch import private_scratch
+
+# What may differ between two interpreters' runs: the stack is the change being compared.
+
+STACK_KEYS = {"python", "torch", "torchvision", "cuda_runtime", "cudnn", "plugin_version"}
+
+
+class ABError(ValueError):
+    """Bad input, found before anything runs (or the arms turned out to differ in more than the change)."""
+
+
+@dataclass
+class Arm:
+    label: str  # "baseline" or "candidate"
+    spec: str  # as the user gave it
+    kind: str  # "interpreter" or "revision"
+    python: str
+    cwd: Path  # where its pytest runs
+    revision: str | None = None  # the full commit, for a revision
+    versions: dict = field(default_factory=dict)  # what its interpreter reports (plugin, torch, python)
+
+
+PROBE = ("import json, platform, importlib.metadata as m\n"
+         "out = {'python': platform.python_version()}\n"
+         "for name in ('pytest-gpucolloc', 'pytest', 'pytest-benchmark', 'torch', 'torchvision'):\n"
+         "    try:\n        out[name] = m.version(name)\n"
+         "    except m.PackageNotFoundError:\n        out[name] = None\n"
+         "try:\n    out['torchvision wants'] = [r for r in m.requires('torchvision') or [] if r.startswith('torch')]\n"
+         "except m.PackageNotFoundError:\n    pass\n"
+         "print(json.dumps(out))\n")
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if done.returncode:
+        raise ABError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"git {' '.join(args)} failed")
+    return done.stdout.strip()
+
+
+def _interpreter(spec: str) -> str | None:
+    """The Python of ``spec`` when it names an interpreter or a virtual environment."""
+    path = Path(spec)
+    if path.is_dir() and (path / "bin" / "python").exists():
+        return str(path / "bin" / "python")
+    if path.is_file() and os.access(path, os.X_OK):
+        return str(path)
+    return None
+
+
+def probe(python: str, label: str, spec: str) -> dict:
+    try:
+        done = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
+    except OSError as error:
+        raise ABError(f"--{label} {spec}: cannot run {python}: {error}") from None
+    if done.returncode:
+        raise ABError(f"--{label} {spec}: {python} failed: {done.stderr.strip()[-300:]}")
+    versions = json.loads(done.stdout.strip().splitlines()[-1])
+    missing = [name for name in ("pytest-gpucolloc", "pytest", "pytest-benchmark") if not versions.get(name)]
+    if missing:
+        raise ABError(f"--{label} {spec}: {python} lacks {', '.join(missing)}; install the plugin there "
+                      f"({python} -m pip install pytest-gpucolloc, or -e this checkout)")
+    mismatch = _torchvision_mismatch(versions)
+    if mismatch:
+        raise ABError(f"--{label} {spec}: {python} has {mismatch}: its workers would fail to import it; install the "
+                      f"torchvision built for its torch ({python} -m pip install torchvision from the index its torch "
+                      "came from, e.g. --index-url https://download.pytorch.org/whl/cu130)")
+    return versions
+
+
+def _torchvision_mismatch(versions: dict) -> str | None:
+    """torchvision names the torch it was built for (``torch==2.11.0``): another torch makes it fail at import."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    torch = versions.get("torch")
+    for text in versions.get("torchvision wants") or []:
+        try:
+            wanted = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if torch and wanted.name == "torch" and not wanted.specifier.contains(torch.split("+")[0], prereleases=True):
+            return (f"torch {torch} beside torchvision {versions.get('torchvision')}, which wants "
+                    f"torch{wanted.specifier}")
+    return None
+
+
+def resolve(spec: str, label: str, here: Path) -> Arm:
+    """An arm from its SPEC: an interpreter, a virtual environment, or a git revision of the repository ``here``
+    is in (its scenario code checked out later, in a temporary worktree)."""
+    python = _interpreter(spec)
+    if python:
+        return Arm(label, spec, "interpreter", python, here, versions=probe(python, label, spec))
+    if Path(spec).exists() or spec.startswith(("/", "./", "../", "~")):
+        raise ABError(f"--{label} {spec}: not a Python interpreter or a virtual environment (DIR/bin/python)"
+                      + ("" if Path(spec).exists() else ": no such file"))
+    try:
+        _git(here, "rev-parse", "--show-toplevel")
+    except ABError:
+        raise ABError(f"--{label} {spec}: a git revision needs a git repository, and {here} is not in one") from None
+    try:
+        revision = _git(here, "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}")
+    except ABError:
+        raise ABError(f"--{label} {spec}: no such git revision") from None
+    return Arm(label, spec, "revision", sys.executable, here, revision, probe(sys.executable, label, spec))
+
+
+def check_pytest_args(pytest_args: list[str]) -> None:
+    """An arm is one pytest session on one GPU, measured in turns with the other: pytest-xdist would split it."""
+    if any(arg in ("-n", "--numprocesses", "--dist") or arg.startswith(("-n", "--numprocesses=", "--dist="))
+           for arg in pytest_args):
+        raise ABError("each arm is one pytest session measured in turns with the other: pytest-xdist (-n, --dist) "
+                      "cannot run inside an arm; run one A/B per GPU instead")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM (a CI job cancelled) unwinds like Ctrl-C: the arms are stopped, worktrees and sockets removed."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def check_clean(here: Path) -> None:
+    """Revision arms check out committed code: uncommitted changes would be in neither arm."""
+    changed = _git(here, "status", "--porcelain", "--untracked-files=no")
+    if changed:
+        files = ", ".join(line.split(maxsplit=1)[-1] for line in changed.splitlines()[:5])
+        raise ABError(f"the working tree has uncommitted changes ({files}); neither revision arm would include "
+                      "them: commit or stash them first")
+
+
+def check_gpu_idle(device_args: list[str]) -> None:
+    """A GPU that foreign processes use would load one arm and not the other."""
+    if "--colloc-device=cpu" in device_args or nvml.init():
+        return
+    busy = {gpu.uuid: pids for gpu in nvml.gpus() if (pids := sorted(nvml.gpu_processes(gpu.uuid)))}
+    if busy:
+        raise ABError("the GPU is in use by other processes (" + "; ".join(
+            f"{uuid}: pids {', '.join(map(str, pids))}" for uuid, pids in busy.items()) + "): an A/B needs it idle")
+
+
+@contextlib.contextmanager
+def checked_out(arms: list[Arm], here: Path):
+    """Revision arms get a temporary detached worktree each (the user's working tree is never touched);
+    removed afterwards, whatever happens."""
+    made: list[Path] = []
+    try:
+        top = Path(_git(here, "rev-parse", "--show-toplevel")) if any(a.kind == "revision" for a in arms) else here
+        for arm in arms:
+            if arm.kind != "revision" or arm.revision is None:
+                continue
+            folder = private_scratch() / arm.label  # a killed ab's is removed, and unregistered, by the next run
+            _git(here, "worktree", "add", "--detach", "--quiet", str(folder), arm.revision)
+            made.append(folder)
+            arm.cwd = folder / here.resolve().relative_to(top)
+        yield arms
+    finally:
+        for folder in made:
+            subprocess.run(["git", "-C", str(here), "worktree", "remove", "--force", str(folder)], capture_output=True)
+            shutil.rmtree(folder.parent, ignore_errors=True)
+
+
+
+
+def unexpected_differences(arms: list[Arm], a: dict, b: dict) -> list[str]:
+    """How the two arms' machines differ beyond the change being compared."""
+    allowed = STACK_KEYS if any(arm.kind == "interpreter" for arm in arms) else set()
+    keys = {key for key, _ in machine.DESCRIBED} - allowed
+    return machine.differences({k: v for k, v in a.items() if k in keys}, {k: v for k, v in b.items() if k in keys})

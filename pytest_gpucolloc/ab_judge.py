@@ -1,0 +1,217 @@
+"""An A/B's judgement of each scenario from its blocks' paired log-ratios: throughput by a t test over blocks, a
+serving job's latency percentiles by signs (``shift.py``), and the words and table that say them."""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from . import serving, shift
+from .outcome import Outcome
+
+# What may differ between two interpreters' runs: the stack is the change being compared.
+
+@dataclass(kw_only=True)
+class Judgement:
+    scenario: str
+    verdict: Outcome  # regressed | improved | unchanged | inconclusive
+    pairs: int
+    metric: str = "throughput"  # or a serving job's latency percentile ("p50", "p99", ...), lower is better
+    change: float | None = None  # candidate vs baseline, a fraction (throughput: + is faster; latency: + is slower)
+    ci: tuple[float, float] | None = None
+    p_slower: float | None = None  # one-sided p of the candidate being worse
+    detectable: float | None = None  # smallest worsening these pairs resolve (half-width of the interval)
+    log_ratios: list[float] = field(default_factory=list)
+    blocks: int = 0  # sets of fresh processes per arm (0: each ratio stands alone, e.g. alternated sessions)
+    reason: str = ""
+    ms: tuple[float, float] | None = None  # a latency's: baseline's and candidate's, medians over the blocks
+    saturated: bool = False  # a service's queue grew: its latency is not judged
+    final: bool = False  # inconclusive whatever more blocks say (too few requests a block for this percentile)
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("scenario", "metric", "verdict", "pairs", "blocks", "change", "ci",
+                                               "p_slower", "detectable", "reason", "log_ratios", "ms",
+                                               "saturated")}
+
+
+def judge(scenario: str, ratios: list[float], threshold: float, alpha: float,
+          lower_is_better: bool = False) -> Judgement:
+    """Each log-ratio an independent unit (a block's mean, or a session against its neighbours)."""
+    from scipy import stats
+
+    n = len(ratios)
+    if n < 2:  # one unit shows a change but no spread to judge it by
+        return Judgement(scenario=scenario, verdict="inconclusive", pairs=n,
+                         change=math.exp(ratios[0]) - 1 if ratios else None, log_ratios=ratios,
+                         reason="one unit has no spread to judge it by")
+    mean, spread = statistics.fmean(ratios), statistics.stdev(ratios)
+    error = spread / math.sqrt(n)
+    critical = stats.t.ppf(1 - alpha, n - 1)
+    low, high = mean - critical * error, mean + critical * error
+    if error > 0:
+        p_down, p_up = stats.t.cdf(mean / error, n - 1), stats.t.sf(mean / error, n - 1)
+    else:
+        p_down, p_up = float(mean >= 0), float(mean <= 0)
+    p_worse, p_better = (p_up, p_down) if lower_is_better else (p_down, p_up)
+    change = math.exp(mean) - 1
+    worse_by = change if lower_is_better else -change
+    bound = math.log(1 + threshold)
+    verdict: Outcome
+    if p_worse < alpha and worse_by >= threshold:
+        verdict = "regressed"
+    elif p_better < alpha and -worse_by >= threshold:
+        verdict = "improved"
+    elif -bound < low and high < bound:
+        verdict = "unchanged"
+    else:
+        verdict = "inconclusive"
+    detectable = math.exp(critical * error) - 1 if lower_is_better else 1 - math.exp(-critical * error)
+    return Judgement(scenario=scenario, verdict=verdict, pairs=n, change=change,
+                     ci=(math.exp(low) - 1, math.exp(high) - 1), p_slower=float(p_worse), detectable=detectable,
+                     log_ratios=ratios)
+
+
+ONE_BLOCK = "one block of processes: the noise between processes is not known yet"
+
+
+def judge_blocks(scenario: str, blocks: list[list[float]], threshold: float, alpha: float) -> Judgement:
+    """Windows paired within blocks of fresh processes: each block's mean log-ratio is one unit, so that a
+    difference between two arms' processes is noise, not a verdict."""
+    blocks = [block for block in blocks if block]
+    judged = judge(scenario, [statistics.fmean(block) for block in blocks], threshold, alpha)
+    judged.pairs, judged.blocks = sum(map(len, blocks)), len(blocks)
+    judged.log_ratios = [x for block in blocks for x in block]
+    if len(blocks) < 2:
+        judged.reason = ONE_BLOCK
+    return judged
+
+
+def _queue_grew(window: dict) -> str | None:
+    """Why a service's window shows a queue that grew instead of draining (``serving.summary``'s rule), or None."""
+    offered, backlog = window.get("offered_rps"), window["backlog"]
+    if not offered or not serving.queue_grew(backlog, offered):
+        return None
+    return (f"{backlog:,} requests still queued at a window's end ({backlog / offered:.1f} s of arrivals at "
+            f"{offered:,.0f} requests/s)")
+
+
+def merged(windows: list[dict]):
+    """One arm's windows of a block, every request in one histogram."""
+    histogram = serving.new_histogram()
+    for window in windows:
+        histogram.add(serving.decode(window["histogram"]))
+    return histogram
+
+
+def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tuple[str, str], threshold: float,
+                  alpha: float) -> list[Judgement]:
+    """A serving job's latency, lower is better, at each percentile its blocks resolve (``serving.JUDGED``): per
+    block, each arm's windows merged (every request counts) and the block's log(candidate / baseline) of the
+    percentile one unit, judged by signs (``shift.judge``) so that one disturbed block cannot decide. Not judged when
+    a window of either arm saturated, but ``regressed`` when the candidate's queue grew in most blocks (at least
+    two) and the baseline's never did."""
+    pairs = sum(len(block.get(label, [])) for block in blocks for label in labels) // 2
+    grew = {label: [(number, why) for number, block in enumerate(blocks, 1)
+                    for why in map(_queue_grew, block.get(label, [])) if why] for label in labels}
+    behind = {number for number, _ in grew[labels[1]]}  # blocks in which the candidate's queue grew
+    if len(behind) >= max(2, math.ceil(len(blocks) / 2)) and not grew[labels[0]]:
+        # in most blocks the candidate cannot keep up where the baseline does (one block: a stall, not judged)
+        number, why = grew[labels[1]][0]
+        return [Judgement(scenario=scenario, metric="latency", verdict="regressed", pairs=pairs, blocks=len(blocks),
+                          saturated=True,
+                          reason=f"the {labels[1]}'s service saturated in {len(behind)} of {len(blocks)} blocks "
+                                 f"(block {number}: {why}) at a rate the {labels[0]}'s served without a queue: it can "
+                                 "no longer keep up")]
+    for label in labels:
+        if grew[label]:
+            number, why = grew[label][0]
+            return [Judgement(scenario=scenario, metric="latency", verdict="inconclusive", pairs=pairs,
+                              blocks=len(blocks), saturated=True,
+                              reason=f"latency not judged: the {label}'s service saturated in block {number}, "
+                                     f"{why}; its latency measured the queue, not the job (lower its rate)")]
+    histograms = [tuple(merged(block.get(label, [])) for label in labels) for block in blocks]
+    histograms = [pair for pair in histograms if all(h.get_total_count() for h in pair)]
+    judgements = []
+    for percentile in serving.JUDGED:
+        # the blocks whose arms both hold requests enough for this percentile (p50: every block)
+        usable = [pair for pair in histograms if percentile == serving.JUDGED[0]
+                  or serving.resolves(min(h.get_total_count() for h in pair), percentile)]
+        if percentile != serving.JUDGED[0] and len(usable) < shift.units_needed(alpha):
+            if percentile == 99:  # the tail a reader looks for: why it has no verdict (more blocks will not help)
+                fewest = min((h.get_total_count() for pair in histograms for h in pair), default=0)
+                judgements.append(Judgement(
+                    scenario=scenario, metric="p99", verdict="inconclusive", pairs=pairs, blocks=len(usable),
+                    final=True,
+                    reason=f"blocks hold as few as {fewest} requests an arm, too few for p99 in "
+                           f"{len(histograms) - len(usable)} of {len(histograms)} blocks "
+                           f"({serving.TAIL_REQUESTS / (1 - percentile / 100):.0f} needed): more --ab-pairs or "
+                           "longer --ab-window-seconds"))
+            continue  # too few requests a block to say anything of this tail (p50 is always said)
+        values = [tuple(h.get_value_at_percentile(percentile) / 1000 for h in pair) for pair in usable]
+        ratios = [math.log(c / b) for b, c in values if b > 0 and c > 0]
+        found = shift.judge(ratios, threshold, alpha)
+        judged = Judgement(scenario=scenario, metric=serving.name(percentile), verdict=found.verdict, pairs=pairs,
+                           blocks=len(ratios), change=found.change, ci=found.ci, p_slower=found.p_worse,
+                           detectable=found.detectable, log_ratios=ratios)
+        if values:
+            judged.ms = (statistics.median(b for b, _ in values), statistics.median(c for _, c in values))
+        if found.ci is None and ratios:
+            judged.reason = (f"{len(ratios)} block{'s' * (len(ratios) != 1)} cannot resolve a change at this alpha "
+                             f"(signs need {shift.units_needed(alpha)}); {found.above} of {len(ratios)} rose")
+        judgements.append(judged)
+    return judgements
+
+
+
+
+def in_words(judgements: list[Judgement]) -> list[str]:
+    """Per serving scenario, which part of its latency distribution moved: "the service got slower (p50 +17%), its
+    tail too (p99 +12%)", or only its tail, or neither beyond noise."""
+    lines = []
+    for scenario in dict.fromkeys(j.scenario for j in judgements):
+        by = {j.metric: j for j in judgements if j.scenario == scenario}
+        median = by.get("p50")
+        tails = [by[m] for m in ("p99.9", "p99", "p90") if m in by and by[m].change is not None]
+        # the tail that regressed, else the highest one judged
+        tail = next((t for t in tails if t.verdict == "regressed"), tails[0] if tails else None)
+        if median is None or median.change is None:
+            continue
+        said = f"{median.metric} {median.change:+.1%}"
+        tail_said = f"{tail.metric} {tail.change:+.1%}" if tail is not None and tail.change is not None else None
+        tail_verdict = tail.verdict if tail is not None else None
+        if median.verdict == "regressed":
+            text = f"the service got slower ({said})" + (
+                "" if tail_said is None else f", its tail too ({tail_said})" if tail_verdict == "regressed"
+                else f"; its tail {tail_verdict} ({tail_said})")
+        elif tail_verdict == "regressed":
+            text = f"only its tail got worse ({tail_said}); the median {median.verdict} ({said})"
+        elif median.verdict == "improved":
+            text = f"the service got faster ({said})"
+        else:
+            text = f"no latency moved beyond what {median.blocks} blocks resolve ({said}" + (
+                f", {tail_said})" if tail_said else ")")
+        lines.append(f"{scenario}: {text}")
+    return lines
+
+
+HEADERS = ["scenario", "measure", "verdict", "blocks", "pairs", "change (candidate vs baseline)", "interval",
+           "p (slower)", "detectable worsening", "why"]
+
+
+def _measure(judged: Judgement) -> str:
+    if judged.metric == "throughput":
+        return judged.metric
+    if judged.ms is None:
+        return judged.metric
+    return f"{judged.metric} {judged.ms[0]:.3g} -> {judged.ms[1]:.3g} ms"
+
+
+def table(judgements: list[Judgement], fmt: str = "simple") -> str:
+    from tabulate import tabulate
+
+    rows = [[j.scenario, _measure(j), j.verdict, str(j.blocks), str(j.pairs),
+             "-" if j.change is None else f"{j.change:+.2%}",
+             "-" if j.ci is None else f"[{j.ci[0]:+.2%}, {j.ci[1]:+.2%}]",
+             "-" if j.p_slower is None else f"{j.p_slower:.2g}",
+             "-" if j.detectable is None else f"{j.detectable:.2%}", j.reason or "-"] for j in judgements]
+    return tabulate(rows, headers=HEADERS, tablefmt=fmt, disable_numparse=True)

@@ -6,7 +6,8 @@
 # It demands the GPU (--colloc-device=cuda): a runner whose GPU or driver is missing fails (exit 2) instead of
 # skipping every scenario and passing.
 # Exit codes: 0 no regression; 1 a scenario regressed (or a test failed); 2 usage or setup error (no GPU);
-#             3 the run recorded no scenario or the gate judged none (nothing gated: not a pass).
+#             5 the run recorded no scenario or the gate judged none (nothing gated: not a pass), pytest's own
+#             code for it (docs/gate.md, "Exit codes").
 set -u -o pipefail
 history=${1:?usage: ci/gate.sh HISTORY_DIR OUT_DIR [pytest args...]}
 out=${2:?usage: ci/gate.sh HISTORY_DIR OUT_DIR [pytest args...]}
@@ -19,9 +20,9 @@ mkdir -p "$history" "$out" || exit 2
 status=${PIPESTATUS[0]}
 case $status in
   0|1) ;;
-  5) echo "nothing gated: no benchmark collected, or the gate judged no scenario (see $out/pytest.log)" >&2; exit 3 ;;
+  5) echo "nothing gated: no benchmark collected, or the gate judged no scenario (see $out/pytest.log)" >&2; exit 5 ;;
   *) exit 2 ;;
 esac
-[[ -s $out/run.json ]] || exit 3
+[[ -s $out/run.json ]] || exit 5
 "${PYTHON:-python3}" -m pytest_gpucolloc.cli plot --storage "$history" --out "$out/plots" >/dev/null || true
 exit $status

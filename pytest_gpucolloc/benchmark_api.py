@@ -7,6 +7,7 @@ storage, made atomic here.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import tempfile
@@ -24,6 +25,12 @@ def storage_path(option: str | None) -> Path | None:
     if "://" in text:
         return None
     return Path(text)
+
+
+def missing_storage_client(option: str) -> bool:
+    """Whether ``--benchmark-storage`` names pytest-benchmark's elasticsearch backend without its client library
+    installed (pytest-benchmark then fails inside its own set-up)."""
+    return option.startswith("elasticsearch+") and importlib.util.find_spec("elasticsearch") is None
 
 
 def autosave(config) -> bool:

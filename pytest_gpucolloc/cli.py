@@ -6,6 +6,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -27,13 +28,16 @@ from .options import MAX_ALPHA, MAX_RUNS, MAX_THRESHOLD, MIN_ALPHA, number_optio
 from .report import COLUMNS as TABLE_COLUMNS
 from .report import GATE_COLUMNS, columns
 from .scratch import can_write_in, clean_stale_scratch
+from .table_fit import terminal_width
 from .verdict import DEFAULT_ALPHA, DEFAULT_MIN_RUNS, DEFAULT_RUNS, DEFAULT_THRESHOLD, with_latency
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
 OK, NEGATIVE, USAGE, NOTHING_TO_READ, UNWRITABLE = 0, 1, 2, 3, 4
+NOTHING_JUDGED = 5  # gate: a run with nothing to judge; pytest's code for a gated run that judged none
 PIPE_CLOSED = 141  # stdout closed by its reader (``| head``): what a shell reports for a process ended by SIGPIPE
 INTERRUPTED = 130
 RECENT_RUNS = 200  # history, plot and report show the newest this many runs unless told (--last, --since)
+NEWEST = 3  # history's table of series: each one's newest runs, their values and verdicts
 FORMATS = ["table", "markdown", "csv", "json"]
 EXIT_CODES = """exit codes (every command):
   0  done; no regression
@@ -42,6 +46,7 @@ EXIT_CODES = """exit codes (every command):
   2  usage error or bad input (an option, a file that cannot be read as a run)
   3  nothing to read: storage that does not exist or holds no saved runs, runs without scenarios, no GPU
   4  an output (--out, --markdown, --json) cannot be written
+  5  gate: nothing judged (every scenario left to paired A/B), as pytest's gate exits 5: not a pass
   130 interrupted; 141 stdout closed by its reader (e.g. | head)
 details: docs/cli.md"""
 
@@ -171,7 +176,7 @@ def cmd_table(args) -> int:
         print(_tabular(rows if shown is None else [[s, *row] for s, row in zip(shown, rows)], headers, args.format))
     else:
         print(report.table(entries, fmt="github" if args.format == "markdown" else "simple", sources=shown,
-                           shown=args.columns))
+                           shown=args.columns, width=terminal_width()))
     return OK
 
 
@@ -293,8 +298,11 @@ def cmd_compare(args) -> int:
                                              group_by=args.group_by, groups=args.groups)
     except compare.SelectionError as error:
         raise CommandError(str(error), USAGE) from None
+    said = args.commits or [a, b]  # in the order given, as typed (HEAD~1) and the commit it names
+    found = " -> ".join(typed if typed == label else f"{typed} ({label[:10]})" for typed, label in zip(said, (a, b)))
     rows = compare.compare(before, after, _policy(args))
-    print(compare.render(rows, args.format, f"{b} vs {a} ({len(after)} vs {len(before)} runs)"))
+    title = f"compare {found} ({len(before)} -> {len(after)} runs; a change is {said[1]} against {said[0]})"
+    print(compare.render(rows, args.format, title, terminal_width()))
     return _regressed(rows)
 
 
@@ -314,7 +322,7 @@ def cmd_gate(args) -> int:
     left = [name for name, scenario in run.scenarios.items() if scenario.gate_by == "ab"]
     if len(left) == len(run.scenarios):
         raise CommandError(f"{run.path}: no scenario to judge: " + report.left_to_ab_line(left, _modes(run, left)),
-                           NOTHING_TO_READ)
+                           NOTHING_JUDGED)
     verdicts = []
     last = history.GATE_WINDOW * policy.runs
     for name in (name for name in run.scenarios if name not in left):
@@ -346,7 +354,7 @@ def _gate_render(verdicts, fmt: str, title: str, columns: list[str] | None = Non
     entries = [(name if fmt != "table" else short_name(name), verdict.to_dict()) for name, verdict in verdicts]
     if fmt == "csv":
         return _tabular(report.gate_rows(entries), report.GATE_HEADERS, fmt)
-    table = report.gate_table(entries, "github" if fmt == "markdown" else "simple", columns)
+    table = report.gate_table(entries, "github" if fmt == "markdown" else "simple", columns, terminal_width())
     return f"### {title}\n\n{table}" if fmt == "markdown" else f"{title}\n{table}"
 
 
@@ -368,10 +376,13 @@ def cmd_history(args) -> int:
         what = f"no saved scenario with a serving job's {args.metric} (Workload(..., rate=...), not saturated)" if p99 \
             else "no saved scenario"
         raise CommandError(what + (f" matches {filters}" if filters else ""), USAGE)
+    runs_of = _series_runs(loaded, args.metric, looked, shown)
     if args.format == "json":
         print(json.dumps({"metric": args.metric, "change_points": [p.to_dict() for p in points],
                           "older_change_points": [p.to_dict() for p in older], "runs_shown": len(shown),
-                          "series": [{"scenario": s, "gpu": g, "runs": n} for s, g, n in looked]}, indent=2))
+                          "series": [{"scenario": s, "gpu": g, "runs": n, "shown": [
+                              {"run_id": run_id, "value": value, "verdict": verdict}
+                              for run_id, value, verdict in runs_of[(s, g)]]} for s, g, n in looked]}, indent=2))
         return 0
     level = report.ms if p99 else (lambda value: f"{value:,.0f}")
     rows = [[short_name(p.scenario), p.gpu[:16], p.run_id, (p.commit or "-")[:10], p.driver or "-", p.datetime[:19],
@@ -391,12 +402,32 @@ def cmd_history(args) -> int:
         print(_older_shifts(older, len(shown), len(loaded.runs)))
     if points:
         print(_tabular(rows, headers, args.format))
+    print(_tabular([[short_name(s), g[:16], f"{n:,}", "; ".join(
+        level(value) + (f" {verdict}" if verdict else "") for _, value, verdict in runs_of[(s, g)][-NEWEST:])]
+        for s, g, n in looked], ["scenario", "GPU", "runs", f"newest runs, {unit} (the gate's verdict where gated)"],
+        args.format))
     short = [(s, g, n) for s, g, n in looked if not changepoints.can_hold_a_shift(n, args.min_runs)]
     if short:  # "0 level shifts" must not read as "steady" where no shift could have been found
         print(f"{len(short)} of the series have fewer than {2 * args.min_runs} runs (two levels of {args.min_runs}): "
               "no shift can be found in them yet: " + ", ".join(
                   f"{short_name(s)} on {g[:16]} ({n} run{'s' if n != 1 else ''})" for s, g, n in short))
     return 0
+
+
+def _series_runs(loaded, metric: str, looked, shown: set[str]) -> dict[tuple[str, str], list]:
+    """Each series' runs among those shown, oldest first: (run id, its value in the metric's unit, the gate's verdict
+    on it or None where it was not gated)."""
+    found = history_shifts.series(loaded, metric)
+    return {(name, gpu): [(p.run.run_id, math.exp(p.log_level), _verdict(p.run.scenarios[name], metric))
+                          for p in found[(name, gpu)] if p.run.run_id in shown] for name, gpu, _ in looked}
+
+
+def _verdict(scenario, metric: str) -> str | None:
+    """The gate's verdict on a saved scenario's throughput, or on a latency of its serving job."""
+    judged = scenario.gate or {}
+    if metric != "throughput":
+        judged = (judged.get("latency") or {}).get(metric) or (judged.get("p99") if metric == "p99" else None) or {}
+    return judged.get("verdict")
 
 
 def cmd_forget(args) -> int:
@@ -701,7 +732,8 @@ def build_parser() -> argparse.ArgumentParser:
     restore.set_defaults(run_command=cmd_mig_restore)
 
     gate_cmd = commands.add_parser("gate", help="judge a saved run against the history in the storage "
-                                   "(exit 1: a regression; 3: the storage holds no saved runs)")
+                                   "(exit 1: a regression; 3: the storage holds no saved runs; 5: nothing judged, "
+                                   "as pytest's gate)")
     gate_cmd.add_argument("run", nargs="?", help=RUN_HELP + " (default: the storage's latest run)")
     gate_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file (a CI job summary)")
     gate_cmd.add_argument("--columns", type=_columns(GATE_COLUMNS), help="the table's columns, comma-separated, "

@@ -164,7 +164,7 @@ def _say_the_change(verdict: dict, current: gate.RunSample, baseline: list[gate.
                          "in one job)")
 
 
-def render(rows: list[Row], fmt: str, title: str = "") -> str:
+def render(rows: list[Row], fmt: str, title: str = "", width: int | None = None) -> str:
     entries = [(row.scenario, row.verdict) for row in rows]
     if fmt == "json":
         return json.dumps([{"scenario": r.scenario, **r.verdict} for r in rows], indent=2)
@@ -176,4 +176,4 @@ def render(rows: list[Row], fmt: str, title: str = "") -> str:
         return out.getvalue()
     if fmt == "markdown":
         return (f"### {title}\n\n" if title else "") + report.gate_table(entries, "github")
-    return (f"{title}\n" if title else "") + report.gate_table(entries)
+    return (f"{title}\n" if title else "") + report.gate_table(entries, width=width)

@@ -42,6 +42,7 @@ def pytest_configure(config):
     session = CollocSession(config, options)
     config.stash[session_key] = session
     config.pluginmanager.register(session, "gpucolloc-session")
+    session.check_storage(any_given(config))
     session.save_when_gated()
     session.compare_with_history()
 

@@ -12,6 +12,7 @@ from statistics import median
 from tabulate import tabulate
 
 from .record import ScenarioRecord, describe_workers, jobs, sm_reserved
+from .table_fit import Render, fit, left_out_line
 
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
            "speedup", "efficiency", "SM activity", "mem/worker GB", "data wait", "samples/J", "rounds", "start-up s",
@@ -160,6 +161,10 @@ def _span(cell: str) -> str:
 
 COLUMNS = ["scenario", "mode", "workers", "per-worker", "aggregate", "cv", "speedup", "efficiency", "sm", "memory",
            "data-wait", "energy", "rounds", "start-up", "flags"]  # --columns' names of HEADERS, in order
+# left out first where a terminal is too narrow: what explains a number before the number; never the scenario, its
+# aggregate throughput or its speedup
+DROP_ORDER = ["start-up", "rounds", "data-wait", "energy", "memory", "sm", "efficiency", "cv", "per-worker", "workers",
+              "mode", "flags"]
 
 
 def columns(text: str, names: list[str], option: str = "--columns") -> list[str]:
@@ -171,19 +176,40 @@ def columns(text: str, names: list[str], option: str = "--columns") -> list[str]
 
 
 def table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple", sources: list[str] | None = None,
-          shown: list[str] | None = None) -> str:
+          shown: list[str] | None = None, width: int | None = None, ask: str = "--columns") -> str:
     """The summary table; ``sources`` (one per entry) adds a first column saying which run each row is from;
     ``shown``: the columns (``COLUMNS``' names). In a terminal (``simple``) per-worker lists of many workers are
-    shortened to their range."""
-    body, headers = rows(entries), HEADERS
+    shortened to their range, and long flags are numbered and said below the table; with a ``width`` and no columns
+    asked for, the least important columns are left out until the table fits, in a line naming them and ``ask``."""
+    body = rows(entries)
     if fmt == "simple":
         body = [[_span(cell) if index in PER_WORKER else cell for index, cell in enumerate(row)] for row in body]
-    if shown:
-        keep = [COLUMNS.index(name) for name in shown]
-        body, headers = [[row[i] for i in keep] for row in body], [HEADERS[i] for i in keep]
-    if sources is not None:
-        body, headers = [[source, *row] for source, row in zip(sources, body)], ["run", *headers]
-    return tabulate(body, headers=headers, tablefmt=fmt, disable_numparse=True)
+
+    def render(names: list[str]) -> tuple[str, list[str]]:
+        keep = [COLUMNS.index(name) for name in names]
+        cells, headers = [[row[i] for i in keep] for row in body], [HEADERS[i] for i in keep]
+        notes: list[str] = []
+        if fmt == "simple" and "flags" in names:
+            flags = names.index("flags")
+            for row in cells:
+                if len(row[flags]) > WIDE:
+                    notes.append(f"[{len(notes) + 1}] {row[0]}: flags: {row[flags]}")
+                    row[flags] = f"[{len(notes)}]"
+        if sources is not None:
+            cells, headers = [[source, *row] for source, row in zip(sources, cells)], ["run", *headers]
+        return tabulate(cells, headers=headers, tablefmt=fmt, disable_numparse=True), notes
+
+    return _fitted(render, shown, COLUMNS, DROP_ORDER, fmt, width, ask)
+
+
+def _fitted(render: Render, asked: list[str] | None, names: list[str], drop_order: list[str], fmt: str,
+            width: int | None, ask: str) -> str:
+    """The table of the columns asked for, else of every column less those that do not fit ``width``."""
+    if asked or width is None or fmt != "simple":
+        text, notes = render(asked or names)
+        return "\n".join([text, *notes])
+    text, notes, dropped = fit(render, names, drop_order, width)
+    return "\n".join([text, *([left_out_line(dropped, width, ask, names[0])] if dropped else []), *notes])
 
 
 GATE_HEADERS = ["scenario", "verdict", "baseline samples/s", "current samples/s", "change", "interval",
@@ -237,25 +263,37 @@ GATE_COLUMNS = ["scenario", "verdict", "baseline", "current", "change", "interva
 TERMINAL_HEADERS = ["scenario", "verdict", "baseline", "current", "change", "interval", "detectable", "runs",
                     "noise (dominant)", "lever", "why"]  # GATE_HEADERS in a terminal; throughput in samples/s
 WIDE = 40  # a terminal's cell longer than this is numbered, and said in full below the table
+# left out first where a terminal is too narrow; never the scenario, its verdict, the change or why
+GATE_DROP_ORDER = ["lever", "noise", "runs", "interval", "baseline", "current", "detectable"]
 
 
-def gate_table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple", columns: list[str] | None = None) -> str:
+def gate_table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple", columns: list[str] | None = None,
+               width: int | None = None, ask: str = "--columns") -> str:
     """The verdicts' table. On a terminal (``simple``) every cell stays short: a longer one (a reason, a lever) is
-    numbered and said in full below the table, with its scenario and verdict; Markdown keeps it in the cell."""
+    numbered and said in full below the table, with its scenario and verdict; Markdown keeps it in the cell. With a
+    ``width`` and no columns asked for, the least important columns are left out until the table fits, in a line
+    naming them and ``ask``."""
     body = gate_rows(verdicts)
-    notes: list[str] = []
-    keep = [GATE_COLUMNS.index(name) for name in columns or GATE_COLUMNS]
     if fmt == "simple":
         for row in body:
             row[GATE_COLUMNS.index("noise")] = row[GATE_COLUMNS.index("noise")].split(", ")[0]  # the dominant level
-            for index in (GATE_COLUMNS.index("lever"), GATE_COLUMNS.index("why")):
-                if len(row[index]) > WIDE and index in keep:  # a hidden column's cell is not said below either
-                    notes.append(f"[{len(notes) + 1}] {row[0]} {row[1]}: {GATE_HEADERS[index]}: {row[index]}")
-                    row[index] = f"[{len(notes)}]"
     headers = GATE_HEADERS if fmt != "simple" else TERMINAL_HEADERS  # a terminal's: short
-    table = tabulate([[row[i] for i in keep] for row in body], headers=[headers[i] for i in keep],
-                     tablefmt=fmt, disable_numparse=True)
-    return "\n".join([table, *notes])
+
+    def render(names: list[str]) -> tuple[str, list[str]]:
+        keep = [GATE_COLUMNS.index(name) for name in names]
+        cells = [[row[i] for i in keep] for row in body]
+        notes: list[str] = []
+        if fmt == "simple":
+            for row, full in zip(cells, body):
+                for name in ("lever", "why"):
+                    if name in names and len(row[names.index(name)]) > WIDE:  # a hidden column's: not said below
+                        index = GATE_COLUMNS.index(name)
+                        notes.append(f"[{len(notes) + 1}] {full[0]} {full[1]}: {GATE_HEADERS[index]}: {full[index]}")
+                        row[names.index(name)] = f"[{len(notes)}]"
+        return tabulate(cells, headers=[headers[GATE_COLUMNS.index(name)] for name in names], tablefmt=fmt,
+                        disable_numparse=True), notes
+
+    return _fitted(render, columns, GATE_COLUMNS, GATE_DROP_ORDER, fmt, width, ask)
 
 
 @dataclass

@@ -36,6 +36,7 @@ from .modes.base import ModeOptions, Target
 from .options import MAX_THRESHOLD, Config, DeviceConfig
 from .scenario import ScenarioResult, Settings
 from .scratch import can_write_in, clean_stale_scratch
+from .table_fit import terminal_width
 from .workloads import SMOKE_SEQ_LEN
 
 # CPU smoke mode: real processes and real training, small enough for a laptop or a CI runner.
@@ -142,6 +143,24 @@ class CollocSession:
         gated runs are the history of the next ones. Called before pytest-benchmark reads its options."""
         if self.options.colloc_gate and self.xdist_index is None:
             self.autosaved = benchmark_api.autosave(self.config)
+
+    def check_storage(self, invited: bool) -> None:
+        """The gate reads only pytest-benchmark's file storage; its elasticsearch backend, where its client library is
+        missing, ends pytest-benchmark's own set-up in an internal error. Where the plugin is invited, either is a
+        usage error first, saying what is supported. Called before pytest-benchmark reads its options."""
+        given = self.config.getoption("benchmark_storage", None)
+        if benchmark_api.storage_path(given) is not None:
+            return
+        supported = ("pytest-gpucolloc reads pytest-benchmark's file storage only (its default .benchmarks; "
+                     "--benchmark-storage=file://PATH or a folder)")
+        if self.options.colloc_gate and self.xdist_index is None:
+            raise pytest.UsageError(f"--colloc-gate judges against saved runs, and --benchmark-storage={given} is "
+                                    f"another backend of pytest-benchmark: {supported}; without --colloc-gate "
+                                    "pytest-benchmark saves there as usual")
+        if invited and benchmark_api.missing_storage_client(given):
+            raise pytest.UsageError(f"--benchmark-storage={given}: pytest-benchmark's elasticsearch backend needs the "
+                                    "elasticsearch package, which is not installed: pip install "
+                                    f"'pytest-benchmark[elasticsearch]'; {supported}")
 
     def compare_with_history(self) -> None:
         """``--benchmark-compare`` without a run compares with pytest-benchmark's latest saved run: not an A/B arm's
@@ -336,11 +355,8 @@ class CollocSession:
             return
 
         root = benchmark_api.storage_path(self.config.getoption("benchmark_storage", None))
-        if root is None:
-            raise pytest.UsageError(
-                f"--colloc-gate judges against pytest-benchmark's file storage (its default; --benchmark-storage="
-                f"file://PATH or a folder), and {self.config.getoption('benchmark_storage')} is another of its "
-                "backends, which the gate cannot read; without --colloc-gate pytest-benchmark saves there as usual")
+        if root is None:  # refused before (check_storage)
+            return
         self.history = history.load(root)  # before this run saves anything
 
     def pytest_report_header(self, config):
@@ -510,7 +526,8 @@ class CollocSession:
         if entries:
             shown = report.columns(self.options.colloc_columns, report.COLUMNS) if self.options.colloc_columns \
                 else None
-            terminalreporter.write_line(report.table(entries, shown=shown))
+            terminalreporter.write_line(report.table(entries, shown=shown, width=terminal_width(),
+                                                     ask="--colloc-columns"))
         for name, scenario in entries:
             for warning in scenario.warnings:
                 terminalreporter.write_line(f"warning: {name}: {warning}", yellow=True)
@@ -568,7 +585,9 @@ class CollocSession:
         for name, verdict in self.verdicts:
             if verdict.remeasured:
                 terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
-        terminalreporter.write_line(report.gate_table(self._shown_verdicts()))
+        terminalreporter.write_line(report.gate_table(
+            self._shown_verdicts(), width=terminal_width(),
+            ask="--colloc-gate-report=FILE (every column) or pytest-gpucolloc gate RUN --columns"))
 
     def _unjudged_lines(self) -> list[str]:
         """What the gate did not judge, for the summary and the gate report."""

@@ -154,6 +154,20 @@ def test_a_scenario_budget_too_small_for_the_blocks_asked_for_says_so(repo, tmp_
     assert "noise between processes is not known" in judged["reason"] and "raise --ab-scenario-minutes" in judged["reason"]
 
 
+def test_an_arm_that_cannot_start_is_quoted_from_its_log(repo, tmp_path, capsys):
+    """The candidate's scenario module raises at import: no pair can be measured, and the error quotes the end of
+    that arm's log (the traceback a user needs), not only where the log is."""
+    (repo / "test_scenario.py").write_text("raise RuntimeError('the scenario module is broken in this revision')\n")
+    git(repo, "commit", "-qam", "broken")
+    code = cli.main(["ab", "--baseline", "HEAD~1", "--candidate", "HEAD", "--out", str(tmp_path / "arms"), *ARGS,
+                     "-k", "not test_"])  # fast: the baseline arm selects nothing (5), the candidate cannot collect
+    err = capsys.readouterr().err
+    assert code == 2 and "no scenario was measured in both arms" in err and "candidate 2" in err, err
+    quoted = err.split("the candidate arm's log ends:\n", 1)[1]
+    assert "RuntimeError: the scenario module is broken in this revision" in quoted, err
+    assert "the baseline arm's log ends" not in err  # an arm that ran as asked is not quoted
+
+
 def test_scenarios_after_the_jobs_budget_is_spent_are_skipped_saying_why(repo, tmp_path, capsys):
     code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--ab-budget-minutes", "0.001",
                      "--out", str(tmp_path / "arms"), *ARGS])

@@ -89,3 +89,29 @@ def test_machine_differences_leave_out_volatile_fields_and_our_identity():
     current = {"node": "a", "cpu": {"hz_actual": [2, 0], "count": 4}, "python_build": ("main", "x"),
                "gpucolloc": {"torch": "2"}, "new_key": 1}
     assert benchmark_api.machine_differences(saved, current) == ["cpu.count 2 -> 4"]
+
+
+ELASTICSEARCH = "--benchmark-storage=elasticsearch+http://127.0.0.1:9/benchmarks/run"  # no server: never reached
+
+
+def test_another_storage_backend_is_refused_before_pytest_benchmark_sets_it_up(pytester, scenario, capsys):
+    """The gate reads file storage only; pytest-benchmark's elasticsearch backend used to end its set-up in an
+    INTERNALERROR (its client library missing) before the plugin could say so."""
+    import importlib.util
+
+    from pytest_gpucolloc import cli
+
+    scenario(sleep=0.002)
+    gated = pytester.runpytest(*ARGS, "--colloc-gate", ELASTICSEARCH)
+    assert gated.ret == pytest.ExitCode.USAGE_ERROR
+    gated.stderr.fnmatch_lines(["ERROR: --colloc-gate judges against saved runs, and --benchmark-storage=elasticsearch+"
+                                "* pytest-gpucolloc reads pytest-benchmark's file storage only (its default *"])
+    assert "INTERNALERROR" not in gated.stdout.str() + gated.stderr.str()
+    if importlib.util.find_spec("elasticsearch") is None:  # ungated, where its client is missing: the fix, said
+        ungated = pytester.runpytest(*ARGS, ELASTICSEARCH)
+        assert ungated.ret == pytest.ExitCode.USAGE_ERROR
+        assert "elasticsearch backend needs the elasticsearch package, which is not installed: pip install " \
+               "'pytest-benchmark[elasticsearch]'" in ungated.stderr.str()
+    # the commands that read saved runs refuse it in one line too
+    assert cli.main(["gate", "--storage", ELASTICSEARCH.split("=", 1)[1]]) == 2
+    assert "only pytest-benchmark's file storage can be read" in capsys.readouterr().err

@@ -138,3 +138,17 @@ def test_history_without_its_change_point_library_says_so(storage, capsys, monke
     monkeypatch.setitem(__import__("sys").modules, "ruptures", None)  # as if the install had left it out
     assert cli.main(["history", "--storage", str(storage)]) == 2
     assert "needs the ruptures package" in capsys.readouterr().err
+
+
+def test_history_shows_each_series_newest_values_beside_the_gates_verdicts(capsys):
+    """Seven saved H200 runs, the last two gated: a series' newest runs in samples/s, each with its verdict."""
+    assert cli.main(["history", "--storage", str(DATA / "cudnn-history")]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("test_resnet26_cifar10_graphed_bs128[mps-n7-"))
+    assert row.split("  ")[-1].strip() == "97,399; 97,248 unchanged; 94,360 regressed", row
+    assert "newest runs, samples/s (the gate's verdict where gated)" in out
+    assert cli.main(["history", "--storage", str(DATA / "cudnn-history"), "--format", "json"]) == 0
+    (shown,) = [s["shown"] for s in json.loads(capsys.readouterr().out)["series"]
+                if s["scenario"].endswith("test_resnet26_cifar10_graphed_bs128[mps-n7-heuristics]")]
+    assert len(shown) == 7 and [s["verdict"] for s in shown][-3:] == [None, "unchanged", "regressed"]
+    assert round(shown[-1]["value"]) == 94360

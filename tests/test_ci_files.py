@@ -42,7 +42,7 @@ def test_gate_script_exit_codes(tmp_path):
     nothing = subprocess.run(["bash", str(ROOT / "ci" / "gate.sh"), str(tmp_path / "h"), str(tmp_path / "o"),
                               "-k", "no_such_scenario_anywhere", "--colloc-device=cpu"],
                              cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
-    assert nothing.returncode == 3, nothing.stdout[-2000:]
+    assert nothing.returncode == 5, nothing.stdout[-2000:]
     assert "no benchmark collected" in nothing.stderr
     assert "deselected" in (tmp_path / "o" / "pytest.log").read_text()
 

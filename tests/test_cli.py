@@ -231,7 +231,11 @@ def test_every_command_names_runs_alike_and_defaults_to_the_latest(tmp_path, cap
         data["commit_info"]["id"] = sha
         path.write_text(json.dumps(data))
     code, out, err = run_cli(capsys, "compare", "--commits", "HEAD~1", "HEAD", "--storage", storage)
-    assert code == 0 and f"vs {shas[0]} (2 vs 2 runs)" in out, out + err
+    # said in the order given, as typed, with the commits they name
+    assert code == 0 and out.startswith(f"compare HEAD~1 ({shas[0][:10]}) -> HEAD ({shas[1][:10]}) (2 -> 2 runs; "
+                                        "a change is HEAD against HEAD~1)"), out + err
+    code, out, err = run_cli(capsys, "compare", "--runs-ids", "0001", "0003", "--storage", storage)
+    assert code == 0 and out.startswith("compare 0001 -> 0003 (1 -> 1 runs; a change is 0003 against 0001)"), out
 
 
 def test_a_gate_table_fits_a_terminal_and_takes_columns(tmp_path, capsys):
@@ -255,9 +259,11 @@ def test_a_gate_table_fits_a_terminal_and_takes_columns(tmp_path, capsys):
     assert code == 2 and "--columns takes names among scenario,verdict," in err
 
 
-def test_a_summary_table_shortens_many_workers_and_takes_columns(capsys):
+def test_a_summary_table_shortens_many_workers_and_takes_columns(capsys, monkeypatch):
     run = DATA / "gpu-tests-h200-a" / "paper.json"  # seven workers of one job in a row
+    monkeypatch.setenv("COLUMNS", "300")  # a terminal wide enough for every column
     code, out, _ = run_cli(capsys, "table", run)
+    assert "left out" not in out
     row = next(line for line in out.splitlines() if line.startswith("test_resnet26_cifar10[mps-7-32]"))
     assert " .. " in row and "(7)" in row, row  # the per-worker range, not seven numbers
     code, out, _ = run_cli(capsys, "table", run, "--format", "json")
@@ -266,3 +272,38 @@ def test_a_summary_table_shortens_many_workers_and_takes_columns(capsys):
     code, out, _ = run_cli(capsys, "table", run, "--columns", "scenario,speedup,flags")
     assert out.splitlines()[0].split() == ["scenario", "speedup", "flags"] and max(map(len, out.splitlines())) < 80
     assert run_cli(capsys, "table", run, "--columns", "bogus")[0] == 2
+
+
+@pytest.mark.parametrize("command", ["table", "gate"])
+def test_a_table_fits_the_terminal_leaving_out_what_matters_least_and_says_how_to_show_it(command, tmp_path, capsys,
+                                                                                          monkeypatch):
+    """Wider than the terminal (COLUMNS, else its width, else 120 in a CI log), a table leaves out its least important
+    columns, named in a line with the option that shows them; columns asked for are never left out."""
+    storage = tmp_path / "storage"
+    save_runs(storage, [1000.0] * 5 + [900.0])
+    run = DATA / "gpu-tests-h200-a" / "paper.json" if command == "table" else "0006"
+    monkeypatch.setenv("COLUMNS", "90")
+    code, out, _ = run_cli(capsys, command, run, "--storage", storage)
+    lines = out.splitlines()
+    said = next(i for i, line in enumerate(lines) if line.startswith("left out to fit 90 characters: "))
+    assert max(map(len, lines[:said])) <= 90, out  # was 245 (table) and 185 (gate) characters wide
+    header = lines[1 if command == "gate" else 0].split()  # the gate's title first
+    kept = ["scenario", "verdict", "change", "why"] if command == "gate" else ["scenario", "aggregate", "speedup"]
+    assert all(name in header for name in kept), out  # what matters most stays
+    dropped, ask = lines[said].removeprefix("left out to fit 90 characters: ").split("; show them with --columns=")
+    assert ask.split(",") == ["scenario", *dropped.split(", ")], lines[said]
+    assert ("lever" if command == "gate" else "start-up") in dropped  # the least important went first
+    code, out, _ = run_cli(capsys, command, run, "--storage", storage, "--columns", ask)  # as the line says
+    assert "left out" not in out and len(out.splitlines()[1 if command == "gate" else 0].split()) >= len(ask.split(","))
+    monkeypatch.setenv("COLUMNS", "400")
+    assert "left out" not in run_cli(capsys, command, run, "--storage", storage)[1]
+
+
+def test_without_a_terminal_a_table_fits_a_ci_log(monkeypatch):
+    from pytest_gpucolloc import table_fit
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr("os.get_terminal_size", lambda *fd: (_ for _ in ()).throw(OSError("not a terminal")))
+    assert table_fit.terminal_width() == table_fit.LOG_WIDTH == 120
+    monkeypatch.setenv("COLUMNS", "77")
+    assert table_fit.terminal_width() == 77

@@ -185,7 +185,7 @@ def test_cli_gate_judges_an_old_run_against_the_runs_before_it(storage, capsys):
 def test_cli_compare_by_driver_in_every_format(storage, capsys):
     code = cli.main(["compare", "--group-by", "driver_version", "--storage", str(storage), "--format", "markdown"])
     out = capsys.readouterr().out
-    assert code == 1 and "driver_version=580.159 vs driver_version=570.86 (3 vs 3 runs)" in out
+    assert code == 1 and "compare driver_version=570.86 -> driver_version=580.159 (3 -> 3 runs" in out
     assert "| regressed |" in out.replace("  ", " ") or "regressed" in out
     for fmt, marker in (("csv", "scenario,verdict"), ("json", '"verdict"'), ("table", "verdict")):
         cli.main(["compare", "--commits", "00", "05", "--storage", str(storage), "--format", fmt, "--min-runs", "1"])
@@ -319,7 +319,8 @@ def test_an_unbounded_interval_reads_as_such():
 
 
 
-def test_cli_table_of_several_runs_says_which_run_and_gpu_each_row_is_from(capsys):
+def test_cli_table_of_several_runs_says_which_run_and_gpu_each_row_is_from(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # a terminal wide enough for every column
     one, other = DATA / "gpu-tests-h200-a" / "paper.json", DATA / "xdist-tests-h200-b" / "paper.json"
     assert cli.main(["table", str(one)]) == 0
     single = capsys.readouterr().out

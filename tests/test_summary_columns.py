@@ -33,3 +33,21 @@ def test_a_column_that_does_not_exist_is_refused_before_anything_runs(pytester):
     assert result.ret == 4  # usage error
     result.stderr.fnmatch_lines(["*--colloc-columns takes names among scenario,mode,workers,*got 'scenario,throughput'*"])
 
+
+
+def test_the_summary_and_the_gate_fit_a_narrow_terminal(pytester, monkeypatch):
+    """No columns asked for: the least important are left out until the tables fit (COLUMNS here), and a line says
+    which and how to show them."""
+    pytester.makepyfile(tiny_workload=TINY_SOURCE, test_pair=SCENARIO)
+    monkeypatch.setenv("COLUMNS", "100")
+    result = pytester.runpytest(*ARGS, "--colloc-gate")
+    result.assert_outcomes(passed=1)
+    lines = result.outlines
+    summary = next(i for i, line in enumerate(lines) if line.startswith("scenario ") and "aggregate" in line)
+    gate = next(i for i, line in enumerate(lines) if line.startswith("scenario ") and "verdict" in line)
+    for at in (summary, gate):
+        assert max(len(line) for line in lines[at:at + 3]) <= 100, "\n".join(lines[at:at + 3])
+    assert lines[summary + 3].startswith("left out to fit 100 characters: ")
+    assert "; show them with --colloc-columns=scenario," in lines[summary + 3], lines[summary + 3]
+    assert lines[gate + 3].startswith("left out to fit 100 characters: ")
+    assert "pytest-gpucolloc gate RUN --columns=scenario," in lines[gate + 3], lines[gate + 3]

@@ -1,0 +1,43 @@
+"""A terminal table that fits: its width (the terminal's, else a CI log's), and the least important columns left
+out until the table is within it, said in one line with the option that shows them (pure: text in, text out)."""
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+
+LOG_WIDTH = 120  # no terminal (a CI log) and no COLUMNS: what a log viewer shows without wrapping
+MIN_WIDTH = 40  # narrower is a bogus size (as pytest's terminal writer takes it): the log's width instead
+
+Render = Callable[[list[str]], tuple[str, list[str]]]  # columns -> (the table, its footnotes)
+
+
+def terminal_width() -> int:
+    """The COLUMNS environment variable, else the terminal's width, else (output to a file or a CI log) LOG_WIDTH."""
+    columns = shutil.get_terminal_size((0, 0)).columns
+    return columns if columns >= MIN_WIDTH else LOG_WIDTH
+
+
+def widest(text: str) -> int:
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
+def fit(render: Render, names: list[str], drop_order: list[str], width: int) -> tuple[str, list[str], list[str]]:
+    """``render(names)`` with the columns of ``drop_order`` (least important first) left out, one at a time, until its
+    table is at most ``width`` characters wide (or none of them is left). The table, its footnotes, the columns left
+    out (in ``names``' order)."""
+    shown = list(names)
+    table, notes = render(shown)
+    for name in drop_order:
+        if widest(table) <= width:
+            break
+        if name in shown:
+            shown.remove(name)
+            table, notes = render(shown)
+    return table, notes, [name for name in names if name not in shown]
+
+
+def left_out_line(dropped: list[str], width: int, ask: str, first: str) -> str:
+    """What was left out to fit, and how to ask for it: ``ask`` names the option (``--columns``), ``first`` the
+    column that names the rows, shown with them."""
+    return (f"left out to fit {width} characters: {', '.join(dropped)}; show them with "
+            f"{ask}={','.join([first, *dropped])}")

@@ -1,0 +1,220 @@
+"""pytest-gpucolloc: read, judge and draw the collocation scenarios that pytest saved (pytest-benchmark's
+storage and JSON files), plan MIG layouts, and compare two revisions or environments in one job (A/B)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..history import METRICS
+from ..machine import PLUGIN_VERSION
+from ..report import COLUMNS as TABLE_COLUMNS
+from ..report import GATE_COLUMNS
+from .common import (
+    EXIT_CODES,
+    INTERRUPTED,
+    PIPE_CLOSED,
+    RUN_HELP,
+    UNWRITABLE,
+    CommandError,
+    checked,
+    columns_argument,
+    format_argument,
+    gate_arguments,
+    judging_arguments,
+    storage_argument,
+    storage_folder,
+    window_arguments,
+)
+from .judging import cmd_ab, cmd_compare, cmd_forget, cmd_gate, cmd_history
+from .mig import cmd_mig_plan, cmd_mig_profiles, cmd_mig_restore
+from .reading import cmd_advise, cmd_check, cmd_info, cmd_plot, cmd_report, cmd_table
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pytest-gpucolloc", description=__doc__, epilog=EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {PLUGIN_VERSION}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser("info", help="GPUs, driver and sharing modes as this machine reports them"
+                        ).set_defaults(run_command=cmd_info)
+    check = commands.add_parser("check", help="what on this machine would make numbers unsteady, before a benchmark: "
+                                "GPU persistence, power limit, clocks, other processes, MIG; MPS daemons, CPU "
+                                "governor and load (read-only; exit 1: something would)")
+    format_argument(check)
+    check.set_defaults(run_command=cmd_check)
+    mig = commands.add_parser("mig", help="MIG profiles and layout plans (read-only unless 'restore')")
+    mig_commands = mig.add_subparsers(dest="mig_command", required=True)
+    for name, run, text in (("profiles", cmd_mig_profiles, "the GPU's MIG profile table"),
+                            ("plan", cmd_mig_plan, "placements for a layout, or why it does not fit")):
+        sub = mig_commands.add_parser(name, help=text)
+        if name == "plan":
+            sub.add_argument("layout", help="e.g. '4g,2g,2g' or '3g.71gb,2g.35gb,1g.18gb*2'")
+        sub.add_argument("--table", help="a named table instead of the live GPU: h200, h100-80gb, a100-40gb, a100-80gb")
+        sub.add_argument("--gpu", default="0", help="GPU index or UUID (default 0)")
+        if name == "profiles":
+            format_argument(sub)
+            sub.add_argument("--json", action="store_true", help="the same as --format json")
+        sub.set_defaults(run_command=run)
+    restore = mig_commands.add_parser("restore", help="restore a MIG layout a killed run left saved")
+    restore.add_argument("--gpu", default="0", help="GPU index or UUID (default 0)")
+    restore.add_argument("--checkpoint-dir", help="where runs save the layout they changed (default: the plugin's, "
+                         "as --mig-checkpoint-dir)")
+    restore.set_defaults(run_command=cmd_mig_restore)
+
+    gate_cmd = commands.add_parser("gate", help="judge a saved run against the history in the storage "
+                                   "(exit 1: a regression; 3: the storage holds no saved runs; 5: nothing judged, "
+                                   "as pytest's gate)")
+    gate_cmd.add_argument("run", nargs="?", help=RUN_HELP + " (default: the storage's latest run)")
+    gate_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file (a CI job summary)")
+    gate_cmd.add_argument("--columns", type=columns_argument(GATE_COLUMNS),
+                          help=f"the table's columns, comma-separated, among {','.join(GATE_COLUMNS)} (default all; "
+                          "in a terminal a long reason is numbered and said below the table)")
+    gate_arguments(gate_cmd)
+    gate_cmd.set_defaults(run_command=cmd_gate)
+
+    compare_cmd = commands.add_parser("compare", help="compare two sets of saved runs, per scenario (exit 1: a "
+                                      "regression; one run against one says the change, not a verdict)")
+    compare_cmd.add_argument("--runs-ids", dest="runs_ids", nargs=2, metavar=("BEFORE", "AFTER"),
+                             help="two run ids (file names or their NNNN prefix)")
+    compare_cmd.add_argument("--commits", nargs=2, metavar=("BEFORE", "AFTER"),
+                             help="two commits (ids, prefixes or git revisions such as HEAD~1): the runs saved "
+                                  "at each")
+    compare_cmd.add_argument("--group-by", help="a machine_info key: driver_version, cuda_driver_version, torch, ...")
+    compare_cmd.add_argument("--groups", nargs=2, metavar=("BEFORE", "AFTER"), help="the two values of --group-by")
+    gate_arguments(compare_cmd)
+    compare_cmd.set_defaults(run_command=cmd_compare)
+
+    history_cmd = commands.add_parser("history", help="level shifts (change points) in each scenario's saved history, "
+                                      "per physical GPU")
+    storage_argument(history_cmd)
+    history_cmd.add_argument("--scenario", help="only scenarios whose name contains this")
+    history_cmd.add_argument("--gpu", help="only the GPU whose UUID starts with this")
+    history_cmd.add_argument("--alpha", type=checked("--alpha", 1e-9, 0.2), default=0.01,
+                             help="a shift counts when its levels differ at p below this (default 0.01)")
+    history_cmd.add_argument("--min-runs", type=checked("--min-runs", 2, 1000, integer=True), default=3,
+                             help="runs a level must hold on each side of a shift (default 3)")
+    history_cmd.add_argument("--metric", choices=METRICS, default="throughput",
+                             help="what each series follows: the scenario's throughput, or its serving job's p99 "
+                                  "latency (scenarios with Workload(..., rate=...); saturated runs left out) "
+                                  "(default throughput)")
+    window_arguments(history_cmd, "list the level shifts of")
+    format_argument(history_cmd)
+    history_cmd.set_defaults(run_command=cmd_history)
+
+    ab_cmd = commands.add_parser("ab", help="paired A/B in one job: two interpreters, environments or git revisions "
+                                 "of the scenario code, both warm at once and measured in alternating short windows "
+                                 "(exit 0 no regression, 1 regression, 2 usage error)")
+    ab_cmd.add_argument("--baseline", required=True,
+                        help="a Python interpreter, a virtual environment or a git revision")
+    ab_cmd.add_argument("--candidate", required=True, help="the same kinds as --baseline")
+    ab_cmd.add_argument("--ab-min-blocks", type=checked("--ab-min-blocks", 2, 1000, integer=True), default=3,
+                        help="blocks (fresh processes in each arm) per scenario at least (default 3)")
+    ab_cmd.add_argument("--ab-max-blocks", type=checked("--ab-max-blocks", 2, 1000, integer=True), default=12,
+                        help="blocks per scenario at most while it is inconclusive (default 12)")
+    ab_cmd.add_argument("--ab-pairs", type=checked("--ab-pairs", 1, 1000, integer=True), default=5,
+                        help="pairs of windows per block, each arm measured once a pair, in random order (default 5)")
+    ab_cmd.add_argument("--ab-window-seconds", type=checked("--ab-window-seconds", 0.05, 600), default=1.0,
+                        help="length of one arm's measurement window (default 1)")
+    ab_cmd.add_argument("--ab-scenario-minutes", type=checked("--ab-scenario-minutes", 0.001, 10000), default=5,
+                        help="no new block of a scenario once it would pass this much time (default 5)")
+    ab_cmd.add_argument("--ab-budget-minutes", type=checked("--ab-budget-minutes", 0.001, 10000), default=60,
+                        help="no new block once the job would pass this much time (default 60)")
+    ab_cmd.add_argument("--ab-alone", action="store_true",
+                        help="also measure each job alone in both arms (speedups; the A/B does not need them)")
+    ab_cmd.add_argument("--out", default="gpucolloc-ab", help="each arm's run JSON, log and saved runs (storage/); "
+                        "never the history's storage: an arm is measured in turns (default gpucolloc-ab)")
+    ab_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file")
+    ab_cmd.add_argument("--json", help="also write the verdicts and log-ratios as JSON to this file")
+    judging_arguments(ab_cmd, storage=False)
+    ab_cmd.add_argument("pytest_args", nargs=argparse.REMAINDER,
+                        help="what each arm's pytest runs, e.g. benchmarks/ -m gpucolloc_quick --gpu-mode=mps")
+    ab_cmd.set_defaults(run_command=cmd_ab)
+
+    forget_cmd = commands.add_parser("forget", help="leave saved runs out of the history (gate, compare, history, "
+                                     "plot, --benchmark-compare) without deleting them: a disturbed run, an "
+                                     "experiment; --list shows them, --undo brings one back")
+    forget_cmd.add_argument("runs", nargs="*", metavar="RUN", help="run ids (file names or their NNNN prefix) or "
+                            "files in the storage")
+    forget_cmd.add_argument("--why", help="the reason, kept in the list")
+    forget_cmd.add_argument("--undo", action="store_true", help="bring the named runs back into the history")
+    forget_cmd.add_argument("--list", action="store_true", help="the runs set aside (the default without RUN)")
+    storage_argument(forget_cmd)
+    format_argument(forget_cmd)
+    forget_cmd.set_defaults(run_command=cmd_forget)
+
+    report_cmd = commands.add_parser("report", help="an HTML page of runs (and the history of a storage) that answers "
+                                     "first: the best way to share, a summary table, then figures linked in figures/")
+    report_cmd.add_argument("runs", nargs="*", help=RUN_HELP + " (default: the latest run of --storage or .benchmarks)")
+    report_cmd.add_argument("--storage", type=storage_folder,
+                            help="also draw the history of this pytest-benchmark storage (a folder or a file:// URL)")
+    report_cmd.add_argument("--out", default="gpucolloc-report", help="folder for index.html and figures/ "
+                            "(default gpucolloc-report)")
+    window_arguments(report_cmd, "with --storage: show the history of")
+    report_cmd.set_defaults(run_command=cmd_report)
+
+    advise_cmd = commands.add_parser("advise", help="rank the measured ways a job mix can share this GPU, and say "
+                                     "which and why (exit 3: nothing measured runs these jobs); or, with "
+                                     "--p99-within, which way keeps a service's p99 within a budget while training "
+                                     "gets the most (exit 1: no measured way does)")
+    advise_cmd.add_argument("runs", nargs="*", help=RUN_HELP + " (default: the storage's latest run)")
+    storage_argument(advise_cmd)
+    question = advise_cmd.add_mutually_exclusive_group(required=True)
+    question.add_argument("--jobs", help="the mix: labels as the summary shows them or workload "
+                          "names as Workload takes them, each with *COUNT, e.g. 'resnet26-cifar10/bs128*3,resnet50' "
+                          "(a bare name is its default batch size, 32)")
+    question.add_argument("--p99-within", metavar="BUDGET", help="a serving job's p99 budget: milliseconds (25) or a "
+                          "multiple of its p99 alone at the same rate (2x); answers, per service and number of "
+                          "training jobs, the mode and SM reservation within it where training keeps the most")
+    format_argument(advise_cmd, extra=("text",))
+    advise_cmd.set_defaults(run_command=cmd_advise)
+
+    plot = commands.add_parser("plot", help="the report's figures as files: scaling, mixes, each job's share, energy "
+                               "(of one run), history with gate decisions")
+    storage_argument(plot)
+    plot.add_argument("--out", default="gpucolloc-plots", help="folder for the figures (default gpucolloc-plots)")
+    plot.add_argument("--run", help="run for the figures of one run (default: the newest)")
+    window_arguments(plot, "draw the history of")
+    plot.add_argument("--format", choices=["png", "svg"], default="png",
+                      help="the figures' file format (default png); this command writes figures, not tables")
+    plot.set_defaults(run_command=cmd_plot)
+
+    table = commands.add_parser("table", help="table of the scenarios in pytest-benchmark JSON files")
+    table.add_argument("files", nargs="*", metavar="run", help=RUN_HELP + " (default: the storage's latest run)")
+    storage_argument(table)
+    table.add_argument("--columns", type=columns_argument(TABLE_COLUMNS),
+                       help=f"the table's columns, comma-separated, among {','.join(TABLE_COLUMNS)} (default all)")
+    format_argument(table, extra=("text",))  # text: the name "table" had before
+    table.set_defaults(run_command=cmd_table)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as done:  # --help, --version (0) or a usage error (2), already said: its code is returned
+        return done.code if isinstance(done.code, int) else int(done.code is not None)
+    if getattr(args, "format", None) == "text":
+        args.format = "table"
+    if sys.stdout is None:  # started with stdout closed (>&-): print() would drop the answer without a word
+        print("error: cannot write the output: stdout is closed", file=sys.stderr)
+        return UNWRITABLE
+    try:
+        code = args.run_command(args)
+        sys.stdout.flush()  # here, not at exit: a reader that went away is answered below, not by a traceback
+        return code
+    except CommandError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.code
+    except BrokenPipeError:
+        # stdout's reader stopped reading (| head): end quietly, with nothing left for Python to flush at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return PIPE_CLOSED
+    except OSError as error:  # the commands name what they cannot read: this is stdout that cannot be written
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (/dev/full): nothing left to fail at exit
+        print(f"error: cannot write the output: {error.strerror or error}", file=sys.stderr)
+        return UNWRITABLE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED
+

@@ -1,0 +1,241 @@
+"""What every command shares: exit codes, reading saved runs and storage, writing outputs, argument types."""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import history
+from ..benchmark_api import storage_path
+from ..gate import Policy
+from ..options import MAX_ALPHA, MAX_RUNS, MAX_THRESHOLD, MIN_ALPHA, number_option
+from ..report import columns
+from ..scratch import can_write_in
+from ..verdict import DEFAULT_ALPHA, DEFAULT_MIN_RUNS, DEFAULT_RUNS, DEFAULT_THRESHOLD
+
+# Exit codes, the same for every command (docs/cli.md): each means one thing.
+OK, NEGATIVE, USAGE, NOTHING_TO_READ, UNWRITABLE = 0, 1, 2, 3, 4
+
+
+NOTHING_JUDGED = 5  # gate: a run with nothing to judge; pytest's code for a gated run that judged none
+
+
+PIPE_CLOSED = 141  # stdout closed by its reader (``| head``): what a shell reports for a process ended by SIGPIPE
+
+
+INTERRUPTED = 130
+
+
+RECENT_RUNS = 200  # history, plot and report show the newest this many runs unless told (--last, --since)
+
+
+NEWEST = 3  # history's table of series: each one's newest runs, their values and verdicts
+
+
+FORMATS = ["table", "markdown", "csv", "json"]
+
+
+EXIT_CODES = """exit codes (every command):
+  0  done; no regression
+  1  the answer is no: a scenario regressed (gate, compare, ab), a MIG layout does not fit (mig plan),
+     the machine would make numbers unsteady (check)
+  2  usage error or bad input (an option, a file that cannot be read as a run)
+  3  nothing to read: storage that does not exist or holds no saved runs, runs without scenarios, no GPU
+  4  an output (--out, --markdown, --json) cannot be written
+  5  gate: nothing judged (every scenario left to paired A/B), as pytest's gate exits 5: not a pass
+  130 interrupted; 141 stdout closed by its reader (e.g. | head)
+details: docs/cli.md"""
+
+
+RUN_HELP = "saved runs: files, or run ids in --storage (a file name or its NNNN number)"
+
+
+class CommandError(Exception):
+    """What a command could not do, in one line, and its exit code."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+def read_runs(paths) -> list:
+    runs = []
+    for path in paths:
+        try:
+            runs.append(history.read_run(Path(path)))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise CommandError(f"cannot read {path}: {str(error)[:200]}", USAGE) from None
+        for problem in runs[-1].problems:  # scenarios skipped: named by every command that reads files
+            print(f"warning: {problem}", file=sys.stderr)
+    return runs
+
+
+def named_runs(names: list, storage: Path) -> list:
+    """Saved runs as every command names them: a file, or a run id (its file name or NNNN number) in ``storage``;
+    none named: the storage's latest run (of its history: not an experiment or a run set aside)."""
+    def is_file(name) -> bool:
+        return Path(name).exists() or "/" in str(name) or str(name).endswith(".json")
+
+    if names and all(map(is_file, names)):
+        return read_runs(names)
+    loaded = load_history(storage)
+    if not names:
+        return [loaded.runs[-1]]
+    runs: list = []
+    for name in names:
+        found = read_runs([name]) if is_file(name) else loaded.named(str(name))
+        if len(found) != 1:
+            raise CommandError(f"{str(name)!r} names {len(found)} saved runs under {storage}"
+                               + (f": {', '.join(str(run.path) for run in found)}" if found else
+                                  " (a file name, its NNNN number, or a path to the file)"), USAGE)
+        runs += found
+    return runs
+
+
+def write_out(path, text: str) -> None:
+    """Write an output file (its folder made if need be), or fail with exit code 4."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+    except OSError as error:
+        raise CommandError(f"cannot write {path}: {error.strerror or error}", UNWRITABLE) from None
+
+
+def out_folder(path) -> Path:
+    """An output folder that exists and can be written, or exit code 4 before anything is drawn."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CommandError(f"cannot write into {folder}: {error.strerror or error}", UNWRITABLE) from None
+    if not can_write_in(folder):
+        raise CommandError(f"cannot write into {folder}: a file cannot be created there", UNWRITABLE)
+    return folder
+
+
+def tabular(rows: list[list], headers: list[str], fmt: str) -> str:
+    """Rows in one of FORMATS (json: one object per row, keyed by the headers)."""
+    from tabulate import tabulate
+
+    if fmt == "json":
+        return json.dumps([dict(zip(headers, row)) for row in rows], indent=2)
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(headers)
+        writer.writerows(rows)
+        return out.getvalue().rstrip("\n")
+    return tabulate(rows, headers=headers, tablefmt="github" if fmt == "markdown" else "simple", disable_numparse=True)
+
+
+def storage_folder(text: str) -> Path:
+    """--storage as pytest's --benchmark-storage takes it: a folder or a file:// URL."""
+    path = storage_path(text)
+    if path is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: only pytest-benchmark's file storage can be read "
+                                         "(a folder, or a file:// URL)")
+    return path
+
+
+def load_history(root: Path):
+    """The saved runs under ``root``; storage that does not exist or holds no run of this plugin is exit code 3,
+    never an empty history (a mis-set storage path must not pass as "no baseline")."""
+    if not root.is_dir():
+        raise CommandError(f"no storage folder {root}" + (" (a file)" if root.exists() else "") + ": check --storage "
+                           "(pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
+    loaded = history.load(root)
+    for problem in loaded.problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    if loaded.left_out:  # said, so that a run missing from an answer is not a mystery
+        print(f"note: {len(loaded.left_out)} run(s) left out of the history: " + "; ".join(
+            f"{run.run_id} ({why})" for run, why in loaded.left_out[:3]) + ("; ..." if len(loaded.left_out) > 3
+                                                                          else ""), file=sys.stderr)
+    if not loaded.runs:
+        raise CommandError(f"no saved pytest-gpucolloc runs under {root}"
+                           + (f" ({len(loaded.problems)} files could not be read, above)" if loaded.problems else "")
+                           + (f" ({len(loaded.left_out)} left out, above)" if loaded.left_out else "")
+                           + ": check --storage (pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
+    return loaded
+
+
+def policy_of(args):
+    return Policy(threshold=args.threshold / 100, alpha=args.alpha, runs=args.runs, min_runs=args.min_runs)
+
+
+def checked(name: str, low: float, high: float, integer: bool = False):
+    """An argparse type that checks the value as the plugin's own option of the same meaning does."""
+    parse = number_option(name, low, high, integer)
+
+    def check(text: str):
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return check
+
+
+def columns_argument(names: list[str]):
+    def check(text: str) -> list[str]:
+        try:
+            return columns(text, names)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return check
+
+
+def storage_argument(parser) -> None:
+    parser.add_argument("--storage", type=storage_folder, default=Path(".benchmarks"),
+                        help="pytest-benchmark's storage as pytest's --benchmark-storage takes it: a folder or a "
+                             "file:// URL (default .benchmarks)")
+
+
+def since(text: str) -> str:
+    """--since: an ISO date or date and time (UTC unless it says its offset), as the saved runs' times (UTC)
+    compare with it."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (2026-12-01) or date and time "
+                                         "(2026-12-01T08:00)") from None
+    return (when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo else when).isoformat()
+
+
+def window_arguments(parser, what: str) -> None:
+    parser.add_argument("--last", type=checked("--last", 0, 10**9, integer=True), default=RECENT_RUNS,
+                        help=f"{what} the newest this many saved runs; older level shifts are summed up in a line "
+                             f"(default {RECENT_RUNS}; 0: every run)")
+    parser.add_argument("--since", type=since, help=f"{what} runs saved at or after this date (UTC), e.g. 2026-12-01")
+
+
+def format_argument(parser, default: str = "table", extra: tuple[str, ...] = ()) -> None:
+    parser.add_argument("--format", choices=FORMATS + list(extra), default=default,
+                        help=f"output: {', '.join(FORMATS)} (default {default})")
+
+
+def judging_arguments(parser, storage: bool = True) -> None:
+
+    if storage:
+        storage_argument(parser)
+    parser.add_argument("--threshold", type=checked("--threshold", 0, MAX_THRESHOLD),
+                        default=100 * DEFAULT_THRESHOLD,
+                        help=f"smallest drop in percent that counts (default {100 * DEFAULT_THRESHOLD:g})")
+    parser.add_argument("--alpha", type=checked("--alpha", MIN_ALPHA, MAX_ALPHA), default=DEFAULT_ALPHA,
+                        help="false-alarm rate per judgement: a scenario's throughput, and each latency of its "
+                             f"service (default {DEFAULT_ALPHA:g})")
+
+
+def gate_arguments(parser) -> None:
+
+    judging_arguments(parser)
+    parser.add_argument("--runs", type=checked("--runs", 2, MAX_RUNS, integer=True), default=DEFAULT_RUNS,
+                        help=f"baseline: most recent N comparable runs (default {DEFAULT_RUNS})")
+    parser.add_argument("--min-runs", type=checked("--min-runs", 1, MAX_RUNS, integer=True),
+                        default=DEFAULT_MIN_RUNS,
+                        help=f"fewest baseline runs to decide (default {DEFAULT_MIN_RUNS})")
+    format_argument(parser)

@@ -1,0 +1,274 @@
+"""The commands that judge saved history: gate, compare, history, forget, and ab (two arms in one job)."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+from .. import changepoints, compare, forget, gate, history, history_shifts, report
+from ..history import LATENCY, experiment, short_name
+from ..scratch import clean_stale_scratch
+from ..table_fit import terminal_width
+from ..verdict import with_latency
+from .common import (
+    NEGATIVE,
+    NEWEST,
+    NOTHING_JUDGED,
+    NOTHING_TO_READ,
+    OK,
+    USAGE,
+    CommandError,
+    load_history,
+    named_runs,
+    policy_of,
+    tabular,
+    write_out,
+)
+
+
+def _regressed(rows) -> int:
+    return NEGATIVE if any(r.verdict["verdict"] == "regressed" for r in rows) else OK
+
+
+def _commit(loaded, wanted: str) -> str:
+    """A commit as saved runs name it (a prefix of their commit id), or a git revision of the repository here
+    (HEAD, HEAD~1, a branch): its full id. Left as given when it is neither (the selection then says no run matches)."""
+    if any(run.commit and run.commit.startswith(wanted) for run in loaded.runs):
+        return wanted
+    try:
+        done = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{wanted}^{{commit}}"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return wanted
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else wanted
+
+
+def cmd_compare(args) -> int:
+    loaded = load_history(args.storage)
+    try:
+        commits = [_commit(loaded, c) for c in args.commits] if args.commits else None
+        before, after, a, b = compare.select(loaded, runs=args.runs_ids, commits=commits,
+                                             group_by=args.group_by, groups=args.groups)
+    except compare.SelectionError as error:
+        raise CommandError(str(error), USAGE) from None
+    said = args.commits or [a, b]  # in the order given, as typed (HEAD~1) and the commit it names
+    found = " -> ".join(typed if typed == label else f"{typed} ({label[:10]})" for typed, label in zip(said, (a, b)))
+    rows = compare.compare(before, after, policy_of(args))
+    title = f"compare {found} ({len(before)} -> {len(after)} runs; a change is {said[1]} against {said[0]})"
+    print(compare.render(rows, args.format, title, terminal_width()))
+    return _regressed(rows)
+
+
+def cmd_gate(args) -> int:
+
+    run = named_runs([args.run] if args.run else [], args.storage)[0]
+    if not run.scenarios:
+        raise CommandError(f"{run.path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
+    if experiment(run):  # its windows were measured another way: a history of ordinary runs cannot judge it
+        raise CommandError(f"{run.path} is {experiment(run)}: the gate judges ordinary runs against their history "
+                           "(an A/B is judged by `pytest-gpucolloc ab` itself)", USAGE)
+    loaded = load_history(args.storage)
+    policy = policy_of(args)
+    # Judge the run as the gate would have when it was made: against the runs saved before it.
+    excluded = {run.run_id} | {r.run_id for r in loaded.runs if r.datetime >= run.datetime}
+    # a scenario whose marker leaves it to paired A/B is not judged here either, as the pytest gate does not
+    left = [name for name, scenario in run.scenarios.items() if scenario.gate_by == "ab"]
+    if len(left) == len(run.scenarios):
+        raise CommandError(f"{run.path}: no scenario to judge: " + report.left_to_ab_line(left, _modes(run, left)),
+                           NOTHING_JUDGED)
+    verdicts = []
+    last = history.GATE_WINDOW * policy.runs
+    for name in (name for name in run.scenarios if name not in left):
+        verdict = gate.decide(run.sample(name), loaded.samples(name, exclude=excluded, last=last), policy)
+        for metric in LATENCY:  # a serving job: its latency judged too
+            latency = run.sample(name, metric)
+            if latency is not None:
+                with_latency(verdict, gate.decide(
+                    latency, loaded.samples(name, exclude=excluded, metric=metric, last=last), policy))
+        verdicts.append((name, verdict))
+    if args.markdown:  # written first: an output that cannot be written is said before the verdicts
+        markdown = _gate_render(verdicts, "markdown", f"Collocation regression gate: {run.run_id}")
+        write_out(args.markdown, markdown + "\n")
+    print(_gate_render(verdicts, args.format, f"gate: {run.run_id}", args.columns))
+    if left:  # below the table, or on stderr where stdout is data
+        print(("\n" if args.format in ("table", "markdown") else "") + report.left_to_ab_line(left, _modes(run, left)),
+              file=sys.stdout if args.format in ("table", "markdown") else sys.stderr)
+    return NEGATIVE if any(verdict.failed for _, verdict in verdicts) else OK
+
+
+def _modes(run, names: list[str]) -> list[str]:
+    return list(dict.fromkeys(run.scenarios[name].mode for name in names))
+
+
+def _gate_render(verdicts, fmt: str, title: str, columns: list[str] | None = None) -> str:
+    """The gate's table: a row per scenario, and below a serving scenario's a row per latency judged
+    (``report.gate_rows``). JSON: each verdict as saved, the latency ones inside it."""
+    if fmt == "json":
+        return json.dumps([{"scenario": name, **verdict.to_dict()} for name, verdict in verdicts], indent=2)
+    entries = [(name if fmt != "table" else short_name(name), verdict.to_dict()) for name, verdict in verdicts]
+    if fmt == "csv":
+        return tabular(report.gate_rows(entries), report.GATE_HEADERS, fmt)
+    table = report.gate_table(entries, "github" if fmt == "markdown" else "simple", columns, terminal_width())
+    return f"### {title}\n\n{table}" if fmt == "markdown" else f"{title}\n{table}"
+
+
+def cmd_history(args) -> int:
+    loaded = load_history(args.storage)
+    try:
+        points, looked = history_shifts.find(loaded, args.scenario, args.gpu, args.alpha, args.min_runs, args.metric)
+    except ImportError as missing:  # a dependency left out of the install, e.g. an offline machine's --no-deps
+        raise CommandError(f"pytest-gpucolloc history needs the {missing.name} package, a dependency of "
+                           f"pytest-gpucolloc that is not installed in this environment: pip install {missing.name}",
+                           USAGE) from None
+    shown = {run.run_id for run in loaded.recent(args.last, args.since)}
+    older = [p for p in points if p.run_id not in shown]
+    points = [p for p in points if p.run_id in shown]
+    p99 = args.metric != "throughput"  # a latency
+    if not looked:
+        filters = " and ".join(
+            f"{flag} {value}" for flag, value in (("--scenario", args.scenario), ("--gpu", args.gpu)) if value)
+        what = f"no saved scenario with a serving job's {args.metric} (Workload(..., rate=...), not saturated)" if p99 \
+            else "no saved scenario"
+        raise CommandError(what + (f" matches {filters}" if filters else ""), USAGE)
+    runs_of = _series_runs(loaded, args.metric, looked, shown)
+    if args.format == "json":
+        print(json.dumps({"metric": args.metric, "change_points": [p.to_dict() for p in points],
+                          "older_change_points": [p.to_dict() for p in older], "runs_shown": len(shown),
+                          "series": [{"scenario": s, "gpu": g, "runs": n, "shown": [
+                              {"run_id": run_id, "value": value, "verdict": verdict}
+                              for run_id, value, verdict in runs_of[(s, g)]]} for s, g, n in looked]}, indent=2))
+        return 0
+    level = report.ms if p99 else (lambda value: f"{value:,.0f}")
+    rows = [[short_name(p.scenario), p.gpu[:16], p.run_id, (p.commit or "-")[:10], p.driver or "-", p.datetime[:19],
+             level(p.before), level(p.after), f"{p.change:+.1%}", f"{p.p_value:.2g}", f"{p.runs_before}/{p.runs_after}"]
+            for p in points]
+    unit = f"{args.metric} ms" if p99 else "samples/s"
+    headers = ["scenario", "GPU", "starts at run", "commit", "driver", "date", f"before {unit}", f"after {unit}",
+               "change", "p", "runs before/after"]
+    if args.format == "csv":
+        print(tabular(rows, headers, "csv"))
+        return OK
+    window = f" in the last {len(shown):,} of {len(loaded.runs):,} runs" if len(shown) < len(loaded.runs) else ""
+    print(f"{len(points)} level shift(s){window} in {len(looked)} series (scenario x physical GPU)"
+          + (f" of the serving job's {args.metric} latency (a + change is slower)" if p99 else "")
+          + f"; a level must hold for {args.min_runs} runs and differ at p < {args.alpha:g} with any one run left out")
+    if older:
+        print(_older_shifts(older, len(shown), len(loaded.runs)))
+    if points:
+        print(tabular(rows, headers, args.format))
+    print(tabular([[short_name(s), g[:16], f"{n:,}", "; ".join(
+        level(value) + (f" {verdict}" if verdict else "") for _, value, verdict in runs_of[(s, g)][-NEWEST:])]
+        for s, g, n in looked], ["scenario", "GPU", "runs", f"newest runs, {unit} (the gate's verdict where gated)"],
+        args.format))
+    short = [(s, g, n) for s, g, n in looked if not changepoints.can_hold_a_shift(n, args.min_runs)]
+    if short:  # "0 level shifts" must not read as "steady" where no shift could have been found
+        print(f"{len(short)} of the series have fewer than {2 * args.min_runs} runs (two levels of {args.min_runs}): "
+              "no shift can be found in them yet: " + ", ".join(
+                  f"{short_name(s)} on {g[:16]} ({n} run{'s' if n != 1 else ''})" for s, g, n in short))
+    return 0
+
+
+def _series_runs(loaded, metric: str, looked, shown: set[str]) -> dict[tuple[str, str], list]:
+    """Each series' runs among those shown, oldest first: (run id, its value in the metric's unit, the gate's verdict
+    on it or None where it was not gated)."""
+    found = history_shifts.series(loaded, metric)
+    return {(name, gpu): [(p.run.run_id, math.exp(p.log_level), _verdict(p.run.scenarios[name], metric))
+                          for p in found[(name, gpu)] if p.run.run_id in shown] for name, gpu, _ in looked}
+
+
+def _verdict(scenario, metric: str) -> str | None:
+    """The gate's verdict on a saved scenario's throughput, or on a latency of its serving job."""
+    judged = scenario.gate or {}
+    if metric != "throughput":
+        judged = (judged.get("latency") or {}).get(metric) or (judged.get("p99") if metric == "p99" else None) or {}
+    return judged.get("verdict")
+
+
+def cmd_forget(args) -> int:
+    """Set saved runs aside (left out of every history, their files kept), list them, or bring them back."""
+    root = args.storage
+    if args.list or not args.runs:
+        listed = forget.read(root)
+        rows = [[key, when, why or "-"] for key, (when, why) in sorted(listed.items())]
+        print(tabular(rows, ["run", "set aside", "why"], args.format) if rows or args.format == "json"
+              else f"no run set aside under {root}")
+        return OK
+    if args.undo:
+        listed = forget.read(root)
+        keys = []
+        for wanted in args.runs:
+            found = [key for key in listed if wanted in (key, Path(key).stem, Path(key).name.split("_")[0])]
+            if len(found) != 1:
+                raise CommandError(f"{wanted!r} names {len(found)} of the runs set aside under {root}"
+                                   + (f" ({', '.join(found)}): name it by its path" if found else
+                                      ": `pytest-gpucolloc forget --list` shows them"), USAGE)
+            keys += found
+        forget.undo(root, keys)
+        print("back in the history: " + ", ".join(keys))
+        return OK
+    if not root.is_dir():
+        raise CommandError(f"no storage folder {root}: check --storage", NOTHING_TO_READ)
+    loaded = history.load(root)
+    paths: list[Path] = []
+    for wanted in args.runs:
+        files = [run.path for run in loaded.named(wanted)] or [Path(wanted)] * Path(wanted).is_file()
+        if len(files) != 1:
+            raise CommandError(f"{wanted!r} names {len(files)} saved runs under {root}"
+                               + (f" ({', '.join(map(str, files))}): name it by its file" if files else ""), USAGE)
+        paths += files
+    keys = forget.add(root, paths, args.why or "")
+    print("left out of the history (the files are kept; `pytest-gpucolloc forget --undo RUN` brings one back): "
+          + ", ".join(keys))
+    return OK
+
+
+def _older_shifts(older, shown: int, runs: int) -> str:
+    """The level shifts before the runs shown, a line per series: where each started and by how much."""
+    by_series: dict[tuple[str, str], list] = {}
+    for point in older:
+        by_series.setdefault((point.scenario, point.gpu), []).append(point)
+    lines = [f"{len(older)} older level shift(s), before the {shown:,} runs shown of {runs:,} (--last, --since):"]
+    lines += [f"  {short_name(scenario)} on {gpu[:16]}: " + ", ".join(
+        f"{p.change:+.1%} at {p.run_id.split('_')[0]} ({p.datetime[:10]})" for p in shifts)
+        for (scenario, gpu), shifts in by_series.items()]
+    return "\n".join(lines)
+
+
+def cmd_ab(args) -> int:
+    from .. import ab, ab_arms, ab_judge  # hdrhistogram and the worker's code load only for ab
+
+    here = Path.cwd()
+    pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    settings = ab.Settings(threshold=args.threshold / 100, alpha=args.alpha, min_blocks=args.ab_min_blocks,
+                           max_blocks=max(args.ab_max_blocks, args.ab_min_blocks), pairs_per_block=args.ab_pairs,
+                           window_s=args.ab_window_seconds, scenario_budget_s=60 * args.ab_scenario_minutes,
+                           budget_s=60 * args.ab_budget_minutes, alone=args.ab_alone)
+    removed = clean_stale_scratch()  # a killed ab's arms, worktrees and socket folder (and a killed run's scratch)
+    if removed:
+        print(f"removed what killed runs left: {', '.join(removed)}", file=sys.stderr)
+    try:
+        ab_arms.check_pytest_args(pytest_args)
+        arms = [ab_arms.resolve(args.baseline, "baseline", here), ab_arms.resolve(args.candidate, "candidate", here)]
+        if any(arm.kind == "revision" for arm in arms):
+            ab_arms.check_clean(here)
+        ab_arms.check_gpu_idle(pytest_args)
+        with ab_arms.sigterm_as_interrupt(), ab_arms.checked_out(arms, here):
+            judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, Path(args.out).resolve(),
+                                      say=lambda text: print(text, file=sys.stderr, flush=True))
+    except ab_arms.ABError as error:
+        raise CommandError(str(error), USAGE) from None
+    title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "
+             f"{settings.window_s:g} s in blocks of fresh processes")
+    print(title)
+    print(ab_judge.table(judgements))
+    for line in ab_judge.in_words(judgements):
+        print(line)
+    if args.markdown:
+        write_out(args.markdown, f"### {title}\n\n{ab_judge.table(judgements, 'github')}\n")
+    if args.json:
+        write_out(args.json, json.dumps({"baseline": args.baseline, "candidate": args.candidate,
+                                     "judgements": [j.to_dict() for j in judgements],
+                                     "runs": [str(r.path) for r in runs]}, indent=2))
+    return NEGATIVE if any(j.verdict == "regressed" for j in judgements) else OK

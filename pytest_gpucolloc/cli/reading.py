@@ -1,0 +1,176 @@
+"""The commands that read and draw saved runs: info, check, table, report, advise, plot."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .. import advisor, checkup, history, nvml, report
+from ..modes import MODES
+from ..table_fit import terminal_width
+from .common import (
+    NEGATIVE,
+    NOTHING_TO_READ,
+    OK,
+    UNWRITABLE,
+    USAGE,
+    CommandError,
+    load_history,
+    named_runs,
+    out_folder,
+    tabular,
+)
+
+
+def cmd_info(args) -> int:
+    reason = nvml.init()
+    info: dict = {"modes": {name: mode.summary for name, mode in MODES.items()}}
+    if reason:
+        info["gpus"] = []
+        info["note"] = reason
+    else:
+        info["driver"] = nvml.driver()
+        info["gpus"] = [{"index": g.index, "uuid": g.uuid, "name": g.name, "memory_total_bytes": g.memory_total_bytes,
+                         "mig_mode": g.mig_mode, **g.extra} for g in nvml.gpus()]
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def cmd_check(args) -> int:
+    """What would make a benchmark's numbers unsteady here; exit 1 when anything would (checkup.py)."""
+    findings = checkup.check()
+    rows = [[f.severity, f.check, f.finding, f.fix or "-"] for f in findings]
+    print(tabular(rows, ["severity", "check", "finding", "what to do"], args.format))
+    unsteady = sum(f.severity == checkup.UNSTEADY for f in findings)
+    if args.format in ("table", "markdown"):
+        print(f"\n{unsteady} finding(s) that make numbers unsteady" if unsteady
+              else "\nnothing found that makes numbers unsteady")
+    return NEGATIVE if unsteady else OK
+
+
+def cmd_table(args) -> int:
+    entries, sources = [], []
+    runs = named_runs(args.files, args.storage)
+    for run in runs:
+        path = run.path
+        if not run.scenarios and not run.problems:
+            raise CommandError(f"{path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
+        entries += [(history.short_name(name), scenario) for name, scenario in run.scenarios.items()]
+        # Speedups are against the sequential run of the same session and GPU: rows of several files say which.
+        sources += [f"{path.parent.name}/{path.name} on {(scenario.gpu_uuid or 'cpu')[:12]}"
+                    for scenario in run.scenarios.values()]
+    shown = sources if len(runs) > 1 else None
+    if args.format in ("csv", "json"):
+        rows = report.rows(entries)
+        headers = report.HEADERS if shown is None else ["run", *report.HEADERS]
+        print(tabular(rows if shown is None else [[s, *row] for s, row in zip(shown, rows)], headers, args.format))
+    else:
+        print(report.table(entries, fmt="github" if args.format == "markdown" else "simple", sources=shown,
+                           shown=args.columns, width=terminal_width()))
+    return OK
+
+
+def cmd_report(args) -> int:
+    from .. import html_report  # matplotlib loads only for a report
+
+    runs = named_runs(args.runs, args.storage or Path(".benchmarks")) if args.runs or not args.storage else []
+    loaded = load_history(args.storage) if args.storage else None
+    if not any(run.scenarios for run in runs) and loaded is None:
+        raise CommandError("no pytest-gpucolloc scenarios in the given runs (name run files, or --storage)",
+                           NOTHING_TO_READ)
+    out = out_folder(args.out)
+    try:
+        page = html_report.build([run for run in runs if run.scenarios], loaded, out,
+                                 loaded.recent(args.last, args.since) if loaded is not None else [])
+    except OSError as error:
+        raise CommandError(f"cannot write the report into {out}: {error}", UNWRITABLE) from None
+    print(f"wrote {page} ({page.stat().st_size / 1e3:,.0f} KB) and its figures in {page.parent / 'figures'}")
+    return OK
+
+
+def cmd_advise(args) -> int:
+    if args.p99_within is not None:
+        return _advise_serving(args)
+    try:
+        jobs = advisor.parse_jobs(args.jobs)
+    except advisor.AdviceError as error:
+        raise CommandError(str(error), USAGE) from None
+    runs = named_runs(args.runs, args.storage)
+    try:
+        advice = advisor.advise(jobs, runs)
+    except advisor.AdviceError as error:
+        raise CommandError(str(error), NOTHING_TO_READ) from None
+    if args.format == "json":
+        print(json.dumps({**advice, "options": [vars(o) for o in advice["options"]]}, indent=2))
+        return OK
+    rows = [[o.way, o.scenario, o.run_id, "-" if o.speedup is None else f"{o.speedup:.2f}x",
+             "-" if o.worst_share is None else f"{o.worst_share:.0%}",
+             "-" if o.samples_per_joule is None else f"{o.samples_per_joule:.1f}",
+             "-" if o.memory_headroom_gb is None else f"{o.memory_headroom_gb:.0f}"] for o in advice["options"]]
+    headers = ["way", "scenario", "run", "speedup", "slowest job", "samples/J", "memory free GB"]
+    if args.format == "csv":
+        print(tabular(rows, headers, "csv"))
+        return OK
+    for line in advice.get("predicted_lines", []):  # a mix nobody measured: predicted, said as such
+        print(line)
+    print(advice["recommendation"] + ".")
+    print(tabular(rows, headers, args.format))
+    if advice["not_measured"]:
+        print(f"Not measured for this mix: {', '.join(advice['not_measured'])} ({advice['measure_with']}).")
+    if not advice["graphed_measured"]:
+        print("Not measured: the graphed variants (Workload(..., cuda_graph=True)).")
+    return OK
+
+
+def _advise_serving(args) -> int:
+    """``advise --p99-within``: per service and number of training jobs, the way within the p99 budget where training
+    keeps the most; exit 1 when a service has none."""
+    try:
+        budget = advisor.parse_budget(args.p99_within)
+    except advisor.AdviceError as error:
+        raise CommandError(str(error), USAGE) from None
+    runs = named_runs(args.runs, args.storage)
+    try:
+        advice = advisor.serving_advice(runs, budget)
+    except advisor.AdviceError as error:
+        raise CommandError(str(error), NOTHING_TO_READ) from None
+    code = OK if advice["met"] else NEGATIVE
+    if args.format == "json":
+        answers = [{**a, "option": vars(a["option"])} for a in advice["answers"]]
+        print(json.dumps({**advice, "answers": answers}, indent=2))
+        return code
+    rows = []
+    for answer in advice["answers"]:
+        o = answer["option"]
+        p99 = "saturated" if o.saturated else "-" if o.p99_ms is None else f"{o.p99_ms:,.1f}"
+        rows.append([answer["service"], str(answer["training_jobs"]), "yes" if answer["within"] else "no", o.way,
+                     o.scenario, str(o.runs), p99, "-" if o.p99_vs_alone is None or o.saturated
+                     else f"{o.p99_vs_alone:.2f}x", "-" if o.training_kept is None else f"{o.training_kept:.0%}"])
+    headers = ["service", "training jobs", f"p99 within {advice['budget']}", "way", "scenario", "runs", "p99 ms",
+               "p99 vs alone", "training kept"]
+    if args.format != "csv":
+        print("\n".join(advice["advice"]))
+    print(tabular(rows, headers, args.format))
+    return code
+
+
+def cmd_plot(args) -> int:
+    import itertools
+
+    from .. import history_plot, plots  # matplotlib loads only for a figure
+
+    loaded = load_history(args.storage)
+    run = loaded.find(args.run) if args.run else loaded.runs[-1]
+    if run is None:
+        raise CommandError(f"no saved run {args.run!r} under {args.storage}", USAGE)
+    out = out_folder(args.out)
+    try:
+        written = plots.write(itertools.chain(plots.for_runs([run]),
+                                              history_plot.figures(loaded, loaded.recent(args.last, args.since))),
+                              out, args.format)
+    except OSError as error:
+        raise CommandError(f"cannot write the figures into {out}: {error}", UNWRITABLE) from None
+    for figure, path in written:
+        print(path)
+        for note in figure.notes:  # e.g. the older runs not drawn, and their level shifts
+            print(f"  {note}")
+    return OK

@@ -14,6 +14,7 @@ from .modes import MODES
 from .mps_daemon import MpsDaemon
 from .options import add_options, any_given, read_options
 from .session import CollocSession
+from .summary import Summary
 
 session_key = pytest.StashKey[CollocSession]()
 MARKERS = [
@@ -42,6 +43,7 @@ def pytest_configure(config):
     session = CollocSession(config, options)
     config.stash[session_key] = session
     config.pluginmanager.register(session, "gpucolloc-session")
+    config.pluginmanager.register(Summary(session), "gpucolloc-summary")
     session.check_storage(any_given(config))
     session.save_when_gated()
     session.compare_with_history()
@@ -61,6 +63,7 @@ def pytest_unconfigure(config):
     if session is not None:
         session.stop()
         config.pluginmanager.unregister(session)
+        config.pluginmanager.unregister(name="gpucolloc-summary")
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)

@@ -24,7 +24,6 @@ from . import (
     machine_warmup,
     process_marks,
     progress,
-    record,
     report,
     telemetry,
     timings,
@@ -36,8 +35,6 @@ from .modes.base import ModeOptions, Target
 from .options import MAX_THRESHOLD, Config, DeviceConfig
 from .scenario import ScenarioResult, Settings
 from .scratch import can_write_in, clean_stale_scratch
-from .table_fit import terminal_width
-from .workloads import SMOKE_SEQ_LEN
 
 # CPU smoke mode: real processes and real training, small enough for a laptop or a CI runner.
 CPU_IMAGE_SIZE = 32
@@ -340,7 +337,7 @@ class CollocSession:
         if gpu is not None and self.machine_warmup is None and self.machine_warmup_limit() > 0:
             self.machine_warmup = machine_warmup.run(gpu.uuid, self.machine_warmup_limit())
 
-    def _machine_warmup_line(self) -> str:
+    def machine_warmup_line(self) -> str:
         if self.device().gpu is None:
             return "gpucolloc: machine warm-up: none on the CPU (nothing to warm)"
         limit = self.machine_warmup_limit()
@@ -368,7 +365,7 @@ class CollocSession:
             where = str(exc)
         lines = [f"gpucolloc: modes {', '.join(self.modes)}; {where}"]
         try:
-            lines.append(self._machine_warmup_line())
+            lines.append(self.machine_warmup_line())
         except DeviceUnavailable:
             pass
         if self.autosaved:
@@ -452,8 +449,6 @@ class CollocSession:
         else:
             if self.seconds:  # scenarios ran: the device and settings are known
                 timings.remember(session.config, self._machine_kind(), self.settings(), self.seconds)
-            if self.history is not None:
-                self._write_gate_report()
         failed = self.save_problems or any(v.failed for _, v in self.verdicts)
         if failed and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -497,125 +492,3 @@ class CollocSession:
         if changes:
             benchmarksession.logger.warning("gpucolloc: compared run differs: " + "; ".join(changes))
         return result
-
-    def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
-        if not self.invited:
-            return
-        for problem in self.save_problems:
-            terminalreporter.write_line(f"gpucolloc: {problem}", red=True)
-        if not (self.results or self.forwarded or self.alone_measured or self.skipped):
-            return
-        terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
-        device = self.device()
-        terminalreporter.write_line(device.reason)
-        if device.gpu is None:  # what a user asked for is not what ran: say so where the numbers are
-            terminalreporter.write_line(
-                f"CPU smoke mode ran smaller jobs than asked: images of {CPU_IMAGE_SIZE} px, batches capped at "
-                f"{CPU_BATCH_CAP}, language models at {SMOKE_SEQ_LEN} tokens; its numbers check the suite, not a GPU")
-        terminalreporter.write_line(self.machine_warmup.describe() if self.machine_warmup is not None
-                                    else self._machine_warmup_line().removeprefix("gpucolloc: "))
-        if device.gpu is None:
-            terminalreporter.write_line("telemetry sampler: off (no GPU)")
-        elif not self.options.colloc_telemetry:
-            terminalreporter.write_line("telemetry sampler: off (--colloc-telemetry=off)")
-        # the summary shows exactly what is saved: each result through the record's writer and reader
-        entries = [(f"alone: {result.workloads[0].label}", record.read(record.write(result)))
-                   for _, result in self.alone_measured]
-        entries += [(name, record.read(record.write(result, verdict))) for name, result, verdict in self.results]
-        entries += [(name, record.read(info)) for name, info in self.forwarded]
-        if entries:
-            shown = report.columns(self.options.colloc_columns, report.COLUMNS) if self.options.colloc_columns \
-                else None
-            terminalreporter.write_line(report.table(entries, shown=shown, width=terminal_width(),
-                                                     ask="--colloc-columns"))
-        for name, scenario in entries:
-            for warning in scenario.warnings:
-                terminalreporter.write_line(f"warning: {name}: {warning}", yellow=True)
-        terminalreporter.write_line(
-            "alone: each distinct job measured alone once per session (the sequential mode's results and every "
-            "speedup's reference); speedup: sum of each job's throughput relative to running alone; CV: "
-            "round-to-round spread of aggregate throughput; rounds: taken until the mean was known within "
-            "--colloc-precision (or the most rounds, or while it was within reach); start-up s: spawn to every worker "
-            "warm ('= alone': a sequential scenario, or one job under naive, '= mps': one mps-partitioned client has "
-            "the whole GPU; each records that measurement, taken once)"
-        )
-        if self.results:  # its table follows: say what its times are where it is printed
-            terminalreporter.write_line(
-                "pytest-benchmark's table times each round as the time per sample (1 / the aggregate samples/s, in "
-                "its unit: a slower scenario shows a longer time; its OPS are samples/s), so that "
-                "--benchmark-compare-fail sees a slowdown")
-        if self.results and not (config.getoption("benchmark_save", None) or config.getoption("benchmark_autosave",
-                                                                                                None)):
-            terminalreporter.write_line(  # a first-time user's runs would otherwise leave no history, silently
-                "gpucolloc: this run was not saved, so no later run can be compared or gated against it: add "
-                "--benchmark-autosave (or gate it: --colloc-gate saves too)", yellow=True)
-        served = report.serving_table(entries)
-        if served:
-            terminalreporter.write_line(served)
-            for name, why in report.saturated(entries):
-                terminalreporter.write_line(f"saturated: {name}: {why}", yellow=True)
-            terminalreporter.write_line(
-                "serving: latency from each request's scheduled arrival to its answer (open loop), over every request "
-                "measured; p99 vs alone: against the same service alone at the same rate; SMs reserved: the "
-                "service's share of the SMs (mps-partitioned; the training jobs share the rest); training kept: the "
-                "training jobs' mean share of their throughput alone")
-        spent = report.time_spent([scenario for _, scenario in entries], self.settings().round_s)
-        if spent:
-            terminalreporter.write_line(spent)
-        for name, scenario in entries:  # data loading: the cores each job got, and whether they were enough
-            if any(w.data_wait_share is not None for w in scenario.workers):
-                terminalreporter.write_line(f"data wait (time spent waiting for the next batch) and CPU cores of "
-                                            f"{name}: {scenario.cpu_affinity}")
-        for name, why in self.skipped:
-            terminalreporter.write_line(f"skipped {name}: {why}")
-        if self.history is not None:
-            self._gate_summary(terminalreporter)
-
-    def _gate_summary(self, terminalreporter) -> None:
-        regressed = [name for name, v in self.verdicts if v.failed]
-        if self.nothing_gated():
-            terminalreporter.write_sep("!", "gpucolloc gate: no scenario judged, exit code 5: the gate did not pass",
-                                       red=True)
-        else:
-            terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(self.verdicts)}")
-        for line in self._unjudged_lines():
-            terminalreporter.write_line(line)
-        for problem in self.history.problems if self.history else []:
-            terminalreporter.write_line(f"history: {problem}")
-        for name, verdict in self.verdicts:
-            if verdict.remeasured:
-                terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
-        terminalreporter.write_line(report.gate_table(
-            self._shown_verdicts(), width=terminal_width(),
-            ask="--colloc-gate-report=FILE (every column) or pytest-gpucolloc gate RUN --columns"))
-
-    def _unjudged_lines(self) -> list[str]:
-        """What the gate did not judge, for the summary and the gate report."""
-        return ([self._nothing_judged_line()] * (not self.verdicts)
-                + [self._left_to_ab_line()] * bool(self.measured_for_ab))
-
-    def _nothing_judged_line(self) -> str:
-        """Why a gated run judged no scenario: a gate that passes without judging anything must say so."""
-        why = [f"{len(self.measured_for_ab)} left to paired A/B"] if self.measured_for_ab else []
-        why += [f"{len(self.skipped)} skipped ({'; '.join(f'{name}: {reason}' for name, reason in self.skipped[:3])}"
-                f"{'; ...' if len(self.skipped) > 3 else ''})"] if self.skipped else []
-        return "no scenario was judged against history" + (f": {', '.join(why)}" if why else "")
-
-    def _left_to_ab_line(self) -> str:
-        return report.left_to_ab_line(self.measured_for_ab, self.options.gpu_mode or ())
-
-    def _shown_verdicts(self) -> list[tuple[str, dict]]:
-        return [(name, verdict.to_dict()) for name, verdict in self.verdicts]  # as saved, so as ``compare`` shows
-
-    def _write_gate_report(self) -> None:
-        """The verdicts as Markdown (CI job summaries); a report that cannot be written fails the run."""
-        path = self.options.colloc_gate_report
-        if not path:
-            return
-        try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            table = report.gate_table(self._shown_verdicts(), "github")
-            left = "".join(f"\n{line}\n" for line in self._unjudged_lines())
-            Path(path).write_text(f"### Collocation regression gate\n\n{table}\n{left}")
-        except OSError as error:
-            self.save_problems.append(f"could not write the gate report to {path}: {error}")

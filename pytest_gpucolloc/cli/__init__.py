@@ -12,10 +12,16 @@ from ..report import COLUMNS as TABLE_COLUMNS
 from ..report import GATE_COLUMNS
 from .common import (
     EXIT_CODES,
+    FORMATS,
     INTERRUPTED,
+    NEGATIVE,
+    NOTHING_JUDGED,
+    NOTHING_TO_READ,
+    OK,
     PIPE_CLOSED,
     RUN_HELP,
     UNWRITABLE,
+    USAGE,
     CommandError,
     checked,
     columns_argument,
@@ -29,6 +35,10 @@ from .common import (
 from .judging import cmd_ab, cmd_compare, cmd_forget, cmd_gate, cmd_history
 from .mig import cmd_mig_plan, cmd_mig_profiles, cmd_mig_restore
 from .reading import cmd_advise, cmd_check, cmd_info, cmd_plot, cmd_report, cmd_table
+
+# what scripts and tests use: the entry point, its parser, the formats and the exit codes (docs/cli.md)
+__all__ = ["main", "build_parser", "FORMATS", "OK", "NEGATIVE", "USAGE", "NOTHING_TO_READ", "UNWRITABLE",
+           "NOTHING_JUDGED", "PIPE_CLOSED", "INTERRUPTED"]
 
 
 def build_parser() -> argparse.ArgumentParser:

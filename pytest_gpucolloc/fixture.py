@@ -12,11 +12,10 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
-from . import benchmark_api, distributed, gate, history, interleave, measure, progress, record, run_warnings
+from . import benchmark_api, distributed, gate, history, interleave, markers, measure, progress, record, run_warnings
 from .device import release
 from .modes import MODES, ModeFailed, ModeUnavailable
 from .modes.sequential import SequentialMode
@@ -33,9 +32,6 @@ from .scenario import (
 from .session import CollocSession, ScenarioContext
 from .verdict import with_latency
 from .workloads import BACK_TO_BACK, Workload, WorkloadError, as_workloads
-
-if TYPE_CHECKING:  # loaded when first used: the gate runs only when asked for
-    from . import gate
 
 diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, attached to its report
 
@@ -347,7 +343,7 @@ class CollocateFixture:
         progress.warn(result.warnings)  # said as soon as known, and in the summary and the record
         benchmark = self.benchmark
         benchmark.extra_info.update(record.write(result, verdict))
-        if self.session.left_to_ab(self.node):  # saved saying so, gated or not: no gate judges it against history
+        if markers.left_to_ab(self.node):  # saved saying so, gated or not: no gate judges it against history
             benchmark.extra_info["gate_by"] = "ab"
             if self.session.history is not None:
                 self.session.measured_for_ab.append(self.node.nodeid)

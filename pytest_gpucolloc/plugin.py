@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from . import benchmark_api
+from . import benchmark_api, markers
 from .device import make_target, release, selected_gpus
 from .fixture import CollocateFixture, diagnostics_key
 from .modes import MODES
@@ -17,15 +17,6 @@ from .session import CollocSession
 from .summary import Summary
 
 session_key = pytest.StashKey[CollocSession]()
-MARKERS = [
-    "gpucolloc_quick: scenario of the quick tier (also run in CPU smoke mode)",
-    "gpucolloc_full: scenario of the full matrix, deselected unless --colloc-full is given",
-    "gpucolloc_gpu: test needs a real NVIDIA GPU; skipped with the reason without one",
-    "gpucolloc_mig_layout(layout): MIG layout of this scenario, e.g. '3g,2g,1g*2'",
-    "gpucolloc_gate(threshold=PERCENT, by='history'|'ab'): this scenario's regression threshold; by='ab': the "
-    "history gate measures and saves it but leaves judging it to paired A/B (pytest-gpucolloc ab)",
-    "gpucolloc_repeats(K): start this scenario's workers K times afresh (see --colloc-repeats)",
-]
 
 
 def pytest_addoption(parser):
@@ -34,7 +25,7 @@ def pytest_addoption(parser):
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-benchmark's, which compares the saved run's machine info with ours
 def pytest_configure(config):
-    for line in MARKERS:
+    for line in markers.DECLARED:
         config.addinivalue_line("markers", line)
     try:
         options = read_options(config)

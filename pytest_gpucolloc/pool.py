@@ -14,16 +14,14 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import phases, process_marks, protocol
 from .environment import base_environment
+from .forkserver import ForkServer
 from .logs import tail
 from .protocol import MSG_FD_ENV
 from .workloads import Workload
-
-if TYPE_CHECKING:
-    from .forkserver import ForkServer
 
 _LIVE_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 _WORKER_NUMBERS = itertools.count()

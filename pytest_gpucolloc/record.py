@@ -62,17 +62,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import record_checks as check
 from .machine import BOUNDING
 from .mig.planner import why_it_cannot_exist
 from .record_checks import MAX_DEPTH, RecordError, too_deep
 from .telemetry import ABNORMAL_REASONS, throttled_why
+from .verdict import Verdict
 from .workloads import autotunes_convolutions
-
-if TYPE_CHECKING:
-    from .gate import Verdict
 
 VERSION = 2
 MARKER = "gpucolloc"  # the extra_info key holding the version: a scenario of this plugin

@@ -3,10 +3,8 @@ the summary and in its record (``warnings``). Each is one sentence: what was see
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .gate import Verdict
+from .verdict import Verdict
 
 UNSTABLE_CV = 0.10  # round-to-round spread of aggregate throughput above which the rounds are unstable
 SPEEDUP_SLACK = 1.05  # a job may run a little faster beside others than alone (noise); n jobs cannot make 1.05 n

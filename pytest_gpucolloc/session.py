@@ -9,7 +9,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -22,6 +22,7 @@ from . import (
     interleave,
     machine,
     machine_warmup,
+    markers,
     process_marks,
     progress,
     report,
@@ -32,26 +33,14 @@ from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
 from .machine_warmup import DEFAULT_LIMIT_S
 from .modes.base import ModeOptions, Target
-from .options import MAX_THRESHOLD, Config, DeviceConfig
+from .options import Config, DeviceConfig
 from .scenario import ScenarioResult, Settings
 from .scratch import can_write_in, clean_stale_scratch
 
 # CPU smoke mode: real processes and real training, small enough for a laptop or a CI runner.
 CPU_IMAGE_SIZE = 32
 CPU_BATCH_CAP = 4
-if TYPE_CHECKING:  # loaded when first used: scipy comes with the gate
-    from . import gate, history, machine_warmup
-
 SCENARIO_OVERHEAD_S = 5.0  # start-up before warm-up (spawn, import torch, CUDA context, build), for time estimates
-PLUGIN_FIXTURES = {"collocate", "gpu_mode", "mps_daemon"}
-
-
-def uses_plugin(item) -> bool:
-    """A collected test that invites the plugin: it uses one of its fixtures or markers."""
-    return bool(PLUGIN_FIXTURES & set(getattr(item, "fixturenames", ()))) \
-        or any(mark.name.startswith("gpucolloc_") for mark in item.iter_markers())
-
-
 @dataclass
 class ScenarioContext:
     """What one scenario needs from its session, handed down in one piece."""
@@ -269,54 +258,14 @@ class CollocSession:
                            mig_reconfigure=self.options.mig_reconfigure,
                            mig_checkpoint_dir=self.options.mig_checkpoint_dir)
 
-    def gate_policy(self, node):
-        """The gate's policy for this test (its colloc_gate marker may set the threshold), or None when the
-        run is not gated or the marker leaves the test to paired A/B (``by="ab"``)."""
-        if self.history is None:
-            return None
-
-        if self.left_to_ab(node):  # its fresh processes differ by more than a threshold: history cannot decide
-            return None
-        threshold = self.options.colloc_gate_threshold
-        marker = node.get_closest_marker("gpucolloc_gate")
-        if marker and "threshold" in marker.kwargs:
-            threshold = marker.kwargs["threshold"]
-            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-                    or not 0 <= threshold <= MAX_THRESHOLD:
-                pytest.fail(f"gpucolloc_gate(threshold=...) must be a percentage between 0 and {MAX_THRESHOLD:g}, "
-                            f"got {threshold!r}", pytrace=False)
-        return gate.Policy(threshold=threshold / 100, alpha=self.options.colloc_gate_alpha,
-                           runs=self.options.colloc_gate_runs, min_runs=self.options.colloc_gate_min_runs)
-
-    @staticmethod
-    def left_to_ab(node) -> bool:
-        """Whether the test's gpucolloc_gate marker leaves judging it to paired A/B (``by="ab"``); checked in every
-        run, gated or not, so that a misspelt value fails where it was written, not first in CI."""
-        marker = node.get_closest_marker("gpucolloc_gate")
-        by = marker.kwargs.get("by", "history") if marker else "history"
-        if by not in ("history", "ab"):
-            pytest.fail(f"gpucolloc_gate(by=...) is 'history' (the gate judges it against its saved runs) or 'ab' "
-                        f"(paired A/B judges it), got {by!r}", pytrace=False)
-        return by == "ab"
-
-    def repeats(self, node) -> int:
-        marker = node.get_closest_marker("gpucolloc_repeats")
-        if marker is None:
-            return self.options.colloc_repeats
-        value = marker.args[0] if marker.args else marker.kwargs.get("k")
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-            pytest.fail(f"gpucolloc_repeats(K) takes a whole number of repeats from 1 to 1000, got {value!r}",
-                        pytrace=False)
-        return value
-
     def context(self, node) -> ScenarioContext:
         """A scenario's context; its target has a new scratch directory that the caller releases."""
-        repeats = self.repeats(node)
+        repeats = markers.repeats(node, self.options.colloc_repeats)
         options = self.mode_options()
         marker = node.get_closest_marker("gpucolloc_mig_layout")
         if marker:
             options = dataclasses.replace(options, mig_layout=marker.args[0] if marker.args else None)
-        policy = self.gate_policy(node)
+        policy = markers.gate_policy(node, self.options) if self.history is not None else None
         self.warm_up_machine()
         target = make_target(self.device(), options)
         sampler = telemetry.sampler_factory(target.gpu) \
@@ -381,7 +330,7 @@ class CollocSession:
         return lines
 
     def pytest_collection_modifyitems(self, config, items):
-        ours = [item for item in items if uses_plugin(item)]
+        ours = [item for item in items if markers.uses_plugin(item)]
         if not ours:
             return
         self.invite()
@@ -424,7 +373,7 @@ class CollocSession:
 
     def pytest_runtest_setup(self, item):
         if item.get_closest_marker("gpucolloc_gate"):
-            self.left_to_ab(item)  # a misspelt marker fails here, before any skip could hide it
+            markers.left_to_ab(item)  # a misspelt marker fails here, before any skip could hide it
         if item.get_closest_marker("gpucolloc_gpu") and self.device().gpu is None:
             pytest.skip(f"needs an NVIDIA GPU: {self.device().reason}")
 

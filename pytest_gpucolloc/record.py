@@ -2,61 +2,7 @@
 writes it (``write``) and reads it (``read``); the summary, the gate, ``compare``, ``table`` and the plots
 read only the ``ScenarioRecord`` it returns.
 
-``extra_info["gpucolloc"]`` is the record's version. Version 2 (current)::
-
-    gpucolloc            2
-    mode                 sharing mode: sequential, naive, mps, mps-partitioned, mig
-    device               "cuda" or "cpu" (CPU smoke mode)
-    gpu                  {index, uuid, name} of the GPU it ran on and the configuration that bounds its performance
-                         (power_limit_w, application_sm_clock_mhz, max_sm_clock_mhz, mig_mode, ecc_mode), or null
-    workloads            one label per worker, e.g. "resnet26-cifar10/bs128"
-    n_workers            len(workloads)
-    aggregate_round_throughputs   aggregate samples/s per measurement round (all workers' rounds share
-                                  their boundaries; for sequential: equal work per job)
-    repeats              aggregate_round_throughputs split by fresh-process repeat (--colloc-repeats): one list
-                         per repeat, one list in all without repeats
-    aggregate_throughput mean of the rounds; aggregate_cv: their coefficient of variation
-    speedup_vs_sequential  sum over jobs of collocated / alone throughput, each over its whole measured window
-                         (alone: same session and GPU)
-    ideal_throughput, efficiency   one process training the summed batch, and aggregate / that
-    cpu_affinity         how CPU cores were given to workers
-    samples_per_joule, foreign_pids, telemetry (one dict per phase and repeat: power, clocks, power-cap share,
-                         GPM, ...)
-    throttled            an abnormal clock condition held (thermal, HW slowdown, power brake, or an SM clock below
-                         75% of its maximum): the run is not comparable. The power cap is recorded, never this.
-    mode_facts           what the sharing mode recorded (MPS daemon, MIG layout, ...)
-    measurement          how it was measured: fixed_cost_s (spawn to every worker warm, all phases and repeats),
-                         rounds, stopped (why no more rounds were taken: precision reached, out of reach, most rounds
-                         reached), wall_s (the scenario from set-up to tear-down), same_as (a scenario made of a
-                         measurement taken once in the session: "alone" for sequential scenarios and one job under
-                         naive, "mps" for one mps-partitioned client; its fixed_cost_s and wall_s are 0)
-    gate                 the gate's verdict when the run was gated, else absent
-    gate_by              "ab" when the scenario's marker leaves judging it to paired A/B (gpucolloc_gate(by="ab")):
-                         measured and saved, never judged against history (the pytest gate and ``gate`` alike);
-                         else absent. Before 2026-12-03 only gated runs carried it
-    serving              a scenario with a serving job (Workload(..., rate=...)): its request latencies over the whole
-                         measurement (p50_ms, p90_ms, p99_ms, p999_ms, max_ms, requests, round_p50/p90/p99_ms,
-                         the encoded HDR histogram), offered_rps and achieved_rps, backlog per round and unserved at
-                         the end, saturated (and why), rate_asked, alone_p50_ms, alone_p99_ms, their round values
-                         and p99_vs_alone (the job alone at the same rate), training_jobs, training_throughput and
-                         training_kept (their mean share of their alone throughput); the aggregate and speedup
-                         then count the training jobs only. Absent otherwise, and before 2026-12-03
-    warnings             what makes its numbers doubtful, one sentence each (run_warnings.py): unstable rounds,
-                         more workers than CPU cores, an impossible speedup, xdist on one machine, a gate that
-                         cannot resolve its threshold; absent before 2026-12-03
-    workers              one dict per worker, in scenario order:
-        workload, params (Workload.to_dict()), throughput, round_throughputs, cv, step_time_median_s,
-        step_time_cv, measured_s, peak_memory_bytes, reserved_memory_bytes, device_memory_bytes, cpus, pid,
-        startup_s, startup_phases_s, cuda_visible_devices, device_uuid_seen, gpm_of_its_mig_instance,
-        mode_facts (the worker's limits and checks: sm_percent, sm_count_seen, MIG instance, ...),
-        alone_throughput (the same job alone in the same session: the speedup's reference), tokens_per_s
-        (language models: samples/s times the sequence length), data_wait_share (data-loader jobs: share of
-        the measured time the training process waited for a batch)
-
-Version 1 (sessions before 2026-12) had the same fields but ``repeats``, the mode's facts stood beside the
-record's own keys (a fact could shadow a field), the CPU note was called ``cpu_placement``, and ``throttled``
-counted the power cap; early version-1 runs lack ``gpu``, ``foreign_pids``, ``throttle_share`` and the start-up
-fields. ``read`` accepts both and judges ``throttled`` by today's rule from the telemetry they kept.
+The fields, version by version: docs/records.md (a change to them changes that page).
 """
 from __future__ import annotations
 

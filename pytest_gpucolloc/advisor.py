@@ -219,11 +219,19 @@ def predicted(jobs: Counter, runs: list[SavedRun]) -> dict:
     lines = [f"Predicted, not measured ({kind} mix on {gpu}; model error on held-out mixes: {error}):" if ranked else
              f"Not predicted ({kind} mix on {gpu}; model error on held-out mixes: {error}): measure it"]
     for p in ranked:
-        slowest = min(p.shares.values())
+        low, high = min(p.shares.values()), max(p.shares.values())
+        each = (f"each job at about {low:.0%} of its speed alone" if high - low < 0.005 else
+                f"its jobs at about {low:.0%}-{high:.0%} of their speed alone")
         lines.append(f"  {p.mode}: {p.speedup:.2f}x (about {p.low:.2f}-{p.high:.2f}x; held out: {p.held_out_error:.0%}"
-                     f" off over {p.held_out_mixes} mixes), each job at about {slowest:.0%} of its speed alone; "
-                     f"contended: {p.contended}")
+                     f" off over {p.held_out_mixes} mixes), {each}; contended: {p.contended}")
     lines += [f"  {p.mode}: measure it ({p.why_not})" for p in found if p.speedup is None]
+    tied = predict.within_error(found, checks)
+    if len(tied) > 1:  # the model cannot rank them: say so rather than pick one
+        missed = ", ".join(f"{p.mode} {e:.0%}" if e is not None else f"{p.mode} unknown" for p, e in tied[1:])
+        lines.append(f"  best mode: {' and '.join(p.mode for p, _ in tied)} within the model's error (held-out error "
+                     f"of the ratio to {tied[0][0].mode}: {missed}): measure it")
+    elif tied and len(ranked) == len(found):  # a mode left to measure could still be the best one
+        lines.append(f"  best mode: {tied[0][0].mode} (predicted ahead of the next by more than the model's error)")
     if any(p.fits_in_memory is False for p in found):
         lines.append("  memory: the jobs used more memory alone than the GPU has: they do not fit together")
     sizes = [profiles[label].params.get("mig") for label, n in sorted(jobs.items()) for _ in range(n)]
@@ -235,7 +243,7 @@ def predicted(jobs: Counter, runs: list[SavedRun]) -> dict:
     command = mix_command(jobs, profiles, modes)
     lines.append(f"Measure it: {command}")
     return {"predicted": [dataclasses.asdict(p) for p in found], "unprofiled": [], "predicted_lines": lines,
-            "model_error": error, "measure_mix_with": command}
+            "model_error": error, "measure_mix_with": command, "best_within_error": [p.mode for p, _ in tied]}
 
 
 @dataclass(frozen=True)

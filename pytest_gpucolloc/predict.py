@@ -7,13 +7,17 @@ tensor activity, memory, power, the step time and (data-loader jobs) the share o
 The **model**, one per sharing mode, fitted on every measured mix of the GPU model (scipy's ``least_squares`` on
 log shares, robust to one disturbed run)::
 
-    share of job i = 1 / ((1 + overhead * (n - 1)) * max(1, demand)),
+    share of job i = 1 / ((1 + overhead * (n - 1)) * max(1, demand, slice_weight * n * SM activity of job i alone)),
     demand = sm_weight * sum of the jobs' SM activity alone + dram_weight * sum of their DRAM bandwidth alone
+             + graph_weight * number of CUDA-graphed jobs
 
 Below a demand of 1 the jobs fit beside each other and each loses only the per-neighbour overhead (contexts, the
-CPU issuing kernels); above it they contend for the resource whose term is larger, SMs or DRAM bandwidth, and share
-it. **Held out**: each measured mix is left out in turn, the model refitted without it and asked for it; the errors
-of that (by kind of mix: graphed, GPU-bound, launch-bound) are the prediction's interval, and where they are large
+CPU issuing kernels); above it they contend for the resource whose term is larger, SMs, DRAM bandwidth or (graphed
+jobs, which hold the GPU for their whole time slice) the time slices. The slice term is each job's own: a mode that
+gives each job 1/n of the GPU (naive's time slices, mps-partitioned's SM limits) slows a job that kept a share ``a``
+of the SMs busy alone once ``a * n`` passes 1, whatever its neighbours do.
+**Held out**: each measured mix is left out in turn, the model refitted without it and asked for it; the errors of
+that (by kind of mix: graphed, GPU-bound, launch-bound) are the prediction's interval, and where they are large
 the advisor says "measure it" instead.
 """
 from __future__ import annotations
@@ -140,23 +144,33 @@ class ModeModel:
     overhead: float  # share lost per neighbour, before any resource is full
     sm_weight: float
     dram_weight: float
+    graph_weight: float  # demand of one CUDA-graphed job's time slices
+    slice_weight: float  # a job's own demand on its 1/n of the GPU, per unit of its SM activity alone
     mixes: int  # measured mixes it was fitted on
 
-    def demand(self, jobs: list[Profile]) -> tuple[float, float]:
-        """The jobs' summed demand on the SMs and on DRAM bandwidth (1: the resource is full)."""
-        return (self.sm_weight * sum(p.sm_activity for p in jobs),
-                self.dram_weight * sum(p.dram_bandwidth or 0.0 for p in jobs))
+    def demand(self, jobs: list[Profile]) -> dict[str, float]:
+        """The jobs' summed demand on the SMs, DRAM bandwidth and time slices (their sum 1: the GPU is full)."""
+        return {"SMs": self.sm_weight * sum(p.sm_activity for p in jobs),
+                "DRAM bandwidth": self.dram_weight * sum(p.dram_bandwidth or 0.0 for p in jobs),
+                "graphed jobs' time slices": self.graph_weight * sum(p.graphed for p in jobs)}
+
+    def slices(self, jobs: list[Profile]) -> list[float]:
+        """Each job's demand on its own 1/n of the GPU (1: full)."""
+        return [self.slice_weight * len(jobs) * p.sm_activity for p in jobs]
 
     def shares(self, jobs: list[Profile]) -> list[float]:
-        share = 1 / ((1 + self.overhead * (len(jobs) - 1)) * max(1.0, sum(self.demand(jobs))))
-        return [share] * len(jobs)
+        common = max(1.0, sum(self.demand(jobs).values()))
+        return [1 / ((1 + self.overhead * (len(jobs) - 1)) * max(common, own)) for own in self.slices(jobs)]
 
     def contended(self, jobs: list[Profile]) -> str:
         """The resource it expects the jobs to contend for, in words."""
-        sm, dram = self.demand(jobs)
-        if sm + dram <= 1:
-            return f"none full (demand {sm + dram:.2f} of the GPU): a {self.overhead:.0%} loss per neighbour"
-        return f"{'SMs' if sm >= dram else 'DRAM bandwidth'} (demand {sm + dram:.2f}x the GPU)"
+        demand = self.demand(jobs)
+        total, own = sum(demand.values()), max(self.slices(jobs))
+        if max(total, own) <= 1:
+            return f"none full (demand {total:.2f} of the GPU): a {self.overhead:.0%} loss per neighbour"
+        if own > total:
+            return f"each job's 1/{len(jobs)} of the GPU (the busiest job needs {own:.2f}x its slice)"
+        return f"{max(demand, key=lambda k: demand[k])} (demand {total:.2f}x the GPU)"
 
 
 def fit(observations: list[Observation], profiles: dict[str, Profile], mode: str) -> ModeModel | None:
@@ -167,17 +181,21 @@ def fit(observations: list[Observation], profiles: dict[str, Profile], mode: str
     rows = [o for o in observations if o.mode == mode and all(j in profiles for j in o.jobs)]
     if len({o.mix for o in rows}) < 2:
         return None
-    n = np.array([len(o.jobs) - 1 for o in rows for _ in o.jobs], dtype=float)
+    n = np.array([len(o.jobs) for o in rows for _ in o.jobs], dtype=float)
     sm = np.array([sum(profiles[j].sm_activity for j in o.jobs) for o in rows for _ in o.jobs])
     dram = np.array([sum(profiles[j].dram_bandwidth or 0.0 for j in o.jobs) for o in rows for _ in o.jobs])
+    graphed = np.array([sum(profiles[j].graphed for j in o.jobs) for o in rows for _ in o.jobs], dtype=float)
+    own = np.array([profiles[j].sm_activity for o in rows for j in o.jobs])  # each job's, beside its mix's sums
     measured = np.log(np.array([s for o in rows for s in o.shares]))
 
     def residuals(theta):
-        return -np.log((1 + theta[0] * n) * np.maximum(1.0, theta[1] * sm + theta[2] * dram)) - measured
+        common = np.maximum(1.0, theta[1] * sm + theta[2] * dram + theta[3] * graphed)
+        return -np.log((1 + theta[0] * (n - 1)) * np.maximum(common, theta[4] * n * own)) - measured
 
-    theta = least_squares(residuals, [0.05, 1.0, 1.0], bounds=([0, 0, 0], [np.inf] * 3), loss="soft_l1",
+    theta = least_squares(residuals, [0.05, 1.0, 1.0, 0.1, 0.5], bounds=([0] * 5, [np.inf] * 5), loss="soft_l1",
                           f_scale=0.1).x
-    return ModeModel(mode, float(theta[0]), float(theta[1]), float(theta[2]), len({o.mix for o in rows}))
+    overhead, sm_weight, dram_weight, graph_weight, slice_weight = (float(t) for t in theta)
+    return ModeModel(mode, overhead, sm_weight, dram_weight, graph_weight, slice_weight, len({o.mix for o in rows}))
 
 
 def kind_of(jobs: list[Profile]) -> str:
@@ -274,3 +292,28 @@ def predict(jobs: Counter, profiles: dict[str, Profile], observations: list[Obse
             None if why_not else speedup * (1 + spread), {p.label: s for p, s in zip(mine, shares)}, kind,
             typical, len(errors), model.contended(mine), fits, why_not))
     return found
+
+
+def ratio_error(checks: list[HeldOut], first: str, second: str, kind: str) -> tuple[float | None, int]:
+    """How far the held-out prediction of ``first``'s speedup over ``second``'s missed the measured ratio (median
+    relative error over this kind's mixes measured under both), and over how many mixes."""
+    cells = {(c.mix, c.mode): c for c in checks if c.kind == kind}
+    errors = [abs((a.predicted / b.predicted) / (a.measured / b.measured) - 1)
+              for (mix, mode), a in cells.items() if mode == first and (b := cells.get((mix, second)))]
+    return (statistics.median(errors) if errors else None), len(errors)
+
+
+def within_error(found: list[Prediction], checks: list[HeldOut]) -> list[tuple[Prediction, float | None]]:
+    """The predicted modes the model cannot tell from the best predicted one, best first, each with the held-out
+    error of its ratio to the best: the predicted gap is within it (or too few mixes to know it). One: a clear
+    best."""
+    ranked = sorted((p for p in found if p.speedup), key=lambda p: -(p.speedup or 0.0))
+    if not ranked:
+        return []
+    best = ranked[0]
+    tied: list[tuple[Prediction, float | None]] = [(best, None)]
+    for other in ranked[1:]:
+        error, mixes = ratio_error(checks, best.mode, other.mode, best.kind)
+        if error is None or mixes < MIN_HELD_OUT or (best.speedup or 0.0) / (other.speedup or 1.0) - 1 <= error:
+            tied.append((other, error))
+    return tied

@@ -39,9 +39,9 @@ def test_mixes_left_out_are_predicted_within_the_noise_of_measuring_them(saved):
     assert {c.mode for c in checks} == set(predict.PREDICTED_MODES)
     eager = [abs(c.error) for c in checks if c.kind != "graphed"]
     assert len(eager) == 45 and statistics.median(eager) < 0.10
-    # graphed jobs time-slice under naive: two make 0.94x, which a model of the jobs' demand misses by far
-    graphed_naive = [c for c in checks if c.kind == "graphed" and c.mode == "naive"]
-    assert all(c.error > 0.3 for c in graphed_naive)
+    # one graphed job type only: its mixes left out are missed by far (what makes advise say "measure it" there)
+    graphed = [abs(c.error) for c in checks if c.kind == "graphed"]
+    assert statistics.median(graphed) > predict.MEASURE_ABOVE
 
 
 def test_the_model_says_which_resource_it_expects_to_contend(saved):
@@ -125,3 +125,38 @@ def test_the_mix_command_measures_the_mix_it_names(pytester, monkeypatch):
     pytester.runpytest_subprocess(*args, f"--benchmark-json={out}").assert_outcomes(passed=1)
     scenario = history.read_run(out).scenarios
     assert [s.workloads for s in scenario.values()] == [("tiny_workload:factory/bs4",) * 2]
+
+
+def test_modes_the_model_cannot_tell_apart_are_said_so_not_ranked(saved, capsys):
+    profiles, observations = saved
+    checks = predict.held_out(observations, profiles)
+    jobs = "resnet152-imagenet/bs32,resnet26-cifar10/bs128*2"  # not measured in these runs
+    found = predict.predict(Counter({"resnet152-imagenet/bs32": 1, "resnet26-cifar10/bs128": 2}), profiles,
+                            observations, None, checks)
+    tied = predict.within_error(found, checks)
+    top, second = tied[0][0], tied[1][0]
+    error = tied[1][1]
+    assert len(tied) > 1 and (top.speedup or 0) / (second.speedup or 1) - 1 <= error  # a gap within its error
+    assert cli.main(["advise", *map(str, RUNS), "--jobs", jobs, "--format", "json"]) == 0
+    advice = json.loads(capsys.readouterr().out)
+    assert advice["best_within_error"] == [p.mode for p, _ in tied]
+    assert f"best mode: {top.mode} and {second.mode}" in "\n".join(advice["predicted_lines"])
+    assert "within the model's error" in "\n".join(advice["predicted_lines"]) and "Measure it: " in advice[
+        "predicted_lines"][-1]
+
+
+def test_a_mode_clearly_ahead_is_named_the_best(saved):
+    profiles, observations = saved
+    checks = predict.held_out(observations, profiles)
+    kind = checks[0].kind
+    made_up = [predict.Prediction(mode, speedup, None, None, {}, kind, None, 0, "", None)
+               for mode, speedup in (("naive", 1.0), ("mps", 3.0), ("mps-partitioned", 1.1))]
+    assert [p.mode for p, _ in predict.within_error(made_up, checks)] == ["mps"]
+
+
+def test_a_job_busy_alone_is_slowed_most_in_its_slice_of_the_gpu(saved):
+    profiles, observations = saved
+    model = predict.fit(observations, profiles, "mps-partitioned")
+    heavy, light = profiles["resnet152-imagenet/bs32"], profiles["resnet26-cifar10/bs128"]
+    shares = model.shares([heavy] + [light] * 4)
+    assert shares[0] < shares[1]  # each of 5 gets 1/5 of the SMs: ResNet152 kept 45% busy alone, ResNet26 9%

@@ -90,6 +90,9 @@ def distances(values: list[float]) -> list[float]:
             for i, v in enumerate(values) if len(values) > 1]
 
 
+STAND_IN_NOISE = 0.10  # where no mix was measured twice, 10% stands for the run-to-run noise
+
+
 def noise(observations: list) -> tuple[dict, list[float]]:
     """Each mix and mode's run-to-run noise: the median distance of its measurements from the others' median where
     it was measured more than once, else the median over every such cell (pooled); and the pooled distances."""
@@ -97,7 +100,7 @@ def noise(observations: list) -> tuple[dict, list[float]]:
     for o in observations:
         cells[(o.mix, o.mode)].append(sum(o.shares))
     gaps = [g for values in cells.values() for g in distances(values)]
-    pooled = statistics.median(gaps) if gaps else 0.10  # no mix measured twice: 10% stands for the noise
+    pooled = statistics.median(gaps) if gaps else STAND_IN_NOISE
     return {cell: statistics.median(distances(v)) if len(v) > 1 else pooled for cell, v in cells.items()}, gaps
 
 
@@ -211,6 +214,7 @@ def main() -> int:
     unseen = unseen_mixes(observations, profiles)
     noise_of, gaps = noise(observations)
     measured_gap = statistics.median(gaps) if gaps else None
+    gaps = gaps or [STAND_IN_NOISE]
     picked = choice(checks, noise_of, gaps)[1]
     unprofiled = sorted({j for o in observations for j in o.jobs if j not in profiles})
     lines = ["# The collocation model on held-out H200 mixes", "",

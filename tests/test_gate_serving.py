@@ -86,7 +86,8 @@ def test_p99_up_30_percent_with_tight_rounds_regresses_and_fails_the_gate(storag
     assert 0 < low < p99["change"] < high  # an interval of the rise, in p99's own terms
     assert "p99 latency regressed (+30" in " ".join(verdict["notes"])
     summary = tmp_path / "summary.md"
-    assert cli.main(["gate", str(path), "--storage", str(storage.parent), "--markdown", str(summary)]) == 1
+    assert cli.main(["gate", str(path), "--storage", str(storage.parent), "--markdown", str(summary),
+                     "--columns", "scenario,verdict,baseline,current,change"]) == 1  # any terminal's width
     table = capsys.readouterr().out
     row = next(line for line in table.splitlines() if line.startswith(f"{SCENARIO} p99"))  # the short name
     verdict, baseline, unit, current, unit_again = row.split()[3:8]

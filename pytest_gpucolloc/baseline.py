@@ -46,7 +46,13 @@ def comparable(current: RunSample, history: list[RunSample]) -> tuple[list[RunSa
     served = [r for r in calm if not r.saturated]
     if len(served) < len(calm):
         notes.append(f"{len(calm) - len(served)} saturated run(s) left out (their latency was a growing queue's)")
-    return served, notes
+    # a regression is no baseline until a person accepts it: a retry of a regressed commit would pass on it
+    kept = [r for r in served if not r.regressed or r.accepted]
+    if len(kept) < len(served):
+        ids = ", ".join(r.run_id.split("_")[0] for r in served if r not in kept)
+        notes.append(f"{len(served) - len(kept)} run(s) judged regressed left out until accepted ({ids}; "
+                     "`pytest-gpucolloc accept RUN` makes one the new level)")
+    return kept, notes
 
 
 @dataclass(frozen=True)
@@ -223,7 +229,12 @@ def robust_baseline(current: RunSample, chosen: list[RunSample], policy: Policy
     left_out = {r.run_id: why for r in chosen if (why := signature(r, usual))}
     steady = [r for r in chosen if r.run_id not in left_out]
     start = changepoints.level_start([r.log_mean for r in steady], min_runs=max(policy.min_runs, 2))
-    if start:
+    accepted = max((i for i, r in enumerate(steady) if r.accepted), default=0)
+    if accepted and accepted >= start:  # a person's word on where the level starts outranks a shift before it
+        start = accepted
+        notes.append(f"{start} run(s) before the level accepted at {steady[start].run_id} (`pytest-gpucolloc "
+                     "accept`) left out")
+    elif start:
         before, after = steady[:start], steady[start:]
         shift = statistics.fmean(r.log_mean for r in after) - statistics.fmean(r.log_mean for r in before)
         notes.append(f"{start} run(s) before the level shift at {steady[start].run_id} left out "

@@ -1,16 +1,21 @@
-"""Runs the user set aside (``pytest-gpucolloc forget``): kept in the storage, left out of its history.
+"""The user's word on saved runs, kept beside them: runs set aside (``pytest-gpucolloc forget``: kept in the
+storage, left out of its history) and regressed runs accepted as the new level (``pytest-gpucolloc accept``: a run
+the gate judged regressed is no baseline until then).
 
-The list is a text file in the storage folder, one run a line: its path under the storage, when it was set aside,
-and why, separated by tabs. The runs' JSON files are never edited or deleted: ``forget --undo`` brings a run back.
+Each list is a text file in the storage folder, one run a line: its path under the storage, when it was listed,
+and why, separated by tabs. The runs' JSON files are never edited or deleted: ``--undo`` takes a run off a list.
 """
 from __future__ import annotations
 
 import os
 import tempfile
-import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 FILE = "gpucolloc-forgotten.tsv"  # not *.json: pytest-benchmark and the history read those as runs
+ACCEPTED = "gpucolloc-accepted.tsv"
+HEADERS = {FILE: "runs left out of the history by `pytest-gpucolloc forget` (--undo brings one back)",
+           ACCEPTED: "regressed runs accepted as the new level by `pytest-gpucolloc accept` (--undo takes one back)"}
 
 
 def _key(root: Path, path: Path) -> str:
@@ -21,51 +26,56 @@ def _key(root: Path, path: Path) -> str:
         return Path(path).resolve().as_posix()
 
 
-def read(root: Path) -> dict[str, tuple[str, str]]:
-    """The runs set aside under ``root``: path under the storage -> (when, why)."""
+def read(root: Path, file: str = FILE) -> dict[str, tuple[str, str]]:
+    """The runs on the list ``file`` under ``root``: path under the storage -> (when, why)."""
     try:
-        text = (Path(root) / FILE).read_text()
+        text = (Path(root) / file).read_text()
     except FileNotFoundError:
         return {}
-    forgotten = {}
+    listed = {}
     for line in text.splitlines():
         if line.strip() and not line.startswith("#"):
             key, when, why = (line.split("\t") + ["", ""])[:3]
-            forgotten[key] = (when, why)
-    return forgotten
+            listed[key] = (when, why)
+    return listed
+
+
+def entry(entries: dict[str, tuple[str, str]], root: Path, path: Path) -> tuple[str, str] | None:
+    """(when, why) of the run at ``path`` on the list, or None when it is not on it."""
+    return entries.get(_key(root, path))
 
 
 def why(forgotten: dict[str, tuple[str, str]], root: Path, path: Path) -> str | None:
     """Why the run at ``path`` is left out of the history, or None when it is not."""
-    entry = forgotten.get(_key(root, path))
-    if entry is None:
+    listed = entry(forgotten, root, path)
+    if listed is None:
         return None
-    when, reason = entry
+    when, reason = listed
     return f"set aside with `pytest-gpucolloc forget` on {when}" + (f": {reason}" if reason else "")
 
 
-def _write(root: Path, forgotten: dict[str, tuple[str, str]]) -> None:
+def _write(root: Path, entries: dict[str, tuple[str, str]], file: str) -> None:
     """The whole list written aside and renamed into place: a reader never sees half of it."""
-    lines = ["# runs left out of the history by `pytest-gpucolloc forget` (--undo brings one back): path, when, why"]
-    lines += [f"{key}\t{when}\t{reason}" for key, (when, reason) in sorted(forgotten.items())]
-    handle, aside = tempfile.mkstemp(prefix=f".{FILE}.", dir=root)
+    lines = [f"# {HEADERS[file]}: path, when, why"]
+    lines += [f"{key}\t{when}\t{reason}" for key, (when, reason) in sorted(entries.items())]
+    handle, aside = tempfile.mkstemp(prefix=f".{file}.", dir=root)
     with os.fdopen(handle, "w") as out:
         out.write("\n".join(lines) + "\n")
-    os.replace(aside, Path(root) / FILE)
+    os.replace(aside, Path(root) / file)
 
 
-def add(root: Path, paths: list[Path], reason: str = "") -> list[str]:
-    """Set the runs at ``paths`` aside; returns their names in the list."""
-    forgotten = read(root)
-    when = time.strftime("%Y-%m-%d %H:%M")
+def add(root: Path, paths: list[Path], reason: str = "", file: str = FILE) -> list[str]:
+    """Put the runs at ``paths`` on the list ``file``; returns their names in it."""
+    entries = read(root, file)
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")  # as a run's own datetime: compared with it
     keys = [_key(root, path) for path in paths]
-    forgotten.update({key: (when, " ".join(reason.split())) for key in keys})
-    _write(root, forgotten)
+    entries.update({key: (when, " ".join(reason.split())) for key in keys})
+    _write(root, entries, file)
     return keys
 
 
-def undo(root: Path, keys: list[str]) -> None:
-    forgotten = read(root)
+def undo(root: Path, keys: list[str], file: str = FILE) -> None:
+    entries = read(root, file)
     for key in keys:
-        forgotten.pop(key, None)
-    _write(root, forgotten)
+        entries.pop(key, None)
+    _write(root, entries, file)

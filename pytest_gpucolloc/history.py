@@ -123,7 +123,8 @@ def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | 
                      gpu_uuid=gpu.get("uuid", run_machine.get("gpu_uuid")), throttled=scenario.throttled,
                      datetime=datetime, commit=commit, contaminated=bool(scenario.foreign_pids), config=config,
                      repeats=scenario.repeats, eager=scenario.eager_on_gpu, autotuned=scenario.autotuned_on_gpu,
-                     jobs=_jobs(scenario), power_capped_share=power_cap_share(scenario.telemetry))
+                     jobs=_jobs(scenario), power_capped_share=power_cap_share(scenario.telemetry),
+                     regressed=scenario.verdict == "regressed")
 
 
 def _jobs(scenario: record.ScenarioRecord) -> tuple[str, ...]:
@@ -178,6 +179,7 @@ class History:
     runs: list[SavedRun] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # "path: why it was skipped"
     left_out: list[tuple[SavedRun, str]] = field(default_factory=list)  # experiments and forgotten runs, and why
+    accepted: dict[str, str] = field(default_factory=dict)  # run id -> when it was accepted as the new level
 
     def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput",
                 last: int | None = None) -> list[RunSample]:
@@ -189,7 +191,18 @@ class History:
                 break
             if run.run_id not in exclude and (sample := run.sample(fullname, metric)) is not None:
                 found.append(sample)
-        return found[::-1]
+        return self._with_acceptance(found[::-1])
+
+    def _with_acceptance(self, found: list[RunSample]) -> list[RunSample]:
+        """The newest accepted run starts the level (``accepted``); the runs after it that were judged regressed
+        before it was accepted were judged against the old level: they are of the new one."""
+        newest = max((i for i, s in enumerate(found) if s.run_id in self.accepted), default=None)
+        if newest is None:
+            return found
+        when = self.accepted[found[newest].run_id][:19]
+        return [*found[:newest], dataclasses.replace(found[newest], accepted=True),
+                *(dataclasses.replace(s, regressed=False) if s.regressed and s.datetime[:19] <= when else s
+                  for s in found[newest + 1:])]
 
     def recent(self, last: int | None = None, since: str | None = None) -> list[SavedRun]:
         """The newest ``last`` runs (None or 0: all) saved at or after ``since`` (ISO date or time, UTC)."""
@@ -250,7 +263,7 @@ def load(root: Path, use_index: bool | None = None) -> History:
     if not root.exists():
         return history
     found, history.problems = index.walk(root)
-    forgotten = forget.read(root)
+    forgotten, accepted = forget.read(root), forget.read(root, forget.ACCEPTED)
     with index.opened(root, len(found) >= INDEX_FROM if use_index is None else use_index) as kept:
         fresh, keep = {}, set()
         shared: dict = {}  # what runs of one machine and suite share: read once
@@ -272,6 +285,8 @@ def load(root: Path, use_index: bool | None = None) -> History:
                 history.left_out.append((run, why))
             elif run.scenarios:
                 history.runs.append(run)
+                if (entry := forget.entry(accepted, root, run.path)) is not None:
+                    history.accepted[run.run_id] = entry[0]
         kept.update(fresh, keep)
         if kept.problem:
             history.problems.append(kept.problem)

@@ -12,6 +12,10 @@ from .session import CPU_BATCH_CAP, CPU_IMAGE_SIZE, CollocSession
 from .table_fit import terminal_width
 from .workloads import SMOKE_SEQ_LEN
 
+# a regressed run is saved, but it is no baseline: a retry of the same commit would pass on it
+ACCEPT_HINT = ("a regressed run stays out of later baselines until accepted: if the change is intended, "
+               "`pytest-gpucolloc accept RUN` (the run saved now) makes it the new level")
+
 
 class Summary:
     def __init__(self, session: CollocSession):
@@ -115,6 +119,8 @@ class Summary:
         terminalreporter.write_line(report.gate_table(
             self._shown_verdicts(), width=terminal_width(),
             ask="--colloc-gate-report=FILE (every column) or pytest-gpucolloc gate RUN --columns"))
+        if regressed:
+            terminalreporter.write_line(ACCEPT_HINT)
 
     def _unjudged_lines(self) -> list[str]:
         """What the gate did not judge, for the summary and the gate report."""

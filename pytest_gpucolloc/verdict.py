@@ -53,6 +53,8 @@ class RunSample:
     power_capped_share: float | None = None  # share of the measurement window at the power cap (telemetry)
     latency: str | None = None  # rounds hold a serving job's 1/latency (1/ms) at this percentile ("p50", "alone p99")
     saturated: str | None = None  # why the serving job could not keep up with its rate (a latency sample)
+    regressed: bool = False  # the gate judged it regressed when it was saved
+    accepted: bool = False  # a person accepted it as the new level (``pytest-gpucolloc accept``): the level starts here
 
     @property
     def process_sets(self) -> tuple[tuple[float, ...], ...]:

@@ -94,3 +94,43 @@ def test_benchmark_compare_compares_with_the_latest_run_of_the_history(pytester)
     output = result.stdout.str() + result.stderr.str()
     assert "Comparing against benchmarks from: .benchmarks/" in output and "0002_ab-" not in output, output
     assert f"Comparing against benchmarks from: .benchmarks/{saved.parent.name}/{saved.name}" in output
+
+
+def mark_regressed(root, run_ids: list[str]) -> None:
+    """As the pytest gate saves a run it judged regressed: the verdict in each scenario's record."""
+    for run_id in run_ids:
+        path = root / MACHINE / f"{run_id}.json"
+        data = json.loads(path.read_text())
+        for bench in data["benchmarks"]:
+            bench["extra_info"]["gate"] = {"verdict": "regressed", "change": -0.2}
+        path.write_text(json.dumps(data))
+
+
+def test_a_regressed_run_is_no_baseline_until_accepted_and_then_its_level_is_the_baseline(tmp_path, capsys):
+    storage = tmp_path / "storage"
+    ids = save_runs(storage, [1000.0 * (1 + 0.003 * (i % 3)) for i in range(6)] + [800.0] * 4)
+    mark_regressed(storage, ids[6:9])  # a slower commit, gated three times (two retries), each run saved
+    latest = storage / MACHINE / f"{ids[9]}.json"
+    gate = ("gate", latest, "--storage", storage, "--format", "json", "--min-runs", "3")
+    # a fourth try is judged against the runs before the regression, not against its retries
+    code, out, err = run_cli(capsys, *gate)
+    verdicts = json.loads(out)
+    assert code == 1 and all(v["verdict"] == "regressed" for v in verdicts), out
+    assert all(not set(v["baseline_runs"]) & set(ids[6:9]) for v in verdicts), out
+    assert "3 run(s) judged regressed left out until accepted (0007, 0008, 0009; `pytest-gpucolloc accept RUN`" \
+        in " ".join(verdicts[0]["notes"])
+    assert "`pytest-gpucolloc accept 0010` makes it the new level" in err
+    # the change is intended: accepting the first slower run makes its level the baseline, retries included
+    code, out, err = run_cli(capsys, "accept", "0007", "--why", "a larger model", "--storage", storage)
+    assert code == 0 and "accepted as the new level" in out and f"{MACHINE}/{ids[6]}.json" in out
+    code, out, err = run_cli(capsys, *gate)
+    verdicts = json.loads(out)
+    assert code == 0 and all(v["verdict"] == "unchanged" and v["baseline_runs"] == ids[6:9] for v in verdicts), out
+    assert "6 run(s) before the level accepted at 0007_run (`pytest-gpucolloc accept`) left out" \
+        in " ".join(verdicts[0]["notes"])
+    code, out, err = run_cli(capsys, "accept", "--list", "--storage", storage, "--format", "json")
+    assert [row["why"] for row in json.loads(out)] == ["a larger model"]
+    # taken back, the slower runs are regressions again; the files were never touched
+    assert run_cli(capsys, "accept", "--undo", "0007", "--storage", storage)[0] == 0
+    assert run_cli(capsys, *gate)[0] == 1
+    assert all(json.loads((storage / MACHINE / f"{i}.json").read_text())["benchmarks"] for i in ids)

@@ -312,8 +312,12 @@ def test_gate_fails_the_run_on_an_injected_slowdown(pytester, suite):
     slow = pytester.runpytest(*gated, "--colloc-gate-report=gate.md")
     assert slow.ret == pytest.ExitCode.TESTS_FAILED
     slow.stdout.fnmatch_lines(["*gpucolloc gate: 1 regressed of 1*",
-                               "*test_tiny?cpu-naive-1?*regressed*slower, beyond the baseline's run-to-run spread*"])
+                               "*test_tiny?cpu-naive-1?*regressed*slower, beyond the baseline's run-to-run spread*",
+                               "*a regressed run stays out of later baselines until accepted*"])
     assert "| regressed |" in (pytester.path / "gate.md").read_text().replace("  ", " ")
+    retry = pytester.runpytest(*gated)  # the slower code again: the regressed run saved above is no baseline
+    assert retry.ret == pytest.ExitCode.TESTS_FAILED
+    retry.stdout.fnmatch_lines(["*1 run(s) judged regressed left out until accepted (0004*"])
 
 
 def test_a_gated_run_is_saved_without_autosave_so_the_next_one_has_history(pytester, suite):

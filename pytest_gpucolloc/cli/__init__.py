@@ -141,17 +141,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what each arm's pytest runs, e.g. benchmarks/ -m gpucolloc_quick --gpu-mode=mps")
     ab_cmd.set_defaults(run_command=cmd_ab)
 
-    forget_cmd = commands.add_parser("forget", help="leave saved runs out of the history (gate, compare, history, "
-                                     "plot, --benchmark-compare) without deleting them: a disturbed run, an "
-                                     "experiment; --list shows them, --undo brings one back")
-    forget_cmd.add_argument("runs", nargs="*", metavar="RUN", help="run ids (file names or their NNNN prefix) or "
-                            "files in the storage")
-    forget_cmd.add_argument("--why", help="the reason, kept in the list")
-    forget_cmd.add_argument("--undo", action="store_true", help="bring the named runs back into the history")
-    forget_cmd.add_argument("--list", action="store_true", help="the runs set aside (the default without RUN)")
-    storage_argument(forget_cmd)
-    format_argument(forget_cmd)
-    forget_cmd.set_defaults(run_command=cmd_forget)
+    for name, text in (("forget", "leave saved runs out of the history (gate, compare, history, plot, "
+                                  "--benchmark-compare) without deleting them: a disturbed run, an experiment"),
+                       ("accept", "accept runs the gate judged regressed as the new level (a regression is no "
+                                  "baseline until then: a retry would pass on it)")):
+        listing = commands.add_parser(name, help=f"{text}; --list shows them, --undo takes one back")
+        listing.add_argument("runs", nargs="*", metavar="RUN", help="run ids (file names or their NNNN prefix) or "
+                             "files in the storage")
+        listing.add_argument("--why", help="the reason, kept in the list")
+        listing.add_argument("--undo", action="store_true", help="take the named runs off the list")
+        listing.add_argument("--list", action="store_true", help="the runs on the list (the default without RUN)")
+        storage_argument(listing)
+        format_argument(listing)
+        listing.set_defaults(run_command=cmd_forget)
 
     report_cmd = commands.add_parser("report", help="an HTML page of runs (and the history of a storage) that answers "
                                      "first: the best way to share, a summary table, then figures linked in figures/")

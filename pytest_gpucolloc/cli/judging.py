@@ -95,7 +95,12 @@ def cmd_gate(args) -> int:
     if left:  # below the table, or on stderr where stdout is data
         print(("\n" if args.format in ("table", "markdown") else "") + report.left_to_ab_line(left, _modes(run, left)),
               file=sys.stdout if args.format in ("table", "markdown") else sys.stderr)
-    return NEGATIVE if any(verdict.failed for _, verdict in verdicts) else OK
+    failed = any(verdict.failed for _, verdict in verdicts)
+    if failed:
+        print(f"a regressed run stays out of later baselines until accepted: if the change is intended, "
+              f"`pytest-gpucolloc accept {run.run_id.split('_')[0]}` makes it the new level",
+              file=sys.stdout if args.format in ("table", "markdown") else sys.stderr)
+    return NEGATIVE if failed else OK
 
 
 def _modes(run, names: list[str]) -> list[str]:
@@ -186,27 +191,37 @@ def _verdict(scenario, metric: str) -> str | None:
     return judged.get("verdict")
 
 
+LISTS = {  # command -> (its list, what being on it means, the heading of its --list table)
+    "forget": (forget.FILE, "left out of the history (the files are kept; `pytest-gpucolloc forget --undo RUN` brings "
+               "one back)", "back in the history", "set aside"),
+    "accept": (forget.ACCEPTED, "accepted as the new level: a baseline again where the gate judged them regressed "
+               "(`pytest-gpucolloc accept --undo RUN` takes one back)", "no longer accepted", "accepted"),
+}
+
+
 def cmd_forget(args) -> int:
-    """Set saved runs aside (left out of every history, their files kept), list them, or bring them back."""
+    """Put saved runs on the command's list (forget: left out of every history; accept: regressed runs that are a
+    baseline again), list them, or take them off. The runs' files are never touched."""
     root = args.storage
+    file, done, undone, heading = LISTS[args.command]
     if args.list or not args.runs:
-        listed = forget.read(root)
+        listed = forget.read(root, file)
         rows = [[key, when, why or "-"] for key, (when, why) in sorted(listed.items())]
-        print(tabular(rows, ["run", "set aside", "why"], args.format) if rows or args.format == "json"
-              else f"no run set aside under {root}")
+        print(tabular(rows, ["run", heading, "why"], args.format) if rows or args.format == "json"
+              else f"no run {heading} under {root}")
         return OK
     if args.undo:
-        listed = forget.read(root)
+        listed = forget.read(root, file)
         keys = []
         for wanted in args.runs:
             found = [key for key in listed if wanted in (key, Path(key).stem, Path(key).name.split("_")[0])]
             if len(found) != 1:
-                raise CommandError(f"{wanted!r} names {len(found)} of the runs set aside under {root}"
+                raise CommandError(f"{wanted!r} names {len(found)} of the runs {heading} under {root}"
                                    + (f" ({', '.join(found)}): name it by its path" if found else
-                                      ": `pytest-gpucolloc forget --list` shows them"), USAGE)
+                                      f": `pytest-gpucolloc {args.command} --list` shows them"), USAGE)
             keys += found
-        forget.undo(root, keys)
-        print("back in the history: " + ", ".join(keys))
+        forget.undo(root, keys, file)
+        print(f"{undone}: " + ", ".join(keys))
         return OK
     if not root.is_dir():
         raise CommandError(f"no storage folder {root}: check --storage", NOTHING_TO_READ)
@@ -218,9 +233,7 @@ def cmd_forget(args) -> int:
             raise CommandError(f"{wanted!r} names {len(files)} saved runs under {root}"
                                + (f" ({', '.join(map(str, files))}): name it by its file" if files else ""), USAGE)
         paths += files
-    keys = forget.add(root, paths, args.why or "")
-    print("left out of the history (the files are kept; `pytest-gpucolloc forget --undo RUN` brings one back): "
-          + ", ".join(keys))
+    print(f"{done}: " + ", ".join(forget.add(root, paths, args.why or "", file)))
     return OK
 
 

@@ -22,7 +22,10 @@ from hdrh.histogram import HdrHistogram
 
 LOWEST_US, HIGHEST_US, DIGITS = 1, 3_600_000_000, 3
 MAX_ENCODED = 1 << 16  # one round's encoded histogram, at most (a few hundred bytes in practice)
-SPIN_S = 0.001  # the last millisecond before an arrival is waited for by spinning: sleep wakes late
+# A service waits for its next arrival asleep but for the last SPIN_S (sleep wakes late). Measured, a service on cores
+# of its own spins the whole wait: on an H200's host a core woken from sleep dispatched an eager service's kernels
+# slower, by varying amounts (a decoder's rounds' p50 spread 11% asleep, 2.8% spinning: docs/serving.md).
+SPIN_S = 0.001
 # Saturated: at the end of the measurement more requests wait than arrive in this long (and at least a few): the
 # queue grew instead of draining, and the percentiles describe how long the run lasted, not the job.
 SATURATED_BACKLOG_S, SATURATED_MIN_REQUESTS = 0.25, 5
@@ -53,8 +56,9 @@ class Requests:
     SPIN_S = SPIN_S
 
     def __init__(self, step: Callable[[], None], sync: Callable[[], None], rate: float | None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, spin: bool = False):
         self.step, self.sync, self.clock = step, sync, clock
+        self.spin = spin  # measured waits spin (a service pinned to cores of its own)
         self.interval = 1.0 / rate if rate else None  # None: back to back
         self.restart(clock())
 
@@ -71,14 +75,16 @@ class Requests:
             return 0
         return max(math.floor((now - self.start) / self.interval) + 1 - self.answered, 0)
 
-    def wait_until(self, instant: float) -> None:
+    def wait_until(self, instant: float, spin: bool = False) -> None:
+        """Until ``instant``: spinning all the way when ``spin``, else asleep but for SPIN_S."""
         while (left := instant - self.clock()) > 0:
-            if left > SPIN_S:
+            if left > SPIN_S and not spin:
                 time.sleep(left - SPIN_S)
 
-    def serve_one(self) -> float:
+    def serve_one(self, spin: bool = False) -> float:
         arrival = self.next_arrival()
-        self.wait_until(arrival)
+        self.wait_until(arrival, spin)
+
         self.step()
         self.sync()  # answered: the result is on the host's side of the device
         self.answered += 1
@@ -94,8 +100,8 @@ def serve_rounds(requests: Requests, start: float, round_s: float, rounds: int, 
     if fresh:
         requests.restart(requests.clock())  # at its rate until the start, even after a pause (Idle)
     while requests.next_arrival() < start and requests.clock() < start:  # unmeasured load until the start
-        requests.serve_one()  # (a job that has fallen behind its schedule stops at the start all the same)
-    requests.wait_until(start)
+        requests.serve_one(requests.spin)  # (a job that has fallen behind its schedule stops at the start all the same)
+    requests.wait_until(start, requests.spin)
     if fresh:
         requests.restart(start)
     measured: list[tuple[float, int]] = []
@@ -104,10 +110,10 @@ def serve_rounds(requests: Requests, start: float, round_s: float, rounds: int, 
     boundary = start + round_s
     while len(measured) < rounds:
         if requests.next_arrival() < boundary:
-            record(histogram, requests.serve_one())
+            record(histogram, requests.serve_one(requests.spin))
             answered += 1
         else:
-            requests.wait_until(boundary)  # nobody waits: the round ends idle
+            requests.wait_until(boundary, requests.spin)  # nobody waits: the round ends idle
         now = requests.clock()
         if now >= boundary:
             backlog = requests.backlog(now)

@@ -221,7 +221,8 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
     if rate is not None:  # a serving job (hdrhistogram is loaded only here)
         from . import serving  # hdrhistogram only where a worker serves
 
-        requests = serving.Requests(step.train_step, sync, rate if isinstance(rate, (int, float)) else None)
+        requests = serving.Requests(step.train_step, sync, rate if isinstance(rate, (int, float)) else None,
+                                    spin=bool(spec.cpus))  # on cores of its own: spinning takes nothing from others
     cuda = device.type == "cuda"
     command = _train_until_told(step, channel, requests)  # all workers stay under load until told when to measure
     continuing = False  # the next Measure adds rounds to the last one (a service's schedule and queue go on)

@@ -75,6 +75,17 @@ def test_a_queue_goes_on_when_more_rounds_are_asked_for_so_a_slow_service_is_see
     assert facts["saturated"] and facts["achieved_rps"] == pytest.approx(100 / 1.5, rel=0.05)
 
 
+@pytest.mark.parametrize("spin", [True, False])
+def test_a_service_on_cores_of_its_own_spins_between_measured_requests_else_it_sleeps(monkeypatch, spin):
+    """A core woken from sleep dispatches slower, by varying amounts: measured waits of a pinned service spin."""
+    slept = []
+    monkeypatch.setattr(serving.time, "sleep", slept.append)
+    requests = serving.Requests(lambda: None, lambda: None, rate=200.0, spin=spin)
+    _, latency = serving.serve_rounds(requests, time.monotonic() + 0.02, 0.05, 2, samples_per_request=1)
+    assert serving.summary(200.0, 200.0, [(0.05, 10)] * 2, latency, 1)["requests"] >= 15
+    assert (slept == []) is spin
+
+
 def test_a_slow_service_waiting_for_its_next_request_still_hears_a_command_at_once():
     """One request a second: a command sent between two of them is taken when it arrives, not at the next
     request (a measurement's start would otherwise be missed and its lateness counted as latency)."""

@@ -1,0 +1,163 @@
+"""Where a service's latency noise comes from: a user's service (zoo/services.py) at a fixed rate, alone, in fresh
+processes one at a time, alternating variants, through the suite's own request schedule (serving.Requests,
+serving.serve_rounds). Between sessions the decoder's p50 alone moved 6.0-8.9 ms (docs/serving.md): if a variant
+shrinks the spread between processes, the noise lives where that variant differs.
+
+Variants (``--variants``, in this order by default):
+  five-cores   pinned to 5 cores, 5 threads (what --colloc-cpus=auto gives each of three workers on 16 cores)
+  two-cores    pinned to 2 cores, 2 threads (what each of six workers gets: ab's two arms of three)
+  one-core     pinned to one core, one thread
+  spin         five cores; each wait for the next arrival spun, never slept (no idle core to wake)
+  graphed      five cores; Workload(cuda_graph=True): the forward pass replayed as one CUDA graph (no launches)
+Per process: a warm-up at the rate, then rounds of 1 s; each round's p50/p90/p99, and the host-side time of
+serve_step (its kernel launches, before synchronising) against the answered time, over 50 requests.
+
+    python studies/service_noise.py --service decoder --batch 8 --rate 50 --processes 6 --json OUT.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIVE, TWO, ONE = set(range(1, 6)), {1, 2}, {1}
+VARIANTS = {"five-cores": (FIVE, False, False), "two-cores": (TWO, False, False), "one-core": (ONE, False, False),
+            "spin": (FIVE, True, False),
+            "graphed": (FIVE, False, True)}  # cores, spin, cuda_graph
+
+
+def child(args) -> None:
+    cores, spin, graph = VARIANTS[args.variant]
+    cores = cores & os.sched_getaffinity(0) or os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    sys.path.insert(0, str(REPO))  # zoo.services
+    import torch
+
+    from pytest_gpucolloc import models, serving
+    from pytest_gpucolloc.workloads import Workload
+
+    if spin:
+        serving.SPIN_S = float("inf")  # wait_until never sleeps
+    torch.set_num_threads(len(cores))
+    cuda = args.device == "cuda"
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        torch.cuda.set_device(device)
+        torch.zeros(1, device=device)
+    job = Workload(f"zoo.services:{args.service}", batch_size=args.batch, precision="bf16", rate=args.rate,
+                   cuda_graph=graph and cuda)
+    step = models.build(job, device)
+    if isinstance(step, models.GraphedStep):
+        step.capture()
+    sync()
+    requests = serving.Requests(step.train_step, sync, args.rate)
+    serving.serve_rounds(requests, time.monotonic(), args.warmup, 1, 1)
+    steal0, switches0 = steal(), resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+    _, latencies = serving.serve_rounds(requests, time.monotonic(), 1.0, args.rounds, 1)
+    steal1, switches1 = steal(), resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+    merged = serving.new_histogram()
+    rounds = []
+    for entry in latencies:
+        histogram = serving.decode(entry["histogram"])
+        merged.add(histogram)
+        rounds.append({f"p{q}": histogram.get_value_at_percentile(q) / 1000 for q in (50, 90, 99)})
+    launch, answered = [], []
+    for _ in range(50):
+        begin = time.monotonic()
+        step.train_step()
+        launched = time.monotonic()
+        sync()
+        launch.append(launched - begin)
+        answered.append(time.monotonic() - begin)
+        time.sleep(1 / args.rate)
+    print(json.dumps({"variant": args.variant, "cores": sorted(cores), "rounds": rounds,
+                      **{f"p{q}": merged.get_value_at_percentile(q) / 1000 for q in (50, 90, 99)},
+                      "launch_ms": 1000 * statistics.median(launch), "answered_ms": 1000 * statistics.median(answered),
+                      "steal_share": (steal1[0] - steal0[0]) / max(1, steal1[1] - steal0[1]),
+                      "involuntary_switches": switches1 - switches0}))
+
+
+def steal() -> tuple[int, int]:
+    """Ticks stolen from this virtual machine, and all ticks (all CPUs)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (fields[7] if len(fields) > 7 else 0), sum(fields)
+
+
+def cv(values: list[float]) -> float:
+    return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else 0.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--service", default="decoder", choices=["decoder", "vit"])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--rate", type=float, default=50)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--processes", type=int, default=5, help="fresh processes per variant")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--minutes", type=float, default=8.0, help="no process starts after this long")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return 0
+    variants = args.variants.split(",")
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
+    deadline = time.monotonic() + 60 * args.minutes
+    processes: dict[str, list[dict]] = {v: [] for v in variants}
+    base = [sys.executable, __file__, "--child", "--service", args.service, "--batch", str(args.batch),
+            "--rate", str(args.rate), "--rounds", str(args.rounds), "--warmup", str(args.warmup),
+            "--device", args.device]
+    for _ in range(args.processes):
+        if time.monotonic() > deadline:
+            break
+        for variant in variants:  # alternated, so drift over the call touches each alike
+            out = subprocess.run(base + ["--variant", variant], capture_output=True, text=True, timeout=300)
+            if out.returncode:
+                print(out.stderr[-3000:], file=sys.stderr)
+                return 1
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            processes[variant].append(result)
+            print(f"{variant}: p50 {result['p50']:.2f} ms, p90 {result['p90']:.2f}, p99 {result['p99']:.2f}; "
+                  f"rounds' p50 {[round(r['p50'], 2) for r in result['rounds']]}; serve_step launches "
+                  f"{result['launch_ms']:.2f} ms of {result['answered_ms']:.2f} ms answered; stolen "
+                  f"{result['steal_share']:.1%}", flush=True)
+    summary = {}
+    for variant, results in processes.items():
+        if not results:
+            continue
+        p50s = [r["p50"] for r in results]
+        summary[variant] = {
+            "processes": len(results), "p50_ms": p50s, "p50_mean": statistics.fmean(p50s),
+            "p50_between_process_cv": cv(p50s), "p90_between_process_cv": cv([r["p90"] for r in results]),
+            "p50_round_cv_median": statistics.median(cv([x["p50"] for x in r["rounds"]]) for r in results),
+            "launch_ms_median": statistics.median(r["launch_ms"] for r in results),
+            "answered_ms_median": statistics.median(r["answered_ms"] for r in results),
+            "steal_share_max": max(r["steal_share"] for r in results)}
+        s = summary[variant]
+        print(f"{variant}: p50 {s['p50_mean']:.2f} ms mean of {len(results)} processes, between processes CV "
+              f"{s['p50_between_process_cv']:.1%} (p90 {s['p90_between_process_cv']:.1%}), rounds CV "
+              f"{s['p50_round_cv_median']:.1%}; launches {s['launch_ms_median']:.2f} of {s['answered_ms_median']:.2f} "
+              f"ms; stolen at most {s['steal_share_max']:.1%}")
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "json"},
+                                         "summary": summary, "processes": processes}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -232,7 +232,7 @@ def test_every_command_names_runs_alike_and_defaults_to_the_latest(tmp_path, cap
         path.write_text(json.dumps(data))
     code, out, err = run_cli(capsys, "compare", "--commits", "HEAD~1", "HEAD", "--storage", storage)
     # said in the order given, as typed, with the commits they name
-    assert code == 0 and out.startswith(f"compare HEAD~1 ({shas[0][:10]}) -> HEAD ({shas[1][:10]}) (2 -> 2 runs; "
+    assert code == 0 and out.startswith(f"compare HEAD~1 ({shas[0][:10]}) -> HEAD ({shas[1][:10]}) (2 runs -> 2 runs; "
                                         "a change is HEAD against HEAD~1)"), out + err
     code, out, err = run_cli(capsys, "compare", "--runs-ids", "0001", "0003", "--storage", storage)
     assert code == 0 and out.startswith("compare 0001 -> 0003 (1 run -> 1 run; a change is 0003 against 0001)"), out

@@ -41,8 +41,7 @@ from . import history, interleave, worker
 from .ab_arms import ABError, Arm, unexpected_differences
 from .ab_judge import Judgement, judge_blocks, judge_latency, merged
 from .scratch import clean_stale_scratch, private_scratch
-
-# What may differ between two interpreters' runs: the stack is the change being compared.
+from .words import count
 
 
 @dataclass
@@ -284,15 +283,15 @@ class Coordinator:
 
 def draw_latency(latency: dict[str, list[dict[str, list[dict]]]], labels: tuple[str, str], out: Path, say) -> None:
     """Each serving scenario's latency distribution per arm, every block's requests merged, as latency-TEST.png."""
-    from . import latency_plot  # matplotlib loads only where a service was A/B'd
-    from .plots import slug  # matplotlib, as above
+    from . import latency_plot, plots  # matplotlib loads only where a service was A/B'd
 
     for test, blocks in latency.items():
         curves = {label: merged([w for block in blocks for w in block.get(label, [])]) for label in labels}
         name = history.short_name(test)
-        path = out / f"latency-{slug(test)}.png"
+        path = out / f"latency-{plots.slug(test)}.png"
         try:
-            latency_plot.save(latency_plot.figure(curves, f"{name}: latency per arm, {len(blocks)} blocks"), path)
+            title = f"{name}: latency per arm, {count(len(blocks), 'block')}"
+            latency_plot.save(latency_plot.figure(curves, title), path)
         except (OSError, ValueError) as error:  # a picture never costs the verdicts
             say(f"{name}: the latency picture could not be drawn ({error})")
             continue
@@ -400,8 +399,8 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
         for judged in coordinator.judged(test, history.short_name(test)):
             if judged.verdict == "inconclusive" and not (judged.saturated or judged.final) \
                     and test in coordinator.cut_short:
-                blocks = f"{judged.blocks} block{'s' * (judged.blocks != 1)}"
-                judged.reason = "; ".join(filter(None, [judged.reason, f"a budget stopped it after {blocks}: raise "
+                judged.reason = "; ".join(filter(None, [judged.reason, f"a budget stopped it after "
+                                                       f"{count(judged.blocks, 'block')}: raise "
                                                        "--ab-scenario-minutes or --ab-budget-minutes"]))
             judgements.append(judged)
     return judgements, runs

@@ -70,16 +70,33 @@ def probe(python: str, label: str, spec: str) -> dict:
     if done.returncode:
         raise ABError(f"--{label} {spec}: {python} failed: {done.stderr.strip()[-300:]}")
     versions = json.loads(done.stdout.strip().splitlines()[-1])
-    missing = [name for name in ("pytest-gpucolloc", "pytest", "pytest-benchmark") if not versions.get(name)]
+    missing = [name for name in NEEDED if not versions.get(name)]
     if missing:
-        raise ABError(f"--{label} {spec}: {python} lacks {', '.join(missing)}; install the plugin there "
-                      f"({python} -m pip install pytest-gpucolloc, or -e this checkout)")
+        raise ABError(f"--{label} {spec}: {python} lacks {', '.join(missing)}, which each arm's pytest and workers "
+                      f"need; install it there first: {install_command(python, missing)}")
     mismatch = _torchvision_mismatch(versions)
     if mismatch:
         raise ABError(f"--{label} {spec}: {python} has {mismatch}: its workers would fail to import it; install the "
                       f"torchvision built for its torch ({python} -m pip install torchvision from the index its torch "
                       "came from, e.g. --index-url https://download.pytorch.org/whl/cu130)")
     return versions
+
+
+NEEDED = ("pytest-gpucolloc", "pytest", "pytest-benchmark", "torch", "torchvision")  # what an arm imports
+
+
+def install_command(python: str, missing: list[str]) -> str:
+    """The command that installs what ``python`` lacks: the plugin as this one is installed (its checkout, editable,
+    or its version), which brings the rest; else the pieces missing (a torchvision built for the arm's torch)."""
+    if "pytest-gpucolloc" in missing:
+        checkout = Path(__file__).resolve().parents[1]
+        plugin = f"-e {checkout}" if (checkout / "pyproject.toml").exists() \
+            else f"pytest-gpucolloc=={machine.PLUGIN_VERSION}"
+        return f"{python} -m pip install {plugin}"
+    command = f"{python} -m pip install {' '.join(missing)}"
+    if "torchvision" in missing and "torch" not in missing:
+        command += " (from the index its torch came from, e.g. --index-url https://download.pytorch.org/whl/cu130)"
+    return command
 
 
 def _torchvision_mismatch(versions: dict) -> str | None:
@@ -183,6 +200,21 @@ def checked_out(arms: list[Arm], here: Path):
             shutil.rmtree(folder.parent, ignore_errors=True)
 
 
+ARM_FILES = ("baseline.log", "candidate.log", "baseline.json", "candidate.json", "latency-windows.json", "storage")
+
+
+def fresh_out(out: Path) -> Path:
+    """``out``, or where an earlier A/B's arms are there (their logs would be overwritten, their JSON read as this
+    one's), the first of ``out-2``, ``out-3``, ... that holds none: an A/B never loses another's files."""
+    def used(folder: Path) -> bool:
+        return any((folder / name).exists() for name in ARM_FILES)
+
+    if not used(out):
+        return out
+    number = 2
+    while used(candidate := out.with_name(f"{out.name}-{number}")):
+        number += 1
+    return candidate
 
 
 def unexpected_differences(arms: list[Arm], a: dict, b: dict) -> list[str]:

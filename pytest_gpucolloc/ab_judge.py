@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from . import serving, shift
 from .outcome import Outcome
+from .words import count
 
-# What may differ between two interpreters' runs: the stack is the change being compared.
 
 @dataclass(kw_only=True)
 class Judgement:
@@ -143,7 +143,7 @@ def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tu
                     scenario=scenario, metric="p99", verdict="inconclusive", pairs=pairs, blocks=len(usable),
                     final=True,
                     reason=f"blocks hold as few as {fewest} requests an arm, too few for p99 in "
-                           f"{len(histograms) - len(usable)} of {len(histograms)} blocks "
+                           f"{len(histograms) - len(usable)} of {count(len(histograms), 'block')} "
                            f"({serving.TAIL_REQUESTS / (1 - percentile / 100):.0f} needed): more --ab-pairs or "
                            "longer --ab-window-seconds"))
             continue  # too few requests a block to say anything of this tail (p50 is always said)
@@ -188,30 +188,7 @@ def in_words(judgements: list[Judgement]) -> list[str]:
         elif median.verdict == "improved":
             text = f"the service got faster ({said})"
         else:
-            text = f"no latency moved beyond what {median.blocks} blocks resolve ({said}" + (
+            text = f"no latency moved beyond what {count(median.blocks, 'block')} resolve ({said}" + (
                 f", {tail_said})" if tail_said else ")")
         lines.append(f"{scenario}: {text}")
     return lines
-
-
-HEADERS = ["scenario", "measure", "verdict", "blocks", "pairs", "change (candidate vs baseline)", "interval",
-           "p (slower)", "detectable worsening", "why"]
-
-
-def _measure(judged: Judgement) -> str:
-    if judged.metric == "throughput":
-        return judged.metric
-    if judged.ms is None:
-        return judged.metric
-    return f"{judged.metric} {judged.ms[0]:.3g} -> {judged.ms[1]:.3g} ms"
-
-
-def table(judgements: list[Judgement], fmt: str = "simple") -> str:
-    from tabulate import tabulate
-
-    rows = [[j.scenario, _measure(j), j.verdict, str(j.blocks), str(j.pairs),
-             "-" if j.change is None else f"{j.change:+.2%}",
-             "-" if j.ci is None else f"[{j.ci[0]:+.2%}, {j.ci[1]:+.2%}]",
-             "-" if j.p_slower is None else f"{j.p_slower:.2g}",
-             "-" if j.detectable is None else f"{j.detectable:.2%}", j.reason or "-"] for j in judgements]
-    return tabulate(rows, headers=HEADERS, tablefmt=fmt, disable_numparse=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from . import gate, report, shift
 from .history import LATENCY, History, SavedRun
 from .verdict import with_latency
+from .words import count
 
 GROUPABLE = ("driver_version", "cuda_driver_version", "cuda_runtime", "cudnn", "torch", "torchvision",
              "gpu_name", "gpu_uuid", "plugin_version", "hostname")
@@ -29,7 +30,7 @@ def select(history: History, *, runs: list[str] | None = None, commits: list[str
     if runs:
         if len(runs) != 2:
             raise SelectionError("--runs-ids takes two run ids (file names or their NNNN prefix)")
-        sets = [history.named(wanted) for wanted in runs]  # named: an experiment too, asked for
+        sets = [_named(history, wanted) for wanted in runs]
         labels = runs
     elif commits:
         if len(commits) != 2:
@@ -58,6 +59,20 @@ def select(history: History, *, runs: list[str] | None = None, commits: list[str
                              f"{' and '.join(sorted(kinds[1]))} runs: CPU smoke runs (small batches on the CPU) "
                              "are never compared with GPU runs; select runs of one kind")
     return sets[0], sets[1], labels[0], labels[1]
+
+
+def _named(history: History, wanted: str) -> list[SavedRun]:
+    """The runs an id names (``History.named``); of runs left out of the history, one at most: which is meant?"""
+    found = history.named(wanted)
+    if len(found) > 1 and not any(run is ordinary for run in found for ordinary in history.runs):
+        raise SelectionError(f"{wanted!r} names {len(found)} runs left out of the history "
+                             f"({', '.join(str(run.path) for run in found)}): name one by its full id")
+    return found
+
+
+def named_left_out(history: History, runs: list[SavedRun]) -> list[tuple[SavedRun, str]]:
+    """Those of ``runs`` left out of the history, and why."""
+    return [(run, why) for run, why in history.left_out if any(run is chosen for chosen in runs)]
 
 
 def _kind(run: SavedRun) -> str:
@@ -107,7 +122,7 @@ def _paired(timeline: list[tuple[int, SavedRun]], name: str, metric: str, policy
             afters.append(sample.log_mean)
         elif side == 0 and sample is not None:
             befores.append(sample.log_mean)
-    reason = f"paired: {len(ratios)} runs, each against the runs on either side of it (alternating sessions)"
+    reason = f"paired: {count(len(ratios), 'run')}, each against the runs on either side of it (alternating sessions)"
     runs = [run.run_id for side, run in timeline if side == 0]
     if metric != "throughput":  # a latency sample holds 1/latency: its log-ratios turned round, judged by signs
         found = shift.judge([-d for d in ratios], policy.threshold, policy.alpha)

@@ -213,9 +213,10 @@ class History:
         return next((run for run in self.runs if run.matches(wanted)), None)
 
     def named(self, wanted: str) -> list[SavedRun]:
-        """The runs ``wanted`` names (a run id or its NNNN number), those left out included: named, they are asked
-        for."""
-        return [run for run in self.runs + [r for r, _ in self.left_out] if run.matches(wanted)]
+        """The runs ``wanted`` names (a run id or its NNNN number), those left out included where it names no run of
+        the history: named, they are asked for (but ``0002`` never adds an A/B arm's 0002 to an ordinary 0002)."""
+        return [run for run in self.runs if run.matches(wanted)] \
+            or [run for run, _ in self.left_out if run.matches(wanted)]
 
 
 MAX_FILE_BYTES = 256 * 2**20  # a saved run of a few hundred scenarios is a few MB

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 from .history import short_name  # noqa: E402
 from .plots import Figure, machine_kind, slug  # noqa: E402
+from .words import count  # noqa: E402
 
 TICKS = (50, 90, 99, 99.9, 99.99)
 
@@ -81,6 +82,6 @@ def for_runs(runs: list) -> list:
         shown = dict(list(curves.items())[-CURVES:])
         figures.append(Figure("Serving: latency distributions", f"latency-{slug(kind)}-{slug(name)}",
                               f"{name} on {kind}: each run's request latencies beside its neighbours (the last "
-                              f"{len(shown)} runs; percentile on HdrHistogram's log axis)",
+                              f"{count(len(shown), 'run')}; percentile on HdrHistogram's log axis)",
                               figure(shown, f"{name} ({kind})")))
     return figures

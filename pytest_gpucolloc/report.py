@@ -12,7 +12,8 @@ from statistics import median
 from tabulate import tabulate
 
 from .record import ScenarioRecord, describe_workers, jobs, sm_reserved
-from .table_fit import Render, fit, left_out_line
+from .table_fit import fitted
+from .words import count
 
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
            "speedup", "efficiency", "SM activity", "mem/worker GB", "data wait", "samples/J", "rounds", "start-up s",
@@ -123,12 +124,12 @@ def time_spent(records: Iterable[ScenarioRecord], round_s: float) -> str | None:
     first_steps = sum(_first_step_s(r) for r in taken)
     rounds = sum(m.get("rounds", 0) for m in measured)
     reused = sum("same_as" in r.measurement for r in records)
-    return (f"time: {len(measured)} measurements took {duration(wall)}: start-up {duration(start_up)} "
+    return (f"time: {count(len(measured), 'measurement')} took {duration(wall)}: start-up {duration(start_up)} "
             f"(first training steps {duration(first_steps)}), "
             f"{rounds} rounds of {round_s:g} s, the rest (set-up, the first one's including the worker fork server's "
             f"start; tear-down; between rounds) "
             f"{duration(max(wall - start_up - rounds * round_s, 0.0))}"
-            + (f"; {reused} {'scenario' if reused == 1 else 'scenarios'} recorded a measurement taken once "
+            + (f"; {count(reused, 'scenario')} recorded a measurement taken once "
                "instead of a new one" if reused else ""))
 
 
@@ -199,17 +200,7 @@ def table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple", so
             cells, headers = [[source, *row] for source, row in zip(sources, cells)], ["run", *headers]
         return tabulate(cells, headers=headers, tablefmt=fmt, disable_numparse=True), notes
 
-    return _fitted(render, shown, COLUMNS, DROP_ORDER, fmt, width, ask)
-
-
-def _fitted(render: Render, asked: list[str] | None, names: list[str], drop_order: list[str], fmt: str,
-            width: int | None, ask: str) -> str:
-    """The table of the columns asked for, else of every column less those that do not fit ``width``."""
-    if asked or width is None or fmt != "simple":
-        text, notes = render(asked or names)
-        return "\n".join([text, *notes])
-    text, notes, dropped = fit(render, names, drop_order, width)
-    return "\n".join([text, *([left_out_line(dropped, width, ask, names[0])] if dropped else []), *notes])
+    return fitted(render, shown, COLUMNS, DROP_ORDER, fmt, width, ask)
 
 
 GATE_HEADERS = ["scenario", "verdict", "baseline samples/s", "current samples/s", "change", "interval",
@@ -293,7 +284,7 @@ def gate_table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple", column
         return tabulate(cells, headers=[headers[GATE_COLUMNS.index(name)] for name in names], tablefmt=fmt,
                         disable_numparse=True), notes
 
-    return _fitted(render, columns, GATE_COLUMNS, GATE_DROP_ORDER, fmt, width, ask)
+    return fitted(render, columns, GATE_COLUMNS, GATE_DROP_ORDER, fmt, width, ask)
 
 
 @dataclass

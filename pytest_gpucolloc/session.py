@@ -28,6 +28,7 @@ from . import (
     report,
     telemetry,
     timings,
+    words,
 )
 from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
@@ -237,8 +238,7 @@ class CollocSession:
             on_gpu = self.device().device == "cuda"
             values = self.values()
             self._settings = Settings(
-                rounds=values.rounds,
-                max_rounds=values.max_rounds,
+                rounds=values.rounds, max_rounds=values.max_rounds,
                 precision=self.options.colloc_precision / 100,
                 round_s=values.round_s,
                 warmup_s=values.warmup_s,
@@ -356,9 +356,9 @@ class CollocSession:
             rounds = max(settings.max_rounds, settings.rounds)
             each = SCENARIO_OVERHEAD_S + settings.warmup_s + rounds * settings.round_s
             total = report.duration(len(scenarios) * each)
-            lines.append(f"gpucolloc: {len(scenarios)} scenarios, at most about {total} "
-                         f"({each:.0f} s each at the longest warm-up and the most rounds), plus each distinct job "
-                         "measured alone once")
+            lines.append(f"gpucolloc: {words.count(len(scenarios), 'scenario')}, at most about {total} ({each:.0f} s "
+                         "each at the longest warm-up and the most rounds), " + ("plus each distinct job measured "
+                         "alone once" if self.options.colloc_alone else "no job measured alone (--colloc-alone=off)"))
             last = timings.last_seconds(config, self._machine_kind(), settings) if self.xdist_index is None else {}
             estimate = timings.expected([item.nodeid for item in scenarios], last, each)
             if estimate:
@@ -367,8 +367,8 @@ class CollocSession:
                 progress.start(config.pluginmanager.get_plugin("terminalreporter"), [i.nodeid for i in scenarios],
                                last)
         if self.deselected_full:
-            lines.append(f"gpucolloc: {self.deselected_full} scenarios of the full matrix (marker gpucolloc_full) "
-                         "deselected; --colloc-full runs them")
+            lines.append(f"gpucolloc: {words.count(self.deselected_full, 'scenario')} of the full matrix (marker "
+                         "gpucolloc_full) deselected; --colloc-full runs them")
         return lines
 
     def pytest_runtest_setup(self, item):

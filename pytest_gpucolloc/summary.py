@@ -62,8 +62,10 @@ class Summary:
             for warning in scenario.warnings:
                 terminalreporter.write_line(f"warning: {name}: {warning}", yellow=True)
         terminalreporter.write_line(
-            "alone: each distinct job measured alone once per session (the sequential mode's results and every "
-            "speedup's reference); speedup: sum of each job's throughput relative to running alone; CV: "
+            ("alone: each distinct job measured alone once per session (the sequential mode's results and every "
+             "speedup's reference); speedup: sum of each job's throughput relative to running alone; "
+             if s.options.colloc_alone else "alone: off (--colloc-alone=off): no job was measured alone, so the "
+             "speedups are left out (-); ") + "CV: "
             "round-to-round spread of aggregate throughput; rounds: taken until the mean was known within "
             "--colloc-precision (or the most rounds, or while it was within reach); start-up s: spawn to every worker "
             "warm ('= alone': a sequential scenario, or one job under naive, '= mps': one mps-partitioned client has "

@@ -41,3 +41,14 @@ def left_out_line(dropped: list[str], width: int, ask: str, first: str) -> str:
     column that names the rows, shown with them."""
     return (f"left out to fit {width} characters: {', '.join(dropped)}; show them with "
             f"{ask}={','.join([first, *dropped])}")
+
+
+def fitted(render: Render, asked: list[str] | None, names: list[str], drop_order: list[str], fmt: str,
+           width: int | None, ask: str) -> str:
+    """The table of the columns asked for, else (a terminal's, ``simple``) of every column less those that do not
+    fit ``width``, with the line that names them; its footnotes below."""
+    if asked or width is None or fmt != "simple":
+        text, notes = render(asked or names)
+        return "\n".join([text, *notes])
+    text, notes, dropped = fit(render, names, drop_order, width)
+    return "\n".join([text, *([left_out_line(dropped, width, ask, names[0])] if dropped else []), *notes])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from .report import duration
+from .words import count
 
 CACHE_KEY = "gpucolloc/scenario-seconds"
 
@@ -50,5 +51,5 @@ def expected(test_ids: list[str], last: dict[str, float], at_most_each: float) -
         return None
     rest = len(test_ids) - len(known)
     line = (f"gpucolloc: about {duration(sum(known))} going by their last run here ({len(known)} of "
-            f"{len(test_ids)} scenarios, this kind of machine and these settings)")
+            f"{count(len(test_ids), 'scenario')}, this kind of machine and these settings)")
     return line + (f"; the other {rest} at most {duration(rest * at_most_each)}" if rest else "")

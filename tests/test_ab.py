@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import venv
+from pathlib import Path
 
 import pytest
 
@@ -115,7 +116,27 @@ def test_an_interpreter_without_the_plugin_is_refused(repo, tmp_path, capsys):
     bare = tmp_path / "bare-env"
     venv.create(bare, with_pip=False)
     assert cli.main(["ab", "--baseline", sys.executable, "--candidate", str(bare), *ARGS]) == 2
-    assert "lacks pytest-gpucolloc, pytest, pytest-benchmark" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "lacks pytest-gpucolloc, pytest, pytest-benchmark, torch, torchvision" in err, err
+    checkout = Path(ab_arms.__file__).resolve().parents[1]  # the plugin as this one is installed brings the rest
+    assert f"install it there first: {bare}/bin/python -m pip install -e {checkout}" in err, err
+
+
+def test_an_environment_without_torchvision_is_refused_with_the_command_that_fixes_it(repo, tmp_path, capsys):
+    env = tmp_path / "no-torchvision"
+    venv.create(env, with_pip=False)
+    site = next(env.glob("lib/python*/site-packages"))
+    for name, version in (("pytest_gpucolloc", "1.0"), ("pytest", "8.3.0"), ("pytest_benchmark", "5.1.0"),
+                          ("torch", "2.11.0")):  # installed as metadata says: all but torchvision
+        (site / f"{name}-{version}.dist-info").mkdir()
+        (site / f"{name}-{version}.dist-info" / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n")
+    code = cli.main(["ab", "--baseline", sys.executable, "--candidate", str(env), "--out", str(tmp_path / "arms"),
+                     *ARGS])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--candidate {env}: {env}/bin/python lacks torchvision, which each arm" in err, err
+    assert f"install it there first: {env}/bin/python -m pip install torchvision (from the index its torch" in err
+    assert not (tmp_path / "arms").exists()  # nothing started
 
 
 def test_a_dirty_tree_is_refused_for_revision_arms(repo, capsys):
@@ -143,7 +164,8 @@ def test_arms_on_different_machines_are_named():
     assert ab_arms.unexpected_differences(interpreters, {"torch": "2.11"}, {"torch": "2.12"}) == []  # the change itself
 
 
-def test_a_scenario_budget_too_small_for_the_blocks_asked_for_says_so(repo, tmp_path, capsys):
+def test_a_scenario_budget_too_small_for_the_blocks_asked_for_says_so(repo, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")  # a narrow terminal: the table fits it
     code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--ab-pairs", "2", "--ab-window-seconds",
                      "0.2", "--ab-scenario-minutes", "0.01", "--out", str(tmp_path / "arms"), "--json", str(tmp_path / "ab.json"), *ARGS, "-k", "test_same"])
     out = capsys.readouterr()
@@ -152,6 +174,38 @@ def test_a_scenario_budget_too_small_for_the_blocks_asked_for_says_so(repo, tmp_
     (judged,) = json.loads((tmp_path / "ab.json").read_text())["judgements"]
     assert judged["verdict"] == "inconclusive" and judged["blocks"] == 1 and judged["pairs"] == 2
     assert "noise between processes is not known" in judged["reason"] and "raise --ab-scenario-minutes" in judged["reason"]
+    lines = out.out.splitlines()
+    table = lines[1:lines.index(next(line for line in lines if line.startswith("[1] ")))]
+    assert max(map(len, table)) <= 100 and table[-1].startswith("left out to fit 100 characters: "), out.out
+    assert "[1] test_same[cpu-naive] throughput inconclusive: one block of processes" in out.out
+    assert re.search(r"each arm's run is saved in \S+/arms/storage \(\d{4}_ab-\S+-baseline, \d{4}_ab-\S+-candidate\), "
+                     r"kept out of every history", out.out), out.out
+    # a second A/B into the same folder keeps the first one's arms: it writes into arms-2
+    log = (tmp_path / "arms" / "baseline.log").read_text()
+    code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--out", str(tmp_path / "arms"), *ARGS,
+                     "-k", "not test_"])  # fast: nothing selected
+    err = capsys.readouterr().err
+    assert f"holds an earlier A/B's arms (kept): this one writes into {tmp_path / 'arms-2'}" in err, err
+    assert (tmp_path / "arms" / "baseline.log").read_text() == log and (tmp_path / "arms-2" / "baseline.log").exists()
+
+
+def test_the_ab_table_fits_a_terminal_and_shows_the_columns_asked_for():
+    from pytest_gpucolloc import ab_table
+
+    judged = [ab_judge.judge_blocks(f"test_tiny[cpu-naive-{n}]", [[0.01, 0.02], [0.015, 0.01], [0.02, 0.0]], 0.02,
+                                    0.005) for n in range(2)]
+    judged[0].reason = "a budget stopped it after 3 blocks: raise --ab-scenario-minutes or --ab-budget-minutes"
+    wide = ab_table.table(judged)
+    assert max(map(len, wide.splitlines())) > 100  # every column: wider than this terminal
+    text = ab_table.table(judged, width=100)
+    lines = text.splitlines()
+    assert max(map(len, lines[:4])) <= 100, text
+    assert lines[4].startswith("left out to fit 100 characters: pairs") and "--columns=scenario,pairs" in lines[4]
+    assert lines[5] == f"[1] test_tiny[cpu-naive-0] throughput {judged[0].verdict}: {judged[0].reason}"
+    asked = ab_table.table(judged, columns=["scenario", "verdict", "p"], width=20)  # asked for: never left out
+    assert asked.splitlines()[0].split() == ["scenario", "verdict", "p", "(slower)"]
+    assert judged[0].reason in ab_table.table(judged, "github")  # Markdown keeps every cell whole
+    assert cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--columns", "scenario,nope"]) == 2
 
 
 def test_an_arm_that_cannot_start_is_quoted_from_its_log(repo, tmp_path, capsys):

@@ -232,10 +232,10 @@ def test_every_command_names_runs_alike_and_defaults_to_the_latest(tmp_path, cap
         path.write_text(json.dumps(data))
     code, out, err = run_cli(capsys, "compare", "--commits", "HEAD~1", "HEAD", "--storage", storage)
     # said in the order given, as typed, with the commits they name
-    assert code == 0 and out.startswith(f"compare HEAD~1 ({shas[0][:10]}) -> HEAD ({shas[1][:10]}) (2 -> 2 runs; "
+    assert code == 0 and out.startswith(f"compare HEAD~1 ({shas[0][:10]}) -> HEAD ({shas[1][:10]}) (2 runs -> 2 runs; "
                                         "a change is HEAD against HEAD~1)"), out + err
     code, out, err = run_cli(capsys, "compare", "--runs-ids", "0001", "0003", "--storage", storage)
-    assert code == 0 and out.startswith("compare 0001 -> 0003 (1 -> 1 runs; a change is 0003 against 0001)"), out
+    assert code == 0 and out.startswith("compare 0001 -> 0003 (1 run -> 1 run; a change is 0003 against 0001)"), out
 
 
 def test_a_gate_table_fits_a_terminal_and_takes_columns(tmp_path, capsys):
@@ -307,3 +307,19 @@ def test_without_a_terminal_a_table_fits_a_ci_log(monkeypatch):
     assert table_fit.terminal_width() == table_fit.LOG_WIDTH == 120
     monkeypatch.setenv("COLUMNS", "77")
     assert table_fit.terminal_width() == 77
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["gaet"], "invalid choice: 'gaet', did you mean 'gate'? (choose from"),
+    (["table", "--format", "tabel"], "invalid choice: 'tabel', did you mean 'table'? (choose from"),
+    (["mig", "plna", "3g"], "invalid choice: 'plna', did you mean 'plan'? (choose from"),
+])
+def test_a_mistyped_command_or_choice_is_answered_with_the_nearest_one(capsys, argv, said):
+    assert cli.main(argv) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_a_command_like_no_other_is_not_guessed(capsys):
+    assert cli.main(["zzzz"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'zzzz' (choose from" in err and "did you mean" not in err

@@ -134,3 +134,31 @@ def test_a_regressed_run_is_no_baseline_until_accepted_and_then_its_level_is_the
     assert run_cli(capsys, "accept", "--undo", "0007", "--storage", storage)[0] == 0
     assert run_cli(capsys, *gate)[0] == 1
     assert all(json.loads((storage / MACHINE / f"{i}.json").read_text())["benchmarks"] for i in ids)
+
+
+def test_an_id_that_also_names_an_ab_arm_compares_the_ordinary_run_only(tmp_path, capsys):
+    """``0006`` names the ordinary run 0006 and an A/B arm's 0006 (an older A/B saved into this storage): the
+    comparison takes the ordinary run, not both mixed."""
+    storage = tmp_path / "storage"
+    save_runs(storage, [1000.0] * 7)
+    add_ab_arms(storage, 600.0, "05abcdef")  # 0006_ab-...-baseline, 0007_ab-...-candidate
+    code, out, err = run_cli(capsys, "compare", "--runs-ids", "0005", "0006", "--storage", storage, "--format", "json")
+    assert code == 0, out + err
+    assert all(abs(row["change"]) < 0.01 and row["baseline_runs"] == ["0005_run"] for row in json.loads(out)), out
+    assert "compared as named" not in err
+
+
+def test_the_runs_of_an_abs_own_storage_are_compared_when_named(tmp_path, capsys):
+    """An A/B's storage holds only its arms' runs, all left out of a history: named by id they are compared (it
+    said "no saved runs" before); unnamed, the error says to name them."""
+    storage = tmp_path / "storage"
+    save_runs(storage, [1000.0])
+    arms = add_ab_arms(storage, 600.0, "00abcdef", marked=True)
+    (storage / MACHINE / "0001_run.json").unlink()
+    code, out, err = run_cli(capsys, "compare", "--runs-ids", "0006", "0007", "--storage", storage, "--format", "json")
+    assert code == 0, out + err
+    assert len(json.loads(out)) >= 1, out
+    assert f"note: {arms[0]} is compared as named, though an experiment (the baseline arm" in err, err
+    code, out, err = run_cli(capsys, "table", "--storage", storage)
+    assert code == 3 and "every saved run under" in err and "name one by its id" in err, err
+    assert run_cli(capsys, "table", "0007", "--storage", storage)[0] == 0

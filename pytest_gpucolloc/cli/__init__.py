@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from ..ab_table import COLUMNS as AB_COLUMNS
 from ..history import METRICS
 from ..machine import PLUGIN_VERSION
 from ..report import COLUMNS as TABLE_COLUMNS
@@ -23,6 +24,7 @@ from .common import (
     UNWRITABLE,
     USAGE,
     CommandError,
+    Parser,
     checked,
     columns_argument,
     format_argument,
@@ -42,8 +44,8 @@ __all__ = ["main", "build_parser", "FORMATS", "OK", "NEGATIVE", "USAGE", "NOTHIN
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pytest-gpucolloc", description=__doc__, epilog=EXIT_CODES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="pytest-gpucolloc", description=__doc__, epilog=EXIT_CODES,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {PLUGIN_VERSION}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("info", help="GPUs, driver and sharing modes as this machine reports them"
@@ -133,8 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
     ab_cmd.add_argument("--ab-alone", action="store_true",
                         help="also measure each job alone in both arms (speedups; the A/B does not need them)")
     ab_cmd.add_argument("--out", default="gpucolloc-ab", help="each arm's run JSON, log and saved runs (storage/); "
-                        "never the history's storage: an arm is measured in turns (default gpucolloc-ab)")
+                        "never the history's storage: an arm is measured in turns (default gpucolloc-ab; one that "
+                        "holds an earlier A/B's arms is kept: OUT-2, OUT-3, ... instead)")
     ab_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file")
+    ab_cmd.add_argument("--columns", type=columns_argument(AB_COLUMNS),
+                        help=f"the table's columns, comma-separated, among {','.join(AB_COLUMNS)} (default all that "
+                        "fit; in a terminal a long reason is numbered and said below the table)")
     ab_cmd.add_argument("--json", help="also write the verdicts and log-ratios as JSON to this file")
     judging_arguments(ab_cmd, storage=False)
     ab_cmd.add_argument("pytest_args", nargs=argparse.REMAINDER,

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import difflib
 import io
 import json
+import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NoReturn
 
 from .. import history
 from ..benchmark_api import storage_path
@@ -82,7 +85,7 @@ def named_runs(names: list, storage: Path) -> list:
 
     if names and all(map(is_file, names)):
         return read_runs(names)
-    loaded = load_history(storage)
+    loaded = load_history(storage, named=bool(names))
     if not names:
         return [loaded.runs[-1]]
     runs: list = []
@@ -141,9 +144,10 @@ def storage_folder(text: str) -> Path:
     return path
 
 
-def load_history(root: Path):
+def load_history(root: Path, named: bool = False):
     """The saved runs under ``root``; storage that does not exist or holds no run of this plugin is exit code 3,
-    never an empty history (a mis-set storage path must not pass as "no baseline")."""
+    never an empty history (a mis-set storage path must not pass as "no baseline"). ``named``: runs will be named by
+    id, so runs left out of the history (an A/B's own storage holds only those) are enough."""
     if not root.is_dir():
         raise CommandError(f"no storage folder {root}" + (" (a file)" if root.exists() else "") + ": check --storage "
                            "(pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
@@ -154,10 +158,12 @@ def load_history(root: Path):
         print(f"note: {len(loaded.left_out)} run(s) left out of the history: " + "; ".join(
             f"{run.run_id} ({why})" for run, why in loaded.left_out[:3]) + ("; ..." if len(loaded.left_out) > 3
                                                                           else ""), file=sys.stderr)
-    if not loaded.runs:
+    if not loaded.runs and loaded.left_out and not named:
+        raise CommandError(f"every saved run under {root} is left out of the history ({len(loaded.left_out)}, above): "
+                           "name one by its id to read it (e.g. `compare --runs-ids A B`)", NOTHING_TO_READ)
+    if not loaded.runs and not loaded.left_out:
         raise CommandError(f"no saved pytest-gpucolloc runs under {root}"
                            + (f" ({len(loaded.problems)} files could not be read, above)" if loaded.problems else "")
-                           + (f" ({len(loaded.left_out)} left out, above)" if loaded.left_out else "")
                            + ": check --storage (pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
     return loaded
 
@@ -177,6 +183,20 @@ def checked(name: str, low: float, high: float, integer: bool = False):
             raise argparse.ArgumentTypeError(str(error)) from None
 
     return check
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, naming the nearest choice of a mistyped one (``gaet``: did you mean 'gate'?), as
+    Python 3.14's ``suggest_on_error`` does; exit 2 as any usage error."""
+
+    def error(self, message: str) -> NoReturn:
+        typed = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if typed:
+            choices = [choice.strip(" '") for choice in typed[2].split(",")]
+            near = difflib.get_close_matches(typed[1], choices, n=1)
+            if near:
+                message = message.replace(f"'{typed[1]}' (", f"'{typed[1]}', did you mean '{near[0]}'? (", 1)
+        super().error(message)
 
 
 def columns_argument(names: list[str]):

@@ -12,6 +12,7 @@ from ..history import LATENCY, experiment, short_name
 from ..scratch import clean_stale_scratch
 from ..table_fit import terminal_width
 from ..verdict import with_latency
+from ..words import count
 from .common import (
     NEGATIVE,
     NEWEST,
@@ -46,7 +47,7 @@ def _commit(loaded, wanted: str) -> str:
 
 
 def cmd_compare(args) -> int:
-    loaded = load_history(args.storage)
+    loaded = load_history(args.storage, named=bool(args.runs_ids))
     try:
         commits = [_commit(loaded, c) for c in args.commits] if args.commits else None
         before, after, a, b = compare.select(loaded, runs=args.runs_ids, commits=commits,
@@ -55,8 +56,11 @@ def cmd_compare(args) -> int:
         raise CommandError(str(error), USAGE) from None
     said = args.commits or [a, b]  # in the order given, as typed (HEAD~1) and the commit it names
     found = " -> ".join(typed if typed == label else f"{typed} ({label[:10]})" for typed, label in zip(said, (a, b)))
+    for run, why in compare.named_left_out(loaded, before + after):  # asked for by name: compared, and said
+        print(f"note: {run.run_id} is compared as named, though {why}", file=sys.stderr)
     rows = compare.compare(before, after, policy_of(args))
-    title = f"compare {found} ({len(before)} -> {len(after)} runs; a change is {said[1]} against {said[0]})"
+    title = (f"compare {found} ({count(len(before), 'run')} -> {count(len(after), 'run')}; a change is {said[1]} "
+             f"against {said[0]})")
     print(compare.render(rows, args.format, title, terminal_width()))
     return _regressed(rows)
 
@@ -250,7 +254,7 @@ def _older_shifts(older, shown: int, runs: int) -> str:
 
 
 def cmd_ab(args) -> int:
-    from .. import ab, ab_arms, ab_judge  # hdrhistogram and the worker's code load only for ab
+    from .. import ab, ab_arms, ab_judge, ab_table  # hdrhistogram and the worker's code load only for ab
 
     here = Path.cwd()
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
@@ -267,19 +271,27 @@ def cmd_ab(args) -> int:
         if any(arm.kind == "revision" for arm in arms):
             ab_arms.check_clean(here)
         ab_arms.check_gpu_idle(pytest_args)
+        out = ab_arms.fresh_out(Path(args.out).resolve())
+        if out != Path(args.out).resolve():
+            print(f"{args.out} holds an earlier A/B's arms (kept): this one writes into {out}", file=sys.stderr)
         with ab_arms.sigterm_as_interrupt(), ab_arms.checked_out(arms, here):
-            judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, Path(args.out).resolve(),
+            judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, out,
                                       say=lambda text: print(text, file=sys.stderr, flush=True))
     except ab_arms.ABError as error:
         raise CommandError(str(error), USAGE) from None
     title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "
              f"{settings.window_s:g} s in blocks of fresh processes")
     print(title)
-    print(ab_judge.table(judgements))
+    print(ab_table.table(judgements, columns=args.columns, width=terminal_width()))
     for line in ab_judge.in_words(judgements):
         print(line)
+    saved = [found.stem for run in runs for found in sorted((out / "storage").glob(f"*/*-{run.arm}.json"))]
+    if saved:  # where the arms' runs are (a fresh folder: only this A/B's), and how to read them: no history holds them
+        print(f"each arm's run is saved in {out / 'storage'} ({', '.join(saved)}), kept out of every history (an "
+              f"arm is measured in turns): `pytest-gpucolloc compare --storage {out / 'storage'} --runs-ids "
+              f"{' '.join(s.split('_')[0] for s in saved)}` compares them by id")
     if args.markdown:
-        write_out(args.markdown, f"### {title}\n\n{ab_judge.table(judgements, 'github')}\n")
+        write_out(args.markdown, f"### {title}\n\n{ab_table.table(judgements, 'github', args.columns)}\n")
     if args.json:
         write_out(args.json, json.dumps({"baseline": args.baseline, "candidate": args.candidate,
                                      "judgements": [j.to_dict() for j in judgements],

@@ -1,0 +1,52 @@
+"""An A/B's verdicts as a table: whole in Markdown, and in a terminal or CI log short cells (a long reason numbered
+and said below) and the least important columns left out until it fits, as the gate's and compare's tables do."""
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from .table_fit import fitted
+
+COLUMNS = ["scenario", "measure", "verdict", "blocks", "pairs", "change", "interval", "p", "detectable", "why"]
+HEADERS = ["scenario", "measure", "verdict", "blocks", "pairs", "change (candidate vs baseline)", "interval",
+           "p (slower)", "detectable worsening", "why"]
+TERMINAL_HEADERS = ["scenario", "measure", "verdict", "blocks", "pairs", "change", "interval", "p (slower)",
+                    "detectable", "why"]  # the title says what a change is against
+# left out first where a terminal is too narrow; never the scenario, its measure, the verdict, the change or why
+DROP_ORDER = ["pairs", "p", "detectable", "blocks", "interval"]
+WIDE = 40  # a terminal's reason longer than this is numbered, and said in full below the table
+
+
+def _measure(judged) -> str:
+    if judged.metric == "throughput" or judged.ms is None:
+        return judged.metric
+    return f"{judged.metric} {judged.ms[0]:.3g} -> {judged.ms[1]:.3g} ms"
+
+
+def rows(judgements) -> list[list[str]]:
+    """A row per judgement (``ab_judge.Judgement``), in ``COLUMNS``' order."""
+    return [[j.scenario, _measure(j), j.verdict, str(j.blocks), str(j.pairs),
+             "-" if j.change is None else f"{j.change:+.2%}",
+             "-" if j.ci is None else f"[{j.ci[0]:+.2%}, {j.ci[1]:+.2%}]",
+             "-" if j.p_slower is None else f"{j.p_slower:.2g}",
+             "-" if j.detectable is None else f"{j.detectable:.2%}", j.reason or "-"] for j in judgements]
+
+
+def table(judgements, fmt: str = "simple", columns: list[str] | None = None, width: int | None = None) -> str:
+    """The verdicts (``fmt``: a tabulate format; ``simple`` is a terminal's): ``columns`` as asked (``--columns``),
+    else every column that fits ``width``."""
+    body = rows(judgements)
+    headers = TERMINAL_HEADERS if fmt == "simple" else HEADERS
+
+    def render(names: list[str]) -> tuple[str, list[str]]:
+        keep = [COLUMNS.index(name) for name in names]
+        cells = [[row[i] for i in keep] for row in body]
+        notes: list[str] = []
+        if fmt == "simple" and "why" in names:
+            why = names.index("why")
+            for row, full in zip(cells, body):
+                if len(row[why]) > WIDE:
+                    notes.append(f"[{len(notes) + 1}] {full[0]} {full[1]} {full[2]}: {full[-1]}")
+                    row[why] = f"[{len(notes)}]"
+        return tabulate(cells, headers=[headers[i] for i in keep], tablefmt=fmt, disable_numparse=True), notes
+
+    return fitted(render, columns, COLUMNS, DROP_ORDER, fmt, width, "--columns")

@@ -10,7 +10,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from . import gate, report, shift
+from . import gate, gate_table, shift
 from .history import LATENCY, History, SavedRun
 from .verdict import with_latency
 from .words import count
@@ -186,9 +186,9 @@ def render(rows: list[Row], fmt: str, title: str = "", width: int | None = None)
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(report.GATE_HEADERS)
-        writer.writerows(report.gate_rows(entries))
+        writer.writerow(gate_table.GATE_HEADERS)
+        writer.writerows(gate_table.rows(entries))
         return out.getvalue()
     if fmt == "markdown":
-        return (f"### {title}\n\n" if title else "") + report.gate_table(entries, "github")
-    return (f"{title}\n" if title else "") + report.gate_table(entries, width=width)
+        return (f"### {title}\n\n" if title else "") + gate_table.table(entries, "github")
+    return (f"{title}\n" if title else "") + gate_table.table(entries, width=width)

@@ -1,4 +1,4 @@
-"""Tables of measured scenarios (the terminal summary, ``pytest-gpucolloc table``), of gate verdicts, and the
+"""Tables of measured scenarios (the terminal summary, ``pytest-gpucolloc table``), and the
 report's summary (per workload and mode, the best way to share and the answer it gives), from saved records
 (``record.ScenarioRecord``)."""
 from __future__ import annotations
@@ -15,6 +15,7 @@ from .record import ScenarioRecord, describe_workers, jobs, sm_reserved
 from .table_fit import fitted
 from .words import count
 
+WIDE = 40  # a terminal's cell longer than this is numbered, and said in full below the table
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
            "speedup", "efficiency", "SM activity", "mem/worker GB", "data wait", "samples/J", "rounds", "start-up s",
            "flags"]
@@ -24,16 +25,11 @@ def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def _rate(value: float | None) -> str:
+def rate(value: float | None) -> str:
     """A throughput: whole numbers with separators, but at least two significant digits (0.42, not 0)."""
     if value is None or value == 0 or not math.isfinite(value) or abs(value) >= 10:
         return _num(value)
     return f"{value:.{1 - math.floor(math.log10(abs(value)))}f}"
-
-
-def _bound(value: float) -> str:
-    """An interval bound; beyond +1000% the number says nothing more than 'unbounded'."""
-    return ">+1000%" if value > 10 else f"{value:+.1%}"
 
 
 def _pct(value: float | None) -> str:
@@ -94,8 +90,8 @@ def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
     for name, scenario in entries:
         table.append([
             name, scenario.mode, describe_workers(list(scenario.workloads)),
-            ", ".join(_rate(w.throughput) for w in scenario.workers),
-            _rate(scenario.throughput) + _tokens(scenario), _pct(scenario.cv),
+            ", ".join(rate(w.throughput) for w in scenario.workers),
+            rate(scenario.throughput) + _tokens(scenario), _pct(scenario.cv),
             "-" if scenario.speedup is None else f"{scenario.speedup:.2f}x",
             _pct(scenario.efficiency),
             _sm_activity(scenario.telemetry),
@@ -201,90 +197,6 @@ def table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple", so
         return tabulate(cells, headers=headers, tablefmt=fmt, disable_numparse=True), notes
 
     return fitted(render, shown, COLUMNS, DROP_ORDER, fmt, width, ask)
-
-
-GATE_HEADERS = ["scenario", "verdict", "baseline samples/s", "current samples/s", "change", "interval",
-                "detectable drop", "baseline runs", "noise (share of a run's variance)", "lever", "why"]
-
-
-def _noise(noise: dict | None) -> str:
-    """The dominant level of noise first, e.g. ``processes or runs 97%, rounds 3%``."""
-    if not noise:
-        return "-"
-    shares = {level: share for level, share in noise["shares"].items() if share is not None}
-    if noise["dominant"] == "processes or runs":
-        shares = {"processes or runs": shares.pop("runs", 0.0), **shares}
-    return ", ".join(f"{level} {share:.0%}" for level, share in sorted(shares.items(), key=lambda kv: -kv[1]))
-
-
-def gate_rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
-    """A row per verdict (a saved ``Verdict.to_dict()``); below a serving scenario's, a row per latency (in
-    ms; its change + is a higher latency, its detectable change a rise)."""
-    table = []
-    for name, v in verdicts:
-        latency = v.get("metric", "throughput") != "throughput"
-        change = "-" if v.get("change") is None else f"{v['change']:+.1%}"
-        interval = "-" if not v.get("ci") else f"[{_bound(v['ci'][0])}, {_bound(v['ci'][1])}]"
-        mde = "-" if v.get("mde") is None else f"{'rise ' if latency else ''}{v['mde']:.1%}"
-        if v.get("mde_noise") is not None and v["mde_noise"] < v["mde"]:  # the threshold binds, not the noise
-            mde += f" (noise: {v['mde_noise']:.1%})"
-        why = "; ".join([v.get("reason", "")] + list(v.get("notes", [])))
-        lever = ((v.get("noise") or {}).get("lever")) or "-"
-        shown = (lambda value: "-" if value is None else f"{ms(value)} ms") if latency else _rate
-        table.append([name, v["verdict"], shown(v.get("baseline")), shown(v.get("current")), change, interval, mde,
-                      str(len(v.get("baseline_runs", []))), _noise(v.get("noise")), lever, why])
-        judged = v.get("latency") or ({"p99": v["p99"]} if isinstance(v.get("p99"), dict) else {})
-        for metric, verdict in judged.items():
-            table += gate_rows([(f"{name} {metric} latency", verdict)])
-    return table
-
-
-def left_to_ab_line(nodeids: list[str], modes: Iterable[str]) -> str:
-    """What a gate (pytest's or ``gate``) measured but left to paired A/B, and the command that judges it."""
-    names = ", ".join(nodeid.split("::")[-1] for nodeid in nodeids)
-    tests = " ".join(dict.fromkeys(nodeid.split("[")[0] for nodeid in nodeids))
-    mode = f" --gpu-mode={','.join(modes)}" if modes else ""
-    return (f"left to paired A/B (gpucolloc_gate(by=\"ab\")), measured and saved but not judged against history: "
-            f"{names} (marked too noisy between runs for a history gate); judge a change from the rootdir "
-            f"with `pytest-gpucolloc ab --baseline HEAD~1 --candidate HEAD -- {tests}{mode}`")
-
-
-GATE_COLUMNS = ["scenario", "verdict", "baseline", "current", "change", "interval", "detectable", "runs", "noise",
-                "lever", "why"]  # --columns' names of GATE_HEADERS, in order
-TERMINAL_HEADERS = ["scenario", "verdict", "baseline", "current", "change", "interval", "detectable", "runs",
-                    "noise (dominant)", "lever", "why"]  # GATE_HEADERS in a terminal; throughput in samples/s
-WIDE = 40  # a terminal's cell longer than this is numbered, and said in full below the table
-# left out first where a terminal is too narrow; never the scenario, its verdict, the change or why
-GATE_DROP_ORDER = ["lever", "noise", "runs", "interval", "baseline", "current", "detectable"]
-
-
-def gate_table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple", columns: list[str] | None = None,
-               width: int | None = None, ask: str = "--columns") -> str:
-    """The verdicts' table. On a terminal (``simple``) every cell stays short: a longer one (a reason, a lever) is
-    numbered and said in full below the table, with its scenario and verdict; Markdown keeps it in the cell. With a
-    ``width`` and no columns asked for, the least important columns are left out until the table fits, in a line
-    naming them and ``ask``."""
-    body = gate_rows(verdicts)
-    if fmt == "simple":
-        for row in body:
-            row[GATE_COLUMNS.index("noise")] = row[GATE_COLUMNS.index("noise")].split(", ")[0]  # the dominant level
-    headers = GATE_HEADERS if fmt != "simple" else TERMINAL_HEADERS  # a terminal's: short
-
-    def render(names: list[str]) -> tuple[str, list[str]]:
-        keep = [GATE_COLUMNS.index(name) for name in names]
-        cells = [[row[i] for i in keep] for row in body]
-        notes: list[str] = []
-        if fmt == "simple":
-            for row, full in zip(cells, body):
-                for name in ("lever", "why"):
-                    if name in names and len(row[names.index(name)]) > WIDE:  # a hidden column's: not said below
-                        index = GATE_COLUMNS.index(name)
-                        notes.append(f"[{len(notes) + 1}] {full[0]} {full[1]}: {GATE_HEADERS[index]}: {full[index]}")
-                        row[names.index(name)] = f"[{len(notes)}]"
-        return tabulate(cells, headers=[headers[GATE_COLUMNS.index(name)] for name in names], tablefmt=fmt,
-                        disable_numparse=True), notes
-
-    return fitted(render, columns, GATE_COLUMNS, GATE_DROP_ORDER, fmt, width, ask)
 
 
 @dataclass
@@ -401,8 +313,8 @@ def serving_rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str
         versus = facts.get("p99_vs_alone")
         reserved = sm_reserved(scenario)
         table.append([
-            name, scenario.mode, "max" if facts.get("offered_rps") is None else _rate(facts["offered_rps"]),
-            _rate(facts.get("achieved_rps")), *latencies,
+            name, scenario.mode, "max" if facts.get("offered_rps") is None else rate(facts["offered_rps"]),
+            rate(facts.get("achieved_rps")), *latencies,
             "-" if versus is None or saturated else f"{versus:.2f}x",
             str(facts.get("training_jobs", "-")), "-" if reserved is None else f"{reserved:g}%",
             _pct(facts.get("training_kept")),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from . import record, report
+from . import gate_table, record, report
 from .session import CPU_BATCH_CAP, CPU_IMAGE_SIZE, CollocSession
 from .table_fit import terminal_width
 from .workloads import SMOKE_SEQ_LEN
@@ -118,7 +118,7 @@ class Summary:
         for name, verdict in s.verdicts:
             if verdict.remeasured:
                 terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
-        terminalreporter.write_line(report.gate_table(
+        terminalreporter.write_line(gate_table.table(
             self._shown_verdicts(), width=terminal_width(),
             ask="--colloc-gate-report=FILE (every column) or pytest-gpucolloc gate RUN --columns"))
         if regressed:
@@ -140,7 +140,7 @@ class Summary:
 
     def _left_to_ab_line(self) -> str:
         s = self.session
-        return report.left_to_ab_line(s.measured_for_ab, s.options.gpu_mode or ())
+        return gate_table.left_to_ab_line(s.measured_for_ab, s.options.gpu_mode or ())
 
     def _shown_verdicts(self) -> list[tuple[str, dict]]:
         s = self.session
@@ -154,7 +154,7 @@ class Summary:
             return
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            table = report.gate_table(self._shown_verdicts(), "github")
+            table = gate_table.table(self._shown_verdicts(), "github")
             left = "".join(f"\n{line}\n" for line in self._unjudged_lines())
             Path(path).write_text(f"### Collocation regression gate\n\n{table}\n{left}")
         except OSError as error:

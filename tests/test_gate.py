@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from doubles.gatesim import detection_rate, synthetic_run
-from pytest_gpucolloc import cli, gate
+from pytest_gpucolloc import cli, gate, gate_table
 from pytest_gpucolloc.baseline import level_outliers
 from pytest_gpucolloc.benchmark_api import storage_path
 from pytest_gpucolloc.history import load, read_run
@@ -185,7 +185,7 @@ def test_cli_gate_judges_an_old_run_against_the_runs_before_it(storage, capsys):
 def test_cli_compare_by_driver_in_every_format(storage, capsys):
     code = cli.main(["compare", "--group-by", "driver_version", "--storage", str(storage), "--format", "markdown"])
     out = capsys.readouterr().out
-    assert code == 1 and "compare driver_version=570.86 -> driver_version=580.159 (3 -> 3 runs" in out
+    assert code == 1 and "compare driver_version=570.86 -> driver_version=580.159 (3 runs -> 3 runs" in out
     assert "| regressed |" in out.replace("  ", " ") or "regressed" in out
     for fmt, marker in (("csv", "scenario,verdict"), ("json", '"verdict"'), ("table", "verdict")):
         cli.main(["compare", "--commits", "00", "05", "--storage", str(storage), "--format", fmt, "--min-runs", "1"])
@@ -311,9 +311,8 @@ def test_contaminated_runs_are_not_comparable_flagged_and_left_out_of_baselines(
 
 
 def test_an_unbounded_interval_reads_as_such():
-    from pytest_gpucolloc import report
 
-    row = report.gate_rows([("s", {"verdict": "inconclusive", "change": -0.015, "ci": (-0.999, 36616815.967)})])[0]
+    row = gate_table.rows([("s", {"verdict": "inconclusive", "change": -0.015, "ci": (-0.999, 36616815.967)})])[0]
     assert row[5] == "[-99.9%, >+1000%]"
 
 
@@ -414,9 +413,8 @@ def test_round_noise_is_named_and_needs_no_lever_when_the_threshold_is_resolved(
     verdict = gate.decide(run([1000.0] * 10, "now"), steady_history(spread=0.005))
     assert verdict.verdict == "unchanged"
     assert verdict.noise["dominant"] == "rounds" and verdict.noise["lever"] is None
-    from pytest_gpucolloc import report
 
-    row = report.gate_rows([("s", verdict.to_dict())])[0]
+    row = gate_table.rows([("s", verdict.to_dict())])[0]
     assert row[8].startswith("rounds ") and row[9] == "-"
 
 
@@ -458,11 +456,10 @@ def test_h200_graphed_jobs_are_gated_at_two_percent_when_cudnn_chooses_the_same_
 
 
 def test_the_detectable_drop_says_when_the_threshold_binds_rather_than_the_noise(cudnn_history):
-    from pytest_gpucolloc import report
 
     name = next(n for n in cudnn_history.runs[0].scenarios if n.endswith("n7-heuristics]"))
     samples = cudnn_history.samples(name)
-    row = report.gate_rows([(name, gate.decide(samples[5], samples[:5]).to_dict())])[0]
+    row = gate_table.rows([(name, gate.decide(samples[5], samples[:5]).to_dict())])[0]
     detectable, noise = row[6].split(" (noise: ")
     assert 0.02 < float(detectable.rstrip("%")) / 100 < 0.025 and float(noise.rstrip("%)")) / 100 < 0.012, row[6]
 
@@ -504,9 +501,8 @@ def test_one_disturbed_run_does_not_blind_the_gate_and_is_named():
     assert verdict.verdict == "regressed", verdict
     assert set(verdict.left_out) == {"b-bad"} and "round spread" in verdict.left_out["b-bad"]
     assert "b-bad" not in verdict.baseline_runs and any("b-bad" in note for note in verdict.notes)
-    from pytest_gpucolloc import report
 
-    assert "1 disturbed run(s) left out: b-bad" in report.gate_table([("s", verdict.to_dict())])
+    assert "1 disturbed run(s) left out: b-bad" in gate_table.table([("s", verdict.to_dict())])
     # without the rules the same history could not tell: its spread is the disturbed run's
     gate_without = gate.decide(slowed, [dataclass_replace(r, power_capped_share=None) for r in history],
                                gate.Policy(min_runs=5))

@@ -29,7 +29,7 @@ def test_the_summary_has_a_serving_table_with_the_saved_numbers_and_says_why_a_s
     rows = {line.split()[0]: line.split() for line in lines[header + 2:header + 5]}
     beside = saved["test_service[cpu-naive-1]"]
     assert rows["test_service[cpu-naive-1]"] == [
-        "test_service[cpu-naive-1]", "naive", report._rate(beside["offered_rps"]), report._rate(beside["achieved_rps"]),
+        "test_service[cpu-naive-1]", "naive", report.rate(beside["offered_rps"]), report.rate(beside["achieved_rps"]),
         _ms(beside["p50_ms"]), _ms(beside["p99_ms"]), _ms(beside["p999_ms"]), _ms(beside["max_ms"]),
         f"{beside['p99_vs_alone']:.2f}x", "1", "-", f"{100 * beside['training_kept']:.1f}%"]
     assert rows["test_service[cpu-naive-0]"][9] == "0"  # the service alone: no training beside it

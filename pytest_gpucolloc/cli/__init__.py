@@ -7,10 +7,10 @@ import os
 import sys
 
 from ..ab_table import COLUMNS as AB_COLUMNS
+from ..gate_table import GATE_COLUMNS
 from ..history import METRICS
 from ..machine import PLUGIN_VERSION
 from ..report import COLUMNS as TABLE_COLUMNS
-from ..report import GATE_COLUMNS
 from .common import (
     EXIT_CODES,
     FORMATS,

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .. import changepoints, compare, forget, gate, history, history_shifts, report
+from .. import changepoints, compare, forget, gate, gate_table, history, history_shifts, report
 from ..history import LATENCY, experiment, short_name
 from ..scratch import clean_stale_scratch
 from ..table_fit import terminal_width
@@ -80,7 +80,7 @@ def cmd_gate(args) -> int:
     # a scenario whose marker leaves it to paired A/B is not judged here either, as the pytest gate does not
     left = [name for name, scenario in run.scenarios.items() if scenario.gate_by == "ab"]
     if len(left) == len(run.scenarios):
-        raise CommandError(f"{run.path}: no scenario to judge: " + report.left_to_ab_line(left, _modes(run, left)),
+        raise CommandError(f"{run.path}: no scenario to judge: " + gate_table.left_to_ab_line(left, _modes(run, left)),
                            NOTHING_JUDGED)
     verdicts = []
     last = history.GATE_WINDOW * policy.runs
@@ -97,7 +97,8 @@ def cmd_gate(args) -> int:
         write_out(args.markdown, markdown + "\n")
     print(_gate_render(verdicts, args.format, f"gate: {run.run_id}", args.columns))
     if left:  # below the table, or on stderr where stdout is data
-        print(("\n" if args.format in ("table", "markdown") else "") + report.left_to_ab_line(left, _modes(run, left)),
+        said = gate_table.left_to_ab_line(left, _modes(run, left))
+        print(("\n" if args.format in ("table", "markdown") else "") + said,
               file=sys.stdout if args.format in ("table", "markdown") else sys.stderr)
     failed = any(verdict.failed for _, verdict in verdicts)
     if failed:
@@ -113,13 +114,13 @@ def _modes(run, names: list[str]) -> list[str]:
 
 def _gate_render(verdicts, fmt: str, title: str, columns: list[str] | None = None) -> str:
     """The gate's table: a row per scenario, and below a serving scenario's a row per latency judged
-    (``report.gate_rows``). JSON: each verdict as saved, the latency ones inside it."""
+    (``gate_table.gate_rows``). JSON: each verdict as saved, the latency ones inside it."""
     if fmt == "json":
         return json.dumps([{"scenario": name, **verdict.to_dict()} for name, verdict in verdicts], indent=2)
     entries = [(name if fmt != "table" else short_name(name), verdict.to_dict()) for name, verdict in verdicts]
     if fmt == "csv":
-        return tabular(report.gate_rows(entries), report.GATE_HEADERS, fmt)
-    table = report.gate_table(entries, "github" if fmt == "markdown" else "simple", columns, terminal_width())
+        return tabular(gate_table.rows(entries), gate_table.GATE_HEADERS, fmt)
+    table = gate_table.table(entries, "github" if fmt == "markdown" else "simple", columns, terminal_width())
     return f"### {title}\n\n{table}" if fmt == "markdown" else f"{title}\n{table}"
 
 

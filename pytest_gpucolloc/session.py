@@ -23,12 +23,12 @@ from . import (
     machine,
     machine_warmup,
     markers,
+    preamble,
     process_marks,
     progress,
     report,
     telemetry,
     timings,
-    words,
 )
 from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
@@ -41,7 +41,6 @@ from .scratch import can_write_in, clean_stale_scratch
 # CPU smoke mode: real processes and real training, small enough for a laptop or a CI runner.
 CPU_IMAGE_SIZE = 32
 CPU_BATCH_CAP = 4
-SCENARIO_OVERHEAD_S = 5.0  # start-up before warm-up (spawn, import torch, CUDA context, build), for time estimates
 @dataclass
 class ScenarioContext:
     """What one scenario needs from its session, handed down in one piece."""
@@ -228,7 +227,7 @@ class CollocSession:
                 self._device.reason += f" (xdist worker gw{self.xdist_index})"
         return self._device
 
-    def _machine_kind(self) -> str:
+    def machine_kind(self) -> str:
         """What scenario times are kept per: the GPU model, or the CPU (smoke mode)."""
         gpu = self.device().gpu
         return gpu.name if gpu else "cpu"
@@ -287,13 +286,7 @@ class CollocSession:
             self.machine_warmup = machine_warmup.run(gpu.uuid, self.machine_warmup_limit())
 
     def machine_warmup_line(self) -> str:
-        if self.device().gpu is None:
-            return "gpucolloc: machine warm-up: none on the CPU (nothing to warm)"
-        limit = self.machine_warmup_limit()
-        if not limit:
-            return "gpucolloc: machine warm-up: off (--colloc-machine-warmup)"
-        return (f"gpucolloc: machine warm-up: a GPU load before the first measurement until power and SM clock are "
-                f"steady, at most {limit:g} s (--colloc-machine-warmup)")
+        return preamble.machine_warmup_line(self.device().gpu is not None, self.machine_warmup_limit())
 
     # --- hooks ---------------------------------------------------------------------------------------
     def pytest_sessionstart(self, session):
@@ -306,28 +299,7 @@ class CollocSession:
         self.history = history.load(root)  # before this run saves anything
 
     def pytest_report_header(self, config):
-        if not self.invited:  # invited by a test only: its device line is in the summary
-            return None
-        try:
-            where = self.device().reason
-        except DeviceUnavailable as exc:
-            where = str(exc)
-        lines = [f"gpucolloc: modes {', '.join(self.modes)}; {where}"]
-        try:
-            lines.append(self.machine_warmup_line())
-        except DeviceUnavailable:
-            pass
-        if self.autosaved:
-            lines.append(f"gpucolloc: --colloc-gate saves this run into "
-                         f"{benchmark_api.storage_path(config.getoption('benchmark_storage', None))} as "
-                         "--benchmark-autosave does: the next gated runs judge against it")
-        if self.stale_removed:
-            lines.append(f"gpucolloc: removed {len(self.stale_removed)} directories (and their MPS daemons) left "
-                         f"by killed runs: {', '.join(self.stale_removed)}")
-        if self.orphans_killed:
-            lines.append(f"gpucolloc: killed {len(self.orphans_killed)} processes that workers of killed runs had "
-                         f"started: pids {', '.join(map(str, self.orphans_killed))}")
-        return lines
+        return preamble.header_lines(self, config) if self.invited else None  # invited by a test only
 
     def pytest_collection_modifyitems(self, config, items):
         ours = [item for item in items if markers.uses_plugin(item)]
@@ -347,29 +319,7 @@ class CollocSession:
 
     def pytest_report_collectionfinish(self, config, start_path, items):
         """Before anything runs: how long the selected scenarios may take, and what was left out."""
-        if not self.invited:
-            return None
-        scenarios = [item for item in items if "collocate" in getattr(item, "fixturenames", ())]
-        lines = []
-        if scenarios:
-            settings = self.settings()
-            rounds = max(settings.max_rounds, settings.rounds)
-            each = SCENARIO_OVERHEAD_S + settings.warmup_s + rounds * settings.round_s
-            total = report.duration(len(scenarios) * each)
-            lines.append(f"gpucolloc: {words.count(len(scenarios), 'scenario')}, at most about {total} ({each:.0f} s "
-                         "each at the longest warm-up and the most rounds), " + ("plus each distinct job measured "
-                         "alone once" if self.options.colloc_alone else "no job measured alone (--colloc-alone=off)"))
-            last = timings.last_seconds(config, self._machine_kind(), settings) if self.xdist_index is None else {}
-            estimate = timings.expected([item.nodeid for item in scenarios], last, each)
-            if estimate:
-                lines.append(estimate)
-            if self.xdist_index is None:  # the live progress of these scenarios (xdist workers write nothing)
-                progress.start(config.pluginmanager.get_plugin("terminalreporter"), [i.nodeid for i in scenarios],
-                               last)
-        if self.deselected_full:
-            lines.append(f"gpucolloc: {words.count(self.deselected_full, 'scenario')} of the full matrix (marker "
-                         "gpucolloc_full) deselected; --colloc-full runs them")
-        return lines
+        return preamble.collection_lines(self, config, items) if self.invited else None
 
     def pytest_runtest_setup(self, item):
         if item.get_closest_marker("gpucolloc_gate"):
@@ -397,7 +347,7 @@ class CollocSession:
             distributed.publish(session.config, self.forward)
         else:
             if self.seconds:  # scenarios ran: the device and settings are known
-                timings.remember(session.config, self._machine_kind(), self.settings(), self.seconds)
+                timings.remember(session.config, self.machine_kind(), self.settings(), self.seconds)
         failed = self.save_problems or any(v.failed for _, v in self.verdicts)
         if failed and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -221,8 +221,9 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
     if rate is not None:  # a serving job (hdrhistogram is loaded only here)
         from . import serving  # hdrhistogram only where a worker serves
 
+        # spinning on cores of its own takes nothing from others; in CPU smoke mode those cores do the work itself
         requests = serving.Requests(step.train_step, sync, rate if isinstance(rate, (int, float)) else None,
-                                    spin=bool(spec.cpus))  # on cores of its own: spinning takes nothing from others
+                                    spin=bool(spec.cpus) and device.type == "cuda")
     cuda = device.type == "cuda"
     command = _train_until_told(step, channel, requests)  # all workers stay under load until told when to measure
     continuing = False  # the next Measure adds rounds to the last one (a service's schedule and queue go on)

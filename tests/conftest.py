@@ -1,0 +1,66 @@
+"""How the project's own tests run: in parallel (pytest-xdist) unless told otherwise.
+
+Most of the suite's time is spent waiting on real worker processes (warm-up, measurement rounds of fixed length,
+timeouts, signals), not computing, so two xdist workers finish it in about half the time on CI's 2 cores. This file
+is read only when tests/ is what pytest runs (the README's `pytest`, `pytest tests/...`), never by `pytest
+benchmarks/`, whose measurements must run one at a time. Where an NVIDIA GPU is present the suite stays serial:
+its GPU tier measures the GPU, and tests run side by side would share it.
+"""
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+WORKERS = 2  # CI's cores; more xdist workers only add contention to the timed parts
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own pytest_cmdline_main, which turns -n into workers
+def pytest_cmdline_main(config):
+    option = config.option
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: it runs its tests itself
+    if getattr(option, "numprocesses", 0) is None and option.dist == "no" and not option.tx \
+            and not option.collectonly and not option.usepdb and not Path("/dev/nvidiactl").exists():
+        option.numprocesses = WORKERS  # no -n, --dist or --tx given, and no NVIDIA driver: ours
+
+
+def pytest_configure(config):
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        # An xdist worker's environment says it is one (PYTEST_XDIST_WORKER, ...): pytest-benchmark then turns
+        # itself off, and every pytest the tests start (pytester's, an A/B's arms) would inherit that. The tests
+        # run pytest as a user does, outside any xdist worker.
+        for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+            os.environ.pop(name, None)
+        # the run's temporary folder, shared by its xdist workers (each has a folder of its own in it)
+        config.stash[_LOCK_PATH] = Path(config.option.basetemp).parent / "alone.lock"
+
+
+_LOCK_PATH = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked ``alone`` runs with no other test beside it (in another xdist worker), set-up and teardown
+    included; the others run side by side."""
+    path = item.config.stash.get(_LOCK_PATH, None)
+    if path is None:  # not under xdist: every test runs alone
+        return (yield)
+    with _turn(path, alone=item.get_closest_marker("alone") is not None):
+        return (yield)
+
+
+@contextmanager
+def _turn(path: Path, alone: bool):
+    """A readers-writer lock over xdist's workers: a test that must run alone waits for the running ones to end,
+    and, holding the gate while it waits, keeps new ones from starting meanwhile."""
+    with open(f"{path}.gate", "a") as gate, open(f"{path}.run", "a") as run:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(run, fcntl.LOCK_UN)

@@ -1,8 +1,8 @@
 """How the project's own tests run: in parallel (pytest-xdist) unless told otherwise.
 
 Most of the suite's time is spent waiting on real worker processes (warm-up, measurement rounds of fixed length,
-timeouts, signals), not computing, so three xdist workers finish it in well under half the time on CI's 2 cores
-(measured: 23 minutes serial, 14 with two workers, 12.5 with three and the option below). This file
+timeouts, signals), not computing, so xdist workers side by side finish it sooner on CI's 2 cores (measured on such a
+machine: 22 minutes serial, 15.6 with two workers, 14.2 with three, 12.8 with the start-up cut below). This file
 is read only when tests/ is what pytest runs (the README's `pytest`, `pytest tests/...`), never by `pytest
 benchmarks/`, whose measurements must run one at a time. Where an NVIDIA GPU is present the suite stays serial:
 its GPU tier measures the GPU, and tests run side by side would share it.

@@ -25,7 +25,8 @@ def test_gpu_lists_are_checked(pytester, text):
     result.stderr.fnmatch_lines(["*--colloc-gpus*"])
 
 
-def test_xdist_workers_results_are_recorded_by_the_controller(pytester, tmp_path):
+def test_xdist_workers_results_are_recorded_by_the_controller(pytester, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")  # every column, the mode's too, even beside a flag a busy machine raises
     pytester.makepyfile(tiny_workload=TINY)
     pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
     out = tmp_path / "run.json"

@@ -47,6 +47,7 @@ def stale_scratch():
         path.rmdir()
 
 
+@pytest.mark.alone  # another session of the plugin, beside it, would clean the stale scratch directory up
 def test_another_project_sees_nothing_of_the_plugin(pytester, stale_scratch, tmp_path):
     pytester.makeini("[pytest]\nmarkers =\n    gpu: needs a GPU\n    quick: fast tests\n")
     pytester.makepyfile(test_other=OTHER_PROJECT)

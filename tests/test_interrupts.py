@@ -56,6 +56,7 @@ def test_interrupted_run_leaves_nothing_behind(tmp_path, mode, sig, after_s):
     assert ours == set()
 
 
+@pytest.mark.alone  # another session of the plugin, beside it, would remove the stale directory first
 def test_a_killed_runs_scratch_directory_is_removed_by_the_next_run(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -26,7 +26,7 @@ class Step:
             time.sleep(self.sleep)
 
 
-def factory(batch_size, device, precision="fp32", sleep=0.0):
+def factory(batch_size, device, precision="fp32", sleep=0.001):  # not spinning: see tiny_workload.py
     return Step(batch_size, device, sleep)
 '''
 

@@ -54,6 +54,7 @@ def test_processes_a_workload_starts_do_not_escape_the_scenario(tmp_path, spawn)
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # any other pytest session's sweep would kill the orphan before this test's next run
 def test_orphans_of_a_killed_run_are_killed_by_the_next_run(pytester, tmp_path):
     # pytest and its fork server SIGKILLed together (kill -9 of both, the OOM killer): nothing of the plugin runs
     # to end the child in its own session (the server ends it when pytest alone is killed: test_reliability_four),

@@ -243,6 +243,7 @@ def test_sigterm_to_ab_while_its_arms_start_acts_within_seconds(ab_repo, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # any other pytest session's sweep would remove what the killed ab left before it is looked at
 def test_what_a_killed_ab_left_is_removed_by_the_next_run(ab_repo, tmp_path):
     """SIGTERM, then SIGKILL a second later (a CI cancel): the arms are told by the kernel (their parent-death
     signal); the next run of the plugin removes the worktrees (and their registration) and the socket folder."""

@@ -1,5 +1,5 @@
 """A fork server for workers (``--colloc-spawn=forkserver``): one process per pytest session imports torch,
-torchvision and the worker's code once, never touches CUDA, and forks each worker on request. A forked worker
+the worker's code and (for the first job that uses it) torchvision once, never touches CUDA, and forks each worker on request. A forked worker
 skips the imports a fresh ``python -m pytest_gpucolloc.worker`` pays (about 3 s for torch and 2 s for
 torchvision on an H200 host); it is a real process of its own all the same, with its own environment, session,
 log and CUDA context. Under ``--colloc-spawn=fresh`` a server that imports nothing execs each worker as
@@ -43,8 +43,10 @@ from .scratch import private_scratch
 SOCKET_ENV = "GPUCOLLOC_FORKSERVER_FD"
 EXEC_ENV = "GPUCOLLOC_FORKSERVER_EXEC"  # "1": exec each worker (--colloc-spawn=fresh), importing nothing first
 # What every worker imports anyway; none of it initialises CUDA.
-PRELOAD = ("torch", "torchvision.models", "torchvision.transforms.v2", "PIL.Image", "pytest_gpucolloc.models",
-           "pytest_gpucolloc.image_data", "pytest_gpucolloc.worker")
+PRELOAD = ("torch", "pytest_gpucolloc.models", "pytest_gpucolloc.worker")
+# What an image workload imports too (a named ResNet, a data loader; on a GPU any job: a user's model usually does),
+# loaded before the first fork that asks for it: a session of small jobs on the CPU does without (about 2 s each).
+VISION = ("torchvision.models", "torchvision.transforms.v2", "PIL.Image", "pytest_gpucolloc.image_data")
 MAX_MESSAGE = 1 << 20
 START_TIMEOUT_S = 120.0
 CLOSE_TIMEOUT_S = 30.0  # the server kills its remaining workers and waits for them; then it is killed itself
@@ -122,13 +124,14 @@ class ForkServer:
         raise ForkServerError(f"the worker fork server did not answer within {timeout:.0f} s; its output ends:\n"
                               + tail(self.log_path))
 
-    def spawn(self, env: dict[str, str], log_fd: int, channel_fd: int, mark_fd: int) -> ForkedProcess:
+    def spawn(self, env: dict[str, str], log_fd: int, channel_fd: int, mark_fd: int,
+              vision: bool = True) -> ForkedProcess:
         """A new worker with ``env``, ``log_fd`` as its stdout and stderr, ``channel_fd`` as its message
         channel and ``mark_fd`` kept open (the caller keeps and closes its copies); like ``Popen(stdin=PIPE)``,
-        its ``stdin`` is a pipe."""
+        its ``stdin`` is a pipe. ``vision``: the server imports ``VISION`` first (once), for the worker to inherit."""
         stdin_read, stdin_write = os.pipe()
         try:
-            request = {"env": env, "cwd": os.getcwd()}
+            request = {"env": env, "cwd": os.getcwd(), "vision": vision}
             socket.send_fds(self.sock, [json.dumps(request).encode()], [stdin_read, log_fd, channel_fd, mark_fd])
             pid = self._expect("pid", 30.0)["pid"]
         except BaseException:
@@ -243,6 +246,9 @@ def serve(sock: socket.socket, exec_workers: bool = False) -> None:
                 if not data:
                     return  # the controller has gone
                 request = json.loads(data)
+                if request.get("vision") and not exec_workers:
+                    for name in VISION:  # imported once: later ones are found in sys.modules
+                        importlib.import_module(name)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()

@@ -21,7 +21,7 @@ from .environment import base_environment
 from .forkserver import ForkServer
 from .logs import tail
 from .protocol import MSG_FD_ENV
-from .workloads import Workload
+from .workloads import ModelShape, Workload
 
 _LIVE_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 _WORKER_NUMBERS = itertools.count()
@@ -67,7 +67,7 @@ class _Worker:
             # reaches the controller only, and what the worker leaves orphaned becomes the server's to end
             with open(log_path, "wb") as log:
                 try:
-                    self.process = forkserver.spawn(env, log.fileno(), write_fd, mark_fd)
+                    self.process = forkserver.spawn(env, log.fileno(), write_fd, mark_fd, _uses_vision(spec))
                 except BaseException:
                     os.close(read_fd)
                     os.close(write_fd)
@@ -249,6 +249,12 @@ class WorkerPool:
         # and whatever they started, in their process groups or not (own sessions, orphans), is gone on return
         process_marks.kill_marked({worker.mark for worker in self.workers}, {worker.pid for worker in self.workers})
         _LIVE_POOLS.discard(self)
+
+
+def _uses_vision(spec: protocol.Spec) -> bool:
+    """Whether the worker imports torchvision: a named image workload does; on a GPU any job is taken to (a user's
+    model usually does, and its start-up counts there); a user's job on the CPU imports what it needs itself."""
+    return spec.device != "cpu" or isinstance(Workload.from_dict(spec.workload).shape, ModelShape)
 
 
 @atexit.register

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucolloc import Workload, forkserver
+from pytest_gpucolloc import Workload, forkserver, protocol
+from pytest_gpucolloc import pool as pool_module
 from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.pool import WorkerPool, WorkerSlot
@@ -120,3 +121,16 @@ def test_a_session_with_the_fork_server_measures_and_leaves_no_process_behind(py
                                 f"--benchmark-json={out}", *FAST_ARGS)
     result.assert_outcomes(passed=2)
     assert plugin_processes(os.getpid()) == []  # the server stopped with the session, and its workers with it
+
+
+def test_the_server_loads_torchvision_only_for_a_job_that_imports_it(cpu_target, tmp_path):
+    """A user's small job on the CPU does without torchvision (about 2 s a session); a named ResNet, or any job on a
+    GPU, has it loaded before its fork."""
+    run_scenario([tiny()], NaiveMode(), cpu_target, FORKED, tmp_path)
+    maps = Path(f"/proc/{forkserver.shared().process.pid}/maps").read_text()
+    assert "/torch/" in maps and "torchvision" not in maps
+    spec = dict(cpus=None, threads=None, warmup_s=0.1, warmup_steps=2, image_size=None)
+    assert pool_module._uses_vision(protocol.Spec(workload=Workload("resnet26-cifar10").to_dict(), device="cpu",
+                                                  **spec))
+    assert pool_module._uses_vision(protocol.Spec(workload=tiny().to_dict(), device="cuda", **spec))
+    assert not pool_module._uses_vision(protocol.Spec(workload=tiny().to_dict(), device="cpu", **spec))

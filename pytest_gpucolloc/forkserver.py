@@ -1,8 +1,8 @@
-"""A fork server for workers (``--colloc-spawn=forkserver``): one process per pytest session imports torch,
-the worker's code and (for the first job that uses it) torchvision once, never touches CUDA, and forks each worker on request. A forked worker
-skips the imports a fresh ``python -m pytest_gpucolloc.worker`` pays (about 3 s for torch and 2 s for
-torchvision on an H200 host); it is a real process of its own all the same, with its own environment, session,
-log and CUDA context. Under ``--colloc-spawn=fresh`` a server that imports nothing execs each worker as
+"""A fork server for workers (``--colloc-spawn=forkserver``): one process per pytest session imports torch, the
+worker's code and (for the first job that uses it) torchvision once, never touches CUDA, and forks each worker on
+request. A forked worker skips the imports a fresh ``python -m pytest_gpucolloc.worker`` pays (about 3 s for torch
+and 2 s for torchvision on an H200 host); it is a real process of its own all the same, with its own environment,
+session, log and CUDA context. Under ``--colloc-spawn=fresh`` a server that imports nothing execs each worker as
 ``python -m pytest_gpucolloc.worker`` instead: a fresh interpreter, started the same way.
 
 The server is the workers' keeper: a child subreaper (``process_marks.become_subreaper``), so that whatever a

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from .table_fit import fitted
+from .table_fit import WIDE, fitted
 
 COLUMNS = ["scenario", "measure", "verdict", "blocks", "pairs", "change", "interval", "p", "detectable", "why"]
 HEADERS = ["scenario", "measure", "verdict", "blocks", "pairs", "change (candidate vs baseline)", "interval",
@@ -13,7 +13,6 @@ TERMINAL_HEADERS = ["scenario", "measure", "verdict", "blocks", "pairs", "change
                     "detectable", "why"]  # the title says what a change is against
 # left out first where a terminal is too narrow; never the scenario, its measure, the verdict, the change or why
 DROP_ORDER = ["pairs", "p", "detectable", "blocks", "interval"]
-WIDE = 40  # a terminal's reason longer than this is numbered, and said in full below the table
 
 
 def _measure(judged) -> str:

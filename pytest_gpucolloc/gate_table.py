@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 from tabulate import tabulate
 
-from .report import WIDE, ms, rate
-from .table_fit import fitted
+from .report import ms, rate
+from .table_fit import WIDE, fitted
 
 
 def _bound(value: float) -> str:

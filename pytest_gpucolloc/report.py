@@ -12,10 +12,9 @@ from statistics import median
 from tabulate import tabulate
 
 from .record import ScenarioRecord, describe_workers, jobs, sm_reserved
-from .table_fit import fitted
+from .table_fit import WIDE, fitted
 from .words import count
 
-WIDE = 40  # a terminal's cell longer than this is numbered, and said in full below the table
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
            "speedup", "efficiency", "SM activity", "mem/worker GB", "data wait", "samples/J", "rounds", "start-up s",
            "flags"]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 LOG_WIDTH = 120  # no terminal (a CI log) and no COLUMNS: what a log viewer shows without wrapping
 MIN_WIDTH = 40  # narrower is a bogus size (as pytest's terminal writer takes it): the log's width instead
+WIDE = 40  # a terminal's cell longer than this is numbered, and said in full below the table
 
 Render = Callable[[list[str]], tuple[str, list[str]]]  # columns -> (the table, its footnotes)
 

@@ -114,7 +114,7 @@ def _modes(run, names: list[str]) -> list[str]:
 
 def _gate_render(verdicts, fmt: str, title: str, columns: list[str] | None = None) -> str:
     """The gate's table: a row per scenario, and below a serving scenario's a row per latency judged
-    (``gate_table.gate_rows``). JSON: each verdict as saved, the latency ones inside it."""
+    (``gate_table.rows``). JSON: each verdict as saved, the latency ones inside it."""
     if fmt == "json":
         return json.dumps([{"scenario": name, **verdict.to_dict()} for name, verdict in verdicts], indent=2)
     entries = [(name if fmt != "table" else short_name(name), verdict.to_dict()) for name, verdict in verdicts]

@@ -37,7 +37,7 @@ class Judgement:
 def judge(scenario: str, ratios: list[float], threshold: float, alpha: float,
           lower_is_better: bool = False) -> Judgement:
     """Each log-ratio an independent unit (a block's mean, or a session against its neighbours)."""
-    from scipy import stats
+    from scipy import special
 
     n = len(ratios)
     if n < 2:  # one unit shows a change but no spread to judge it by
@@ -46,10 +46,10 @@ def judge(scenario: str, ratios: list[float], threshold: float, alpha: float,
                          reason="one unit has no spread to judge it by")
     mean, spread = statistics.fmean(ratios), statistics.stdev(ratios)
     error = spread / math.sqrt(n)
-    critical = stats.t.ppf(1 - alpha, n - 1)
+    critical = special.stdtrit(n - 1, 1 - alpha)
     low, high = mean - critical * error, mean + critical * error
     if error > 0:
-        p_down, p_up = stats.t.cdf(mean / error, n - 1), stats.t.sf(mean / error, n - 1)
+        p_down, p_up = special.stdtr(n - 1, mean / error), special.stdtr(n - 1, -mean / error)
     else:
         p_down, p_up = float(mean >= 0), float(mean <= 0)
     p_worse, p_better = (p_up, p_down) if lower_is_better else (p_down, p_up)

@@ -196,7 +196,7 @@ def level_outliers(means: list[float], alpha: float = OUTLIER_ALPHA, keep: int =
     runs are alike), Bonferroni over the k runs at ``alpha``; the most extreme is removed first and the rest
     tested again, while more than ``keep`` runs remain and the others have a spread to judge by."""
     import numpy as np
-    from scipy import stats
+    from scipy import special
 
     kept = list(range(len(means)))
     found: dict[int, float] = {}
@@ -210,7 +210,7 @@ def level_outliers(means: list[float], alpha: float = OUTLIER_ALPHA, keep: int =
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.where(sd > 0, np.abs(deviation) / (sd * math.sqrt(1 + 1 / (k - 1))),
                          np.where(deviation != 0, np.inf, 0.0))
-        p = 2 * stats.t.sf(t, k - 2)
+        p = 2 * special.stdtr(k - 2, -t)
         worst = int(np.argmin(p))
         if p[worst] * k >= alpha:
             break

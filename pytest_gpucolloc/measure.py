@@ -98,10 +98,10 @@ def rounds_for_precision(aggregate_rounds: Sequence[float], precision: float) ->
     logs = [math.log(x) for x in aggregate_rounds if x > 0]
     if len(logs) < 2:
         return 2
-    from scipy import stats
+    from scipy import special
 
     spread = statistics.stdev(logs)
-    critical = stats.t.ppf(0.975, len(logs) - 1)
+    critical = special.stdtrit(len(logs) - 1, 0.975)
     if critical * spread / math.sqrt(len(logs)) <= math.log1p(precision):
         return 0
     return math.ceil((critical * spread / math.log1p(precision)) ** 2)

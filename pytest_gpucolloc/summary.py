@@ -9,7 +9,7 @@ import pytest
 
 from . import gate_table, record, report
 from .session import CPU_BATCH_CAP, CPU_IMAGE_SIZE, CollocSession
-from .table_fit import terminal_width
+from .table_fit import prose, terminal_width
 from .workloads import SMOKE_SEQ_LEN
 
 # a regressed run is saved, but it is no baseline: a retry of the same commit would pass on it
@@ -31,19 +31,24 @@ class Summary:
         s = self.session
         if not s.invited:
             return
+        width = terminal_width()
+
+        def say(text: str, **markup) -> None:
+            terminalreporter.write_line(prose(text, width), **markup)
+
         for problem in s.save_problems:
-            terminalreporter.write_line(f"gpucolloc: {problem}", red=True)
+            say(f"gpucolloc: {problem}", red=True)
         if not (s.results or s.forwarded or s.alone_measured or s.skipped):
             return
         terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
         device = s.device()
-        terminalreporter.write_line(device.reason)
+        say(device.reason)
         if device.gpu is None:  # what a user asked for is not what ran: say so where the numbers are
-            terminalreporter.write_line(
+            say(
                 f"CPU smoke mode ran smaller jobs than asked: images of {CPU_IMAGE_SIZE} px, batches capped at "
                 f"{CPU_BATCH_CAP}, language models at {SMOKE_SEQ_LEN} tokens; its numbers check the suite, not a GPU")
-        terminalreporter.write_line(s.machine_warmup.describe() if s.machine_warmup is not None
-                                    else s.machine_warmup_line().removeprefix("gpucolloc: "))
+        say(s.machine_warmup.describe() if s.machine_warmup is not None
+            else s.machine_warmup_line().removeprefix("gpucolloc: "))
         if device.gpu is None:
             terminalreporter.write_line("telemetry sampler: off (no GPU)")
         elif not s.options.colloc_telemetry:
@@ -56,54 +61,54 @@ class Summary:
         if entries:
             shown = report.columns(s.options.colloc_columns, report.COLUMNS) if s.options.colloc_columns \
                 else None
-            terminalreporter.write_line(report.table(entries, shown=shown, width=terminal_width(),
-                                                     ask="--colloc-columns"))
+            terminalreporter.write_line(report.table(entries, shown=shown, width=width, ask="--colloc-columns"))
         for name, scenario in entries:
             for warning in scenario.warnings:
-                terminalreporter.write_line(f"warning: {name}: {warning}", yellow=True)
-        terminalreporter.write_line(
-            ("alone: each distinct job measured alone once per session (the sequential mode's results and every "
-             "speedup's reference); speedup: sum of each job's throughput relative to running alone; "
-             if s.options.colloc_alone else "alone: off (--colloc-alone=off): no job was measured alone, so the "
-             "speedups are left out (-); ") + "CV: "
-            "round-to-round spread of aggregate throughput; rounds: taken until the mean was known within "
-            "--colloc-precision (or the most rounds, or while it was within reach); start-up s: spawn to every worker "
-            "warm ('= alone': a sequential scenario, or one job under naive, '= mps': one mps-partitioned client has "
-            "the whole GPU; each records that measurement, taken once)"
-        )
+                say(f"warning: {name}: {warning}", yellow=True)
+        for term in ((["alone: each distinct job measured alone once per session (the sequential mode's results and "
+                       "every speedup's reference)", "speedup: sum of each job's throughput relative to running alone"]
+                      if s.options.colloc_alone else ["alone: off (--colloc-alone=off): no job was measured alone, so "
+                                                      "the speedups are left out (-)"])
+                     + ["CV: round-to-round spread of aggregate throughput",
+                        "rounds: taken until the mean was known within --colloc-precision (or the most rounds, or "
+                        "while it was within reach)",
+                        "start-up s: spawn to every worker warm ('= alone': a sequential scenario, or one job under "
+                        "naive, '= mps': one mps-partitioned client has the whole GPU; each records that measurement, "
+                        "taken once)"]):
+            say(term)
         if s.results:  # its table follows: say what its times are where it is printed
-            terminalreporter.write_line(
+            say(
                 "pytest-benchmark's table times each round as the time per sample (1 / the aggregate samples/s, in "
                 "its unit: a slower scenario shows a longer time; its OPS are samples/s), so that "
                 "--benchmark-compare-fail sees a slowdown")
         if s.results and not (config.getoption("benchmark_save", None) or config.getoption("benchmark_autosave",
                                                                                                 None)):
-            terminalreporter.write_line(  # a first-time user's runs would otherwise leave no history, silently
+            say(  # a first-time user's runs would otherwise leave no history, silently
                 "gpucolloc: this run was not saved, so no later run can be compared or gated against it: add "
                 "--benchmark-autosave (or gate it: --colloc-gate saves too)", yellow=True)
         served = report.serving_table(entries)
         if served:
             terminalreporter.write_line(served)
             for name, why in report.saturated(entries):
-                terminalreporter.write_line(f"saturated: {name}: {why}", yellow=True)
-            terminalreporter.write_line(
-                "serving: latency from each request's scheduled arrival to its answer (open loop), over every request "
-                "measured; p99 vs alone: against the same service alone at the same rate; SMs reserved: the "
-                "service's share of the SMs (mps-partitioned; the training jobs share the rest); training kept: the "
-                "training jobs' mean share of their throughput alone")
+                say(f"saturated: {name}: {why}", yellow=True)
+            for term in ("serving: latency from each request's scheduled arrival to its answer (open loop), over every "
+                         "request measured", "p99 vs alone: against the same service alone at the same rate",
+                         "SMs reserved: the service's share of the SMs (mps-partitioned; the training jobs share the "
+                         "rest)", "training kept: the training jobs' mean share of their throughput alone"):
+                say(term)
         spent = report.time_spent([scenario for _, scenario in entries], s.settings().round_s)
         if spent:
-            terminalreporter.write_line(spent)
+            say(spent)
         for name, scenario in entries:  # data loading: the cores each job got, and whether they were enough
             if any(w.data_wait_share is not None for w in scenario.workers):
-                terminalreporter.write_line(f"data wait (time spent waiting for the next batch) and CPU cores of "
-                                            f"{name}: {scenario.cpu_affinity}")
+                say(f"data wait (time spent waiting for the next batch) and CPU cores of {name}: "
+                    f"{scenario.cpu_affinity}")
         for name, why in s.skipped:
-            terminalreporter.write_line(f"skipped {name}: {why}")
+            say(f"skipped {name}: {why}")
         if s.history is not None:
-            self._gate_summary(terminalreporter)
+            self._gate_summary(terminalreporter, say, width)
 
-    def _gate_summary(self, terminalreporter) -> None:
+    def _gate_summary(self, terminalreporter, say, width: int) -> None:
         s = self.session
         regressed = [name for name, v in s.verdicts if v.failed]
         if s.nothing_gated():
@@ -112,17 +117,17 @@ class Summary:
         else:
             terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(s.verdicts)}")
         for line in self._unjudged_lines():
-            terminalreporter.write_line(line)
+            say(line)
         for problem in s.history.problems if s.history else []:
-            terminalreporter.write_line(f"history: {problem}")
+            say(f"history: {problem}")
         for name, verdict in s.verdicts:
             if verdict.remeasured:
-                terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
+                say(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
         terminalreporter.write_line(gate_table.table(
-            self._shown_verdicts(), width=terminal_width(),
+            self._shown_verdicts(), width=width,
             ask="--colloc-gate-report=FILE (every column) or pytest-gpucolloc gate RUN --columns"))
         if regressed:
-            terminalreporter.write_line(ACCEPT_HINT)
+            say(ACCEPT_HINT)
 
     def _unjudged_lines(self) -> list[str]:
         """What the gate did not judge, for the summary and the gate report."""

@@ -9,7 +9,7 @@ import pytest
 
 from . import gate_table, record, report
 from .session import CPU_BATCH_CAP, CPU_IMAGE_SIZE, CollocSession
-from .table_fit import prose, terminal_width
+from .table_fit import terminal_width
 from .workloads import SMOKE_SEQ_LEN
 
 # a regressed run is saved, but it is no baseline: a retry of the same commit would pass on it
@@ -31,11 +31,7 @@ class Summary:
         s = self.session
         if not s.invited:
             return
-        width = terminal_width()
-
-        def say(text: str, **markup) -> None:
-            terminalreporter.write_line(prose(text, width), **markup)
-
+        width, say = terminal_width(), terminalreporter.write_line
         for problem in s.save_problems:
             say(f"gpucolloc: {problem}", red=True)
         if not (s.results or s.forwarded or s.alone_measured or s.skipped):

@@ -3,7 +3,6 @@ out until the table is within it, said in one line with the option that shows th
 from __future__ import annotations
 
 import shutil
-import textwrap
 from collections.abc import Callable
 
 LOG_WIDTH = 120  # no terminal (a CI log) and no COLUMNS: what a log viewer shows without wrapping
@@ -17,13 +16,6 @@ def terminal_width() -> int:
     """The COLUMNS environment variable, else the terminal's width, else (output to a file or a CI log) LOG_WIDTH."""
     columns = shutil.get_terminal_size((0, 0)).columns
     return columns if columns >= MIN_WIDTH else LOG_WIDTH
-
-
-def prose(text: str, width: int) -> str:
-    """A sentence below a table wrapped to the table's width at spaces (paths, options and numbers stay whole), its
-    later lines indented: a CI log's viewer does not scroll sideways."""
-    return "\n".join(textwrap.wrap(text, width, subsequent_indent="  ", break_long_words=False,
-                                   break_on_hyphens=False)) or text
 
 
 def widest(text: str) -> int:
@@ -60,5 +52,4 @@ def fitted(render: Render, asked: list[str] | None, names: list[str], drop_order
         text, notes = render(asked or names)
         return "\n".join([text, *notes])
     text, notes, dropped = fit(render, names, drop_order, width)
-    below = [left_out_line(dropped, width, ask, names[0])] if dropped else []
-    return "\n".join([text, *(prose(line, width) for line in below + notes)])
+    return "\n".join([text, *([left_out_line(dropped, width, ask, names[0])] if dropped else []), *notes])

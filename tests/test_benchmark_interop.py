@@ -78,7 +78,8 @@ def test_benchmark_disable_runs_the_scenarios_as_tests_records_nothing_and_says_
                                            "-W", "error::pytest_benchmark.logger.PytestBenchmarkWarning")
     result.assert_outcomes(passed=1)
     out = result.stdout.str()
-    assert "fixture was not used" not in out and "warning" not in out.lower().replace("warm", "")
+    # no warning of pytest-benchmark's or pytest's (a busy machine may still raise the plugin's unstable-rounds one)
+    assert "fixture was not used" not in out and "PytestBenchmarkWarning" not in out and "warnings summary" not in out
     result.stdout.fnmatch_lines(["gpucolloc: --benchmark-disable: 1 scenario(s) ran as tests and were measured, but "
                                  "nothing was recorded into pytest-benchmark*"])
     assert not saved_runs(pytester.path / ".benchmarks")

@@ -25,15 +25,20 @@ def test_gpu_lists_are_checked(pytester, text):
     result.stderr.fnmatch_lines(["*--colloc-gpus*"])
 
 
-def test_xdist_workers_results_are_recorded_by_the_controller(pytester, tmp_path, monkeypatch):
+def test_xdist_workers_results_and_gate_verdicts_are_recorded_by_the_controller(pytester, tmp_path, monkeypatch):
+    """Every worker's results reach the controller's pytest-benchmark session (its JSON and its one saved run); each
+    worker saves its verdicts in its records, and the controller reads them back and judges the run on them."""
     monkeypatch.setenv("COLUMNS", "300")  # every column, the mode's too, even beside a flag a busy machine raises
     pytester.makepyfile(tiny_workload=TINY)
     pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
     out = tmp_path / "run.json"
     result = pytester.runpytest_subprocess("-n", "2", "--gpu-mode=sequential,naive", "--colloc-device=cpu",
-                                           f"--benchmark-json={out}", "--benchmark-autosave", *FAST)
+                                           f"--benchmark-json={out}", "--benchmark-autosave", "--colloc-gate",
+                                           "--colloc-gate-report=gate.md", *FAST)
     result.assert_outcomes(passed=3, skipped=1)  # sequential-2 is the job alone: skipped
-    result.stdout.fnmatch_lines(["*gpucolloc: collocation scenarios*", "*test_tiny?cpu-naive-2?*naive*"])
+    result.stdout.fnmatch_lines(["*gpucolloc: collocation scenarios*", "*test_tiny?cpu-naive-2?*naive*",
+                                 "*gpucolloc gate: 0 regressed of 3*", "*test_tiny?cpu-naive-1?*no baseline*"])
+    assert (pytester.path / "gate.md").read_text().count("no baseline") == 3
     data = json.loads(out.read_text())
     names = sorted(b["name"] for b in data["benchmarks"])
     assert names == ["test_tiny[cpu-naive-1]", "test_tiny[cpu-naive-2]", "test_tiny[cpu-sequential-1]"]
@@ -54,17 +59,6 @@ def test_an_xdist_controller_is_invited_by_its_workers_scenarios(pytester, tmp_p
     result.stdout.fnmatch_lines(["*gpucolloc: collocation scenarios*"])
     names = sorted(b["name"] for b in json.loads(out.read_text())["benchmarks"])
     assert names == ["test_tiny[cpu-naive-1]", "test_tiny[cpu-naive-2]"]
-
-
-def test_xdist_workers_gate_verdicts_reach_the_controllers_gate_summary(pytester):
-    """Each worker saves its verdicts in its records; the controller reads them back and judges the run on them."""
-    pytester.makepyfile(tiny_workload=TINY)
-    pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
-    result = pytester.runpytest_subprocess("-n", "2", "--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate",
-                                           "--colloc-gate-report=gate.md", "--benchmark-autosave", *FAST)
-    result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 2*", "*test_tiny?cpu-naive-1?*no baseline*"])
-    assert (pytester.path / "gate.md").read_text().count("no baseline") == 2
 
 
 def test_xdist_workers_scenarios_left_to_ab_reach_the_controllers_gate_summary(pytester):

@@ -35,7 +35,7 @@ class Judgement:
 
 
 def judge(scenario: str, ratios: list[float], threshold: float, alpha: float,
-          lower_is_better: bool = False) -> Judgement:
+          lower_is_better: bool = False, unit: str = "pair") -> Judgement:
     """Each log-ratio an independent unit (a block's mean, or a session against its neighbours)."""
     from scipy import special
 
@@ -66,9 +66,12 @@ def judge(scenario: str, ratios: list[float], threshold: float, alpha: float,
     else:
         verdict = "inconclusive"
     detectable = math.exp(critical * error) - 1 if lower_is_better else 1 - math.exp(-critical * error)
+    # an inconclusive verdict says why (a budget that stopped it says so in its place, ``ab``)
+    reason = (f"its interval holds both no change and a change of the {threshold:.0%} threshold: {n} {unit}s "
+              f"resolve changes of {detectable:.1%} or more") if verdict == "inconclusive" else ""
     return Judgement(scenario=scenario, verdict=verdict, pairs=n, change=change,
                      ci=(math.exp(low) - 1, math.exp(high) - 1), p_slower=float(p_worse), detectable=detectable,
-                     log_ratios=ratios)
+                     log_ratios=ratios, reason=reason)
 
 
 ONE_BLOCK = "one block of processes: the noise between processes is not known yet"
@@ -78,7 +81,7 @@ def judge_blocks(scenario: str, blocks: list[list[float]], threshold: float, alp
     """Windows paired within blocks of fresh processes: each block's mean log-ratio is one unit, so that a
     difference between two arms' processes is noise, not a verdict."""
     blocks = [block for block in blocks if block]
-    judged = judge(scenario, [statistics.fmean(block) for block in blocks], threshold, alpha)
+    judged = judge(scenario, [statistics.fmean(block) for block in blocks], threshold, alpha, unit="block")
     judged.pairs, judged.blocks = sum(map(len, blocks)), len(blocks)
     judged.log_ratios = [x for block in blocks for x in block]
     if len(blocks) < 2:

@@ -208,6 +208,15 @@ def test_the_ab_table_fits_a_terminal_and_shows_the_columns_asked_for():
     assert cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--columns", "scenario,nope"]) == 2
 
 
+def test_an_inconclusive_judgement_says_why():
+    noisy = ab_judge.judge_blocks("test_x[cpu-naive]", [[0.05], [-0.04], [0.03], [-0.02]], 0.02, 0.005)
+    assert noisy.verdict == "inconclusive"
+    assert noisy.reason == (f"its interval holds both no change and a change of the 2% threshold: 4 blocks resolve "
+                            f"changes of {noisy.detectable:.1%} or more")
+    steady = ab_judge.judge_blocks("test_x[cpu-naive]", [[0.001], [-0.001], [0.0005]], 0.02, 0.005)
+    assert steady.verdict == "unchanged" and steady.reason == ""
+
+
 def test_an_arm_that_cannot_start_is_quoted_from_its_log(repo, tmp_path, capsys):
     """The candidate's scenario module raises at import: no pair can be measured, and the error quotes the end of
     that arm's log (the traceback a user needs), not only where the log is."""

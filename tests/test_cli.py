@@ -202,8 +202,8 @@ def test_a_reader_that_stops_early_ends_the_command_quietly():
 
 
 def test_every_command_names_runs_alike_and_defaults_to_the_latest(tmp_path, capsys, monkeypatch):
-    """A run is a file, or its id or NNNN number in --storage, for gate, table and advise alike; none named: the
-    storage's latest run. compare --commits takes git revisions. table prints a table, as every command does."""
+    """A run is a file, its id or NNNN number in --storage, or a storage folder (its latest), for gate, table and
+    advise alike; none named: the storage's latest run. compare --commits takes git revisions. table prints a table, as every command does."""
     storage = tmp_path / "storage"
     ids = save_runs(storage, [1000.0] * 4)
     monkeypatch.chdir(tmp_path)
@@ -212,12 +212,16 @@ def test_every_command_names_runs_alike_and_defaults_to_the_latest(tmp_path, cap
     assert run_cli(capsys, "gate", "--storage", storage)[1].startswith(f"gate: {ids[3]}")  # the latest
     assert run_cli(capsys, "gate", "4", "--storage", storage)[1].startswith(f"gate: {ids[3]}")  # 4 is 0004
     assert run_cli(capsys, "gate", "--storage", storage, "0009")[0] == 2
+    # a storage folder named as the run: its latest, judged against that folder's history
+    code, out, err = run_cli(capsys, "gate", storage)
+    assert code == 0 and out.startswith(f"gate: {ids[3]}") and "no baseline" not in out, out + err
+    code, by_folder, _ = run_cli(capsys, "table", storage, "--format", "json")
     code, out, err = run_cli(capsys, "table", "0002", "--storage", storage)
     assert code == 0 and out.splitlines()[1].startswith("----"), out  # a plain table, not Markdown
     code, latest, _ = run_cli(capsys, "table", "--storage", storage, "--format", "json")
     code, by_file, _ = run_cli(capsys, "table", storage / "Linux-CPython-3.12-64bit" / f"{ids[3]}.json",
                                "--format", "json")
-    assert code == 0 and json.loads(latest) == json.loads(by_file)
+    assert code == 0 and json.loads(latest) == json.loads(by_file) == json.loads(by_folder)
     # commits as git names them: the saved runs' commit ids are the repository's
     git = ["git", "-C", str(tmp_path)]
     subprocess.run([*git, "init", "-q"], check=True)

@@ -54,7 +54,8 @@ EXIT_CODES = """exit codes (every command):
 details: docs/cli.md"""
 
 
-RUN_HELP = "saved runs: files, or run ids in --storage (a file name or its NNNN number)"
+RUN_HELP = ("saved runs: files, run ids in --storage (a file name or its NNNN number), or a storage folder (its latest "
+            "run)")
 
 
 class CommandError(Exception):
@@ -78,11 +79,15 @@ def read_runs(paths) -> list:
 
 
 def named_runs(names: list, storage: Path) -> list:
-    """Saved runs as every command names them: a file, or a run id (its file name or NNNN number) in ``storage``;
-    none named: the storage's latest run (of its history: not an experiment or a run set aside)."""
+    """Saved runs as every command names them: a file, a storage folder (its latest run), or a run id (its file name
+    or NNNN number) in ``storage``; none named: the storage's latest run (of its history: not an experiment or a run
+    set aside)."""
     def is_file(name) -> bool:
         return Path(name).exists() or "/" in str(name) or str(name).endswith(".json")
 
+    if any(Path(name).is_dir() for name in names):  # `gate .benchmarks`: a folder's latest run
+        return [run for name in names for run in (
+            [load_history(Path(name)).runs[-1]] if Path(name).is_dir() else named_runs([name], storage))]
     if names and all(map(is_file, names)):
         return read_runs(names)
     loaded = load_history(storage, named=bool(names))

@@ -66,7 +66,8 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
-
+    if args.run and Path(args.run).is_dir():  # `gate FOLDER`: its latest run, against that folder's history
+        args.storage = Path(args.run)
     run = named_runs([args.run] if args.run else [], args.storage)[0]
     if not run.scenarios:
         raise CommandError(f"{run.path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)

@@ -77,6 +77,7 @@ def test_a_slower_revision_is_regressed_and_the_tree_is_left_as_it_was(repo, tmp
                      *ARGS])
     out = capsys.readouterr()
     assert code == 1, out.out + out.err
+    assert "blocks of fresh processes; CPU smoke mode: its numbers check the suite, not a GPU" in out.out
     judged = {j["scenario"]: j for j in json.loads(report.read_text())["judgements"]}
     slowed, same = judged["test_tiny[cpu-naive]"], judged["test_same[cpu-naive]"]
     assert slowed["verdict"] == "regressed" and slowed["change"] < -0.3

@@ -283,6 +283,9 @@ def cmd_ab(args) -> int:
         raise CommandError(str(error), USAGE) from None
     title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "
              f"{settings.window_s:g} s in blocks of fresh processes")
+    scenarios = [s for run in runs for s in history.read_run(run.path).scenarios.values()]
+    if scenarios and all(s.device == "cpu" for s in scenarios):  # as the pytest summary says it
+        title += "; CPU smoke mode: its numbers check the suite, not a GPU"
     print(title)
     print(ab_table.table(judgements, columns=args.columns, width=terminal_width()))
     for line in ab_judge.in_words(judgements):

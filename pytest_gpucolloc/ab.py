@@ -39,7 +39,7 @@ from pathlib import Path
 
 from . import history, interleave, worker
 from .ab_arms import ABError, Arm, unexpected_differences
-from .ab_judge import Judgement, judge_blocks, judge_latency, merged
+from .ab_judge import Judgement, judge_blocks, judge_latency
 from .scratch import clean_stale_scratch, private_scratch
 from .words import count
 
@@ -281,23 +281,6 @@ class Coordinator:
         return any(j.verdict == "inconclusive" and not (j.saturated or j.final) for j in self.judged(test, test))
 
 
-def draw_latency(latency: dict[str, list[dict[str, list[dict]]]], labels: tuple[str, str], out: Path, say) -> None:
-    """Each serving scenario's latency distribution per arm, every block's requests merged, as latency-TEST.png."""
-    from . import latency_plot, plots  # matplotlib loads only where a service was A/B'd
-
-    for test, blocks in latency.items():
-        curves = {label: merged([w for block in blocks for w in block.get(label, [])]) for label in labels}
-        name = history.short_name(test)
-        path = out / f"latency-{plots.slug(test)}.png"
-        try:
-            title = f"{name}: latency per arm, {count(len(blocks), 'block')}"
-            latency_plot.save(latency_plot.figure(curves, title), path)
-        except (OSError, ValueError) as error:  # a picture never costs the verdicts
-            say(f"{name}: the latency picture could not be drawn ({error})")
-            continue
-        say(f"{name}: latency distribution per arm in {path}")
-
-
 ARM_GRACE_S = 5.0  # an interrupted arm's time to stop its workers itself; then it is killed: ab acts within seconds
 
 
@@ -369,7 +352,9 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
         shutil.rmtree(folder, ignore_errors=True)
     if coordinator.latency:  # every block's windows, by arm: the latency pictures and any later replay
         (out / "latency-windows.json").write_text(json.dumps(coordinator.latency))  # by test id
-        draw_latency(coordinator.latency, (baseline.label, candidate.label), out, say)
+        from . import latency_plot  # matplotlib loads only where a service was A/B'd
+
+        latency_plot.draw_ab(coordinator.latency, (baseline.label, candidate.label), out, say)
     if coordinator.unpaired:
         say("measured in one arm only (no verdict): " + ", ".join(coordinator.unpaired))
     if coordinator.skipped:

@@ -98,14 +98,6 @@ def _queue_grew(window: dict) -> str | None:
             f"{offered:,.0f} requests/s)")
 
 
-def merged(windows: list[dict]):
-    """One arm's windows of a block, every request in one histogram."""
-    histogram = serving.new_histogram()
-    for window in windows:
-        histogram.add(serving.decode(window["histogram"]))
-    return histogram
-
-
 def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tuple[str, str], threshold: float,
                   alpha: float) -> list[Judgement]:
     """A serving job's latency, lower is better, at each percentile its blocks resolve (``serving.JUDGED``): per
@@ -132,7 +124,7 @@ def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tu
                               blocks=len(blocks), saturated=True,
                               reason=f"latency not judged: the {label}'s service saturated in block {number}, "
                                      f"{why}; its latency measured the queue, not the job (lower its rate)")]
-    histograms = [tuple(merged(block.get(label, [])) for label in labels) for block in blocks]
+    histograms = [tuple(serving.merged(block.get(label, [])) for label in labels) for block in blocks]
     histograms = [pair for pair in histograms if all(h.get_total_count() for h in pair)]
     judgements = []
     for percentile in serving.JUDGED:

@@ -169,7 +169,7 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path, recent: list[
         body.append(served)
     if gate_table:
         body.append("<h2>Gate over the stored history</h2>" + gate_table)
-    figures = itertools.chain(plots.for_runs(runs), latency_plot.for_runs(runs),
+    figures = itertools.chain(plots.for_runs(runs), latency_plot.trade_offs(runs), latency_plot.for_runs(runs),
                               history_plot.figures(loaded, recent) if loaded is not None else [])
     section = None
     for item, _ in plots.write(figures, out / "figures", "png"):

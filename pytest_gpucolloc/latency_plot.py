@@ -1,9 +1,14 @@
-"""A service's latency distribution on HdrHistogram's usual axes: latency (ms) against the percentile, the percentile
-on a log scale of 1/(1 - q) so that p50, p90, p99 and p99.9 are evenly apart and the tail is as visible as the median.
-One curve per histogram (an ab arm's requests, or a saved run's). Drawing only: the histograms come from ``serving``.
+"""A service's figures. ``trade_offs``: its p99 against the share of their speed alone its training neighbours kept.
+``for_runs``: its latency distribution on HdrHistogram's usual axes, latency (ms) against the percentile on a log
+scale of 1/(1 - q), so that p50, p90, p99 and p99.9 are evenly apart and the tail is as visible as the median; one
+curve per histogram (an ab arm's requests, or a saved run's). Drawing only: the numbers come from the records.
 """
 from __future__ import annotations
 
+import math
+import statistics
+import textwrap
+from collections import defaultdict
 from typing import Any
 
 import matplotlib
@@ -11,9 +16,15 @@ import matplotlib
 matplotlib.use("Agg")  # files only, never a window
 
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from .history import short_name  # noqa: E402
-from .plots import Figure, machine_kind, slug  # noqa: E402
+from .modes import MODE_COLOURS  # noqa: E402
+from .plots import PANELS, Entries, Figure, by_kind, in_chunks, machine_kind, mode_order, part_stem, slug  # noqa: E402
+from .record import service_as_asked as service_of  # noqa: E402
+from .record import sm_reserved  # noqa: E402
+from .serving import merged  # noqa: E402
 from .words import count  # noqa: E402
 
 TICKS = (50, 90, 99, 99.9, 99.99)
@@ -84,4 +95,109 @@ def for_runs(runs: list) -> list:
                               f"{name} on {kind}: each run's request latencies beside its neighbours (the last "
                               f"{count(len(shown), 'run')}; percentile on HdrHistogram's log axis)",
                               figure(shown, f"{name} ({kind})")))
+    return figures
+
+
+def draw_ab(latency: dict[str, list[dict[str, list[dict]]]], labels: tuple[str, str], out, say) -> None:
+    """An A/B's serving scenarios: each one's latency distribution per arm, every block's requests merged, as
+    latency-TEST.png in ``out``; said with ``say``."""
+    for test, blocks in latency.items():
+        curves = {label: merged([w for block in blocks for w in block.get(label, [])]) for label in labels}
+        name = short_name(test)
+        path = out / f"latency-{slug(test)}.png"
+        try:
+            save(figure(curves, f"{name}: latency per arm, {count(len(blocks), 'block')}"), path)
+        except (OSError, ValueError) as error:  # a picture never costs the verdicts
+            say(f"{name}: the latency picture could not be drawn ({error})")
+            continue
+        say(f"{name}: latency distribution per arm in {path}")
+
+
+def trade_offs(runs: list) -> list[Figure]:
+    """The service/training trade-off of these runs, a figure (or several) per machine kind."""
+    return [item for kind, entries in by_kind(runs).items() for item in serving(kind, entries)]
+
+
+MODE_MARKERS = "osD^P*X<>h"  # a mode's marker beside its colour where modes' points overlap ("v": regressed)
+
+
+def _mode_marker(mode: str) -> str:
+    return MODE_MARKERS[mode_order(mode) % len(MODE_MARKERS)]
+
+
+def _two_and_five(value: float, _position=None) -> str:
+    """A logarithmic axis's minor ticks: only 2 and 5 of each decade are labelled, enough to read without crowding."""
+    leading = round(value / 10 ** math.floor(math.log10(value))) if value > 0 else 0
+    return f"{value:g}" if leading in (2, 5) else ""
+
+
+def serving(kind: str, entries: Entries) -> list[Figure]:
+    """The service/training trade-off, a panel per service (its label names its rate as asked): each scenario's p99
+    against what its training jobs kept of their speed alone, a colour and marker per mode, labelled with its training
+    jobs and the SMs reserved for the service; p99 logarithmic, the service alone at the same rate dashed. Several
+    runs of a scenario are one point (their medians); a saturated service, whose p99 measures its queue, is hollow."""
+
+    # service -> (mode, training jobs, SMs reserved) -> [(training kept, p99 ms, saturated)]
+    points: dict[str, dict[tuple, list]] = defaultdict(lambda: defaultdict(list))
+    alone: dict[str, list[float]] = defaultdict(list)
+    for _, scenario in entries:
+        facts = scenario.serving
+        if not facts:
+            continue
+        service = service_of(facts)
+        if facts.get("alone_p99_ms"):
+            alone[service].append(facts["alone_p99_ms"])
+        if facts.get("training_kept") is not None and facts.get("p99_ms"):
+            key = (scenario.mode, facts.get("training_jobs", 0), sm_reserved(scenario))
+            points[service][key].append((facts["training_kept"], facts["p99_ms"], bool(facts.get("saturated"))))
+    if not points:
+        return []
+    chunks = in_chunks(sorted(points), PANELS)
+    figures = []
+    for part, services in enumerate(chunks):
+        cols = min(2, len(services))
+        rows = math.ceil(len(services) / cols)
+        figure, grid = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.6 * rows + 0.8), squeeze=False,
+                                    layout="constrained")
+        modes, hollow = set(), False
+        for axes, service in zip(grid.flat, services):
+            for (mode, n, reserved), runs in sorted(points[service].items(), key=lambda kv: mode_order(kv[0][0])):
+                kept = statistics.median(r[0] for r in runs)
+                p99 = statistics.median(r[1] for r in runs)
+                saturated = any(r[2] for r in runs)
+                colour = MODE_COLOURS.get(mode)
+                modes.add(mode)
+                hollow |= saturated
+                axes.scatter([kept], [p99], marker=_mode_marker(mode), s=40, zorder=3, linewidths=1.2,
+                             **({"facecolors": "none", "edgecolors": colour} if saturated else {"color": colour}))
+                axes.annotate(f"{n} train" + (f", {reserved:g}% SMs" if reserved else ""), (kept, p99),
+                              textcoords="offset points", xytext=(5, 3), fontsize=7, color=colour)
+            if alone[service]:
+                axes.axhline(statistics.median(alone[service]), color="black", linestyle="--", linewidth=1)
+            axes.set_yscale("log")
+            axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            axes.yaxis.set_minor_formatter(FuncFormatter(_two_and_five))
+            axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.0%}"))
+            axes.set_xlim(0, max(1.05, max(r[0] for runs in points[service].values() for r in runs) * 1.1))
+            axes.set_title("\n".join(textwrap.wrap(service, 50)), fontsize=8)
+            axes.set_xlabel("training kept (share of its speed alone)", fontsize=7)
+            axes.set_ylabel("service p99 (ms), logarithmic", fontsize=7)
+            axes.tick_params(labelsize=7, which="both")
+            axes.grid(alpha=0.3, which="both")
+        for axes in grid.flat[len(services):]:
+            axes.set_visible(False)
+        handles = [Line2D([], [], linestyle="", marker=_mode_marker(mode), color=MODE_COLOURS.get(mode), label=mode)
+                   for mode in sorted(modes, key=mode_order)]
+        handles.append(Line2D([], [], linestyle="--", color="black", linewidth=1, label="the service alone"))
+        if hollow:
+            handles.append(Line2D([], [], linestyle="", marker="o", markerfacecolor="none", color="grey",
+                                  label="saturated: its p99 measures the queue"))
+        figure.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
+        figure.suptitle(f"Service p99 against what training keeps ({kind})", fontsize=10)
+        figures.append(Figure("Serving: p99 against what training keeps", part_stem(f"serving-{slug(kind)}", part,
+                                                                                 len(chunks)),
+                              f"Each serving scenario's p99 against its training jobs' share of their speed alone "
+                              f"({kind}): a point per scenario (median of its runs), labelled with its training jobs "
+                              "and the SMs reserved for the service; dashed: the service alone at the same rate; "
+                              "up and to the right is worse for the service and better for training", figure))
     return figures

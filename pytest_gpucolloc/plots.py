@@ -31,8 +31,7 @@ from matplotlib.ticker import FuncFormatter
 from .history import SavedRun
 from .modes import MODE_COLOURS, MODES
 from .modes.mig import MigMode
-from .record import ScenarioRecord, jobs, sm_reserved
-from .record import service_as_asked as service_of
+from .record import ScenarioRecord, jobs
 
 # a regressed run, in every figure
 REGRESSED: dict[str, Any] = {"marker": "v", "color": "tab:red", "s": 70, "zorder": 4}
@@ -81,7 +80,7 @@ def _alone(mode: str) -> bool:
     return mode in MODES and MODES[mode].alone
 
 
-def _mode_order(mode: str) -> int:
+def mode_order(mode: str) -> int:
     return list(MODES).index(mode) if mode in MODES else len(MODES)
 
 
@@ -90,21 +89,21 @@ def thousands(value: float, _position=None) -> str:
 
 
 def _mode_handles(modes) -> list:
-    return [Patch(color=MODE_COLOURS.get(mode), label=mode) for mode in sorted(modes, key=_mode_order)]
+    return [Patch(color=MODE_COLOURS.get(mode), label=mode) for mode in sorted(modes, key=mode_order)]
 
 
-def _chunks(items: list, size: int) -> list[list]:
+def in_chunks(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)] or [[]]
 
 
-def _stem(base: str, part: int, parts: int) -> str:
+def part_stem(base: str, part: int, parts: int) -> str:
     return base if parts == 1 else f"{base}-{part + 1}"
 
 
 def for_runs(runs: list[SavedRun]) -> Iterator[Figure]:
     """Every figure of these runs, per machine kind, in page order (drawn one kind and figure type at a time)."""
     kinds = by_kind(runs)
-    for draw in (scaling, mixes, per_job, efficiency, serving):
+    for draw in (scaling, mixes, per_job, efficiency):
         for kind, entries in kinds.items():
             yield from draw(kind, entries)
 
@@ -129,7 +128,7 @@ def scaling(kind: str, entries: Entries) -> list[Figure]:
             ideal[label].append((scenario.n_workers, scenario.ideal_throughput))
     if not curves:
         return []
-    chunks = _chunks(sorted(curves), PANELS)
+    chunks = in_chunks(sorted(curves), PANELS)
     figures = []
     for part, labels in enumerate(chunks):
         cols = min(3, len(labels))
@@ -150,7 +149,7 @@ def scaling(kind: str, entries: Entries) -> list[Figure]:
         figure.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8,
                       frameon=False)
         figure.suptitle(f"Aggregate throughput against processes ({kind})", fontsize=10)
-        figures.append(Figure("Scaling: aggregate throughput per sharing mode", _stem(f"scaling-{slug(kind)}", part,
+        figures.append(Figure("Scaling: aggregate throughput per sharing mode", part_stem(f"scaling-{slug(kind)}", part,
                                                                                    len(chunks)),
                               f"Aggregate throughput per sharing mode ({kind}): a dot per run, bars: its "
                               "round-to-round spread; the line joins the median of the runs", figure))
@@ -160,7 +159,7 @@ def scaling(kind: str, entries: Entries) -> list[Figure]:
 def _scaling_panel(axes, label: str, modes: dict[str, list], alone: float | None, ideal: list) -> None:
     counts = sorted({point[0] for points in modes.values() for point in points})
     ticks = sorted({1, *counts}) if alone else counts  # the job alone (1) is known: from there
-    for mode, points in sorted(modes.items(), key=lambda item: _mode_order(item[0])):
+    for mode, points in sorted(modes.items(), key=lambda item: mode_order(item[0])):
         colour = MODE_COLOURS.get(mode)
         several = len(points) > len({p[0] for p in points})
         axes.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], fmt="o",
@@ -229,7 +228,7 @@ def _rows_figure(section: str, stem: str, caption: str, title: str, keys: list, 
     """Rows of (jobs, count), a dot per mode (median of its runs) in each panel; ``panels`` holds (x label,
     key -> mode -> [values] or [ranges], logarithmic x). ``reference``: a dashed line at that x; ``flagged``: a
     row's note, written in it. Split into figures of at most ROWS rows."""
-    chunks = _chunks(keys, ROWS)
+    chunks = in_chunks(keys, ROWS)
     figures = []
     for part, chunk in enumerate(chunks):
         figure, grid = plt.subplots(1, len(panels), figsize=(4.4 * len(panels) + 3.5, 0.24 * len(chunk) + 1.6),
@@ -237,7 +236,7 @@ def _rows_figure(section: str, stem: str, caption: str, title: str, keys: list, 
         modes = set()
         for axes, (xlabel, data, log) in zip(grid[0], panels):
             for row, key in enumerate(chunk):
-                present = sorted(data.get(key, {}), key=_mode_order)
+                present = sorted(data.get(key, {}), key=mode_order)
                 for k, mode in enumerate(present):
                     y = row + (k - (len(present) - 1) / 2) * min(0.18, 0.7 / max(len(present), 1))
                     values = data[key][mode]
@@ -270,7 +269,7 @@ def _rows_figure(section: str, stem: str, caption: str, title: str, keys: list, 
         figure.legend(handles=_mode_handles(modes), loc="outside lower center", ncol=len(modes), fontsize=8,
                       frameon=False)
         figure.suptitle(title + (f" ({part + 1} of {len(chunks)})" if len(chunks) > 1 else ""), fontsize=10)
-        figures.append(Figure(section, _stem(stem, part, len(chunks)), caption, figure,
+        figures.append(Figure(section, part_stem(stem, part, len(chunks)), caption, figure,
                               notes if part == len(chunks) - 1 and notes else []))
     return figures
 
@@ -318,91 +317,6 @@ def efficiency(kind: str, entries: Entries) -> list[Figure]:
                         f"Energy and SM activity ({kind})", keys,
                         [("samples per joule (GPU energy), logarithmic", joules, True),
                          ("SM activity (%)", activity, False)])
-
-
-MODE_MARKERS = "osD^P*X<>h"  # a mode's marker beside its colour where modes' points overlap ("v": regressed)
-
-
-def _mode_marker(mode: str) -> str:
-    return MODE_MARKERS[_mode_order(mode) % len(MODE_MARKERS)]
-
-
-def _two_and_five(value: float, _position=None) -> str:
-    """A logarithmic axis's minor ticks: only 2 and 5 of each decade are labelled, enough to read without crowding."""
-    leading = round(value / 10 ** math.floor(math.log10(value))) if value > 0 else 0
-    return f"{value:g}" if leading in (2, 5) else ""
-
-
-def serving(kind: str, entries: Entries) -> list[Figure]:
-    """The service/training trade-off, a panel per service (its label names its rate as asked): each scenario's p99
-    against what its training jobs kept of their speed alone, a colour and marker per mode, labelled with its training
-    jobs and the SMs reserved for the service; p99 logarithmic, the service alone at the same rate dashed. Several
-    runs of a scenario are one point (their medians); a saturated service, whose p99 measures its queue, is hollow."""
-
-    # service -> (mode, training jobs, SMs reserved) -> [(training kept, p99 ms, saturated)]
-    points: dict[str, dict[tuple, list]] = defaultdict(lambda: defaultdict(list))
-    alone: dict[str, list[float]] = defaultdict(list)
-    for _, scenario in entries:
-        facts = scenario.serving
-        if not facts:
-            continue
-        service = service_of(facts)
-        if facts.get("alone_p99_ms"):
-            alone[service].append(facts["alone_p99_ms"])
-        if facts.get("training_kept") is not None and facts.get("p99_ms"):
-            key = (scenario.mode, facts.get("training_jobs", 0), sm_reserved(scenario))
-            points[service][key].append((facts["training_kept"], facts["p99_ms"], bool(facts.get("saturated"))))
-    if not points:
-        return []
-    chunks = _chunks(sorted(points), PANELS)
-    figures = []
-    for part, services in enumerate(chunks):
-        cols = min(2, len(services))
-        rows = math.ceil(len(services) / cols)
-        figure, grid = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.6 * rows + 0.8), squeeze=False,
-                                    layout="constrained")
-        modes, hollow = set(), False
-        for axes, service in zip(grid.flat, services):
-            for (mode, n, reserved), runs in sorted(points[service].items(), key=lambda kv: _mode_order(kv[0][0])):
-                kept = statistics.median(r[0] for r in runs)
-                p99 = statistics.median(r[1] for r in runs)
-                saturated = any(r[2] for r in runs)
-                colour = MODE_COLOURS.get(mode)
-                modes.add(mode)
-                hollow |= saturated
-                axes.scatter([kept], [p99], marker=_mode_marker(mode), s=40, zorder=3, linewidths=1.2,
-                             **({"facecolors": "none", "edgecolors": colour} if saturated else {"color": colour}))
-                axes.annotate(f"{n} train" + (f", {reserved:g}% SMs" if reserved else ""), (kept, p99),
-                              textcoords="offset points", xytext=(5, 3), fontsize=7, color=colour)
-            if alone[service]:
-                axes.axhline(statistics.median(alone[service]), color="black", linestyle="--", linewidth=1)
-            axes.set_yscale("log")
-            axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-            axes.yaxis.set_minor_formatter(FuncFormatter(_two_and_five))
-            axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.0%}"))
-            axes.set_xlim(0, max(1.05, max(r[0] for runs in points[service].values() for r in runs) * 1.1))
-            axes.set_title("\n".join(textwrap.wrap(service, 50)), fontsize=8)
-            axes.set_xlabel("training kept (share of its speed alone)", fontsize=7)
-            axes.set_ylabel("service p99 (ms), logarithmic", fontsize=7)
-            axes.tick_params(labelsize=7, which="both")
-            axes.grid(alpha=0.3, which="both")
-        for axes in grid.flat[len(services):]:
-            axes.set_visible(False)
-        handles = [Line2D([], [], linestyle="", marker=_mode_marker(mode), color=MODE_COLOURS.get(mode), label=mode)
-                   for mode in sorted(modes, key=_mode_order)]
-        handles.append(Line2D([], [], linestyle="--", color="black", linewidth=1, label="the service alone"))
-        if hollow:
-            handles.append(Line2D([], [], linestyle="", marker="o", markerfacecolor="none", color="grey",
-                                  label="saturated: its p99 measures the queue"))
-        figure.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
-        figure.suptitle(f"Service p99 against what training keeps ({kind})", fontsize=10)
-        figures.append(Figure("Serving: p99 against what training keeps", _stem(f"serving-{slug(kind)}", part,
-                                                                                 len(chunks)),
-                              f"Each serving scenario's p99 against its training jobs' share of their speed alone "
-                              f"({kind}): a point per scenario (median of its runs), labelled with its training jobs "
-                              "and the SMs reserved for the service; dashed: the service alone at the same rate; "
-                              "up and to the right is worse for the service and better for training", figure))
-    return figures
 
 
 def write(figures: Iterable[Figure], out: Path, fmt: str = "png") -> list[tuple[Figure, Path]]:

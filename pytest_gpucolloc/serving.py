@@ -144,6 +144,14 @@ def decode(encoded: str) -> HdrHistogram:
     return HdrHistogram.decode(encoded.encode("ascii"))
 
 
+def merged(windows: list[dict]) -> HdrHistogram:
+    """Windows' encoded histograms (``histogram``), every request in one histogram."""
+    histogram = new_histogram()
+    for window in windows:
+        histogram.add(decode(window["histogram"]))
+    return histogram
+
+
 def check_round(entry: Any) -> str | None:
     """What is wrong with one round's latency entry from a worker, or None."""
     if not isinstance(entry, dict) or set(entry) != {"histogram", "backlog"}:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucolloc import cli, plots, report
+from pytest_gpucolloc import cli, latency_plot, report
 from pytest_gpucolloc.history import read_run
 from test_serving import ARGS, SCENARIOS, SERVE_SOURCE
 from tiny_workload import SOURCE as TINY_SOURCE
@@ -90,7 +90,7 @@ def test_the_report_draws_p99_against_what_training_keeps_and_lists_the_services
 
 def test_the_trade_off_figure_has_a_log_p99_axis_the_service_alone_and_a_labelled_point_per_scenario(tmp_path):
     run = read_run(_with_sms_reserved(tmp_path, p99_ms=85.0, kept=0.6))
-    figures = plots.serving("CPU", list(run.scenarios.items()))
+    figures = latency_plot.serving("CPU", list(run.scenarios.items()))
     assert len(figures) == 1
     panels = {axes.get_title(): axes for axes in figures[0].figure.axes if axes.get_visible()}
     assert sorted(panels) == ["resnet50-imagenet224/bs4/bf16/serve-50%", "resnet50-imagenet224/bs4/bf16/serve-80%"]

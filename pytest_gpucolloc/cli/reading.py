@@ -156,7 +156,7 @@ def _advise_serving(args) -> int:
 def cmd_plot(args) -> int:
     import itertools
 
-    from .. import history_plot, plots  # matplotlib loads only for a figure
+    from .. import history_plot, latency_plot, plots  # matplotlib loads only for a figure
 
     loaded = load_history(args.storage)
     run = loaded.find(args.run) if args.run else loaded.runs[-1]
@@ -164,7 +164,7 @@ def cmd_plot(args) -> int:
         raise CommandError(f"no saved run {args.run!r} under {args.storage}", USAGE)
     out = out_folder(args.out)
     try:
-        written = plots.write(itertools.chain(plots.for_runs([run]),
+        written = plots.write(itertools.chain(plots.for_runs([run]), latency_plot.trade_offs([run]),
                                               history_plot.figures(loaded, loaded.recent(args.last, args.since))),
                               out, args.format)
     except OSError as error:

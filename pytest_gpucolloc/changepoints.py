@@ -26,7 +26,7 @@ def robust_p(before: list[float], after: list[float]) -> float:
     or carry, a shift). All the tests at once: each left-out run changes its side's mean and sum of squares by a
     term of its own. Sides whose runs are all equal have no spread: they differ (p 0) or not (p 1)."""
     import numpy as np
-    from scipy import special  # Student t without scipy.stats' import (seconds at every gate)
+    from scipy import special  # Student t; importing scipy.stats costs most of a second
 
     def sides(values: list[float]):
         """Count, mean, variance, whether all are equal and their value if so: the whole side, then the side

@@ -102,7 +102,7 @@ def unresolvable(result: Verdict, terms: Terms) -> None:
 def _decide(result: Verdict, current: RunSample, history: list[RunSample], policy: Policy, references,
             terms: Terms) -> None:
     """``decide`` in the sample's own terms (higher is better), into ``result``; its reasons in ``terms``."""
-    from scipy import special  # Student t; scipy.stats' import would be most of a gate's time
+    from scipy import special  # Student t; importing scipy.stats costs most of a second
 
     if current.throttled:
         result.verdict, result.reason = "not comparable", "the GPU throttled during this run (not the power cap)"

@@ -238,6 +238,8 @@ def test_every_command_names_runs_alike_and_defaults_to_the_latest(tmp_path, cap
     # said in the order given, as typed, with the commits they name
     assert code == 0 and out.startswith(f"compare HEAD~1 ({shas[0][:10]}) -> HEAD ({shas[1][:10]}) (2 runs -> 2 runs; "
                                         "a change is HEAD against HEAD~1)"), out + err
+    code, out, err = run_cli(capsys, "compare", "--commits", "HEAD", "HEAD", "--storage", storage)
+    assert code == 2 and "both sides hold the same run(s) (" in err, out + err  # it said +22% of a set and itself
     code, out, err = run_cli(capsys, "compare", "--runs-ids", "0001", "0003", "--storage", storage)
     assert code == 0 and out.startswith("compare 0001 -> 0003 (1 run -> 1 run; a change is 0003 against 0001)"), out
 

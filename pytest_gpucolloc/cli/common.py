@@ -99,7 +99,7 @@ def named_runs(names: list, storage: Path) -> list:
         if len(found) != 1:
             raise CommandError(f"{str(name)!r} names {len(found)} saved runs under {storage}"
                                + (f": {', '.join(str(run.path) for run in found)}" if found else
-                                  " (a file name, its NNNN number, or a path to the file)"), USAGE)
+                                  " (a file name, its NNNN number, a path to the file, or a storage folder)"), USAGE)
         runs += found
     return runs
 

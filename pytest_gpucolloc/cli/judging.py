@@ -54,6 +54,10 @@ def cmd_compare(args) -> int:
                                              group_by=args.group_by, groups=args.groups)
     except compare.SelectionError as error:
         raise CommandError(str(error), USAGE) from None
+    shared = {run.run_id for run in before} & {run.run_id for run in after}
+    if shared:  # a run on both sides is paired with its own neighbours: a change out of nothing
+        raise CommandError(f"both sides hold the same run(s) ({', '.join(sorted(shared))}): name two different "
+                           "commits, groups or runs", USAGE)
     said = args.commits or [a, b]  # in the order given, as typed (HEAD~1) and the commit it names
     found = " -> ".join(typed if typed == label else f"{typed} ({label[:10]})" for typed, label in zip(said, (a, b)))
     for run, why in compare.named_left_out(loaded, before + after):  # asked for by name: compared, and said

@@ -364,6 +364,10 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
         failed = [label for label, process in processes.items() if process.returncode not in (0, 5)]
         tail = "".join(f"\nthe {label} arm's log ends:\n{logs[label].read_text(errors='replace')[-800:]}"
                        for label in failed)
+        if not failed:  # skipped: the session summary's own lines say why (an mps scenario on the CPU, ...)
+            skips = [line for line in logs[baseline.label].read_text(errors="replace").splitlines()
+                     if line.startswith("skipped ")]
+            tail = "".join(f"\n{line}" for line in skips[:3]) + ("\n..." if len(skips) > 3 else "")
         raise ABError("no scenario was measured in both arms: every selected test was skipped or failed, or records "
                       f"no pytest-gpucolloc scenario (pytest exited: {codes}; see {logs[baseline.label]} and "
                       f"{logs[candidate.label]})" + tail)

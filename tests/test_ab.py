@@ -232,6 +232,16 @@ def test_an_arm_that_cannot_start_is_quoted_from_its_log(repo, tmp_path, capsys)
     assert "the baseline arm's log ends" not in err  # an arm that ran as asked is not quoted
 
 
+def test_arms_whose_scenarios_were_all_skipped_say_why(repo, tmp_path, capsys):
+    """The README's `ab ... -- benchmarks/ --gpu-mode=mps` on a machine without a GPU: every scenario is skipped; the
+    error says why from the arm's own summary, not only where its log is."""
+    args = [arg.replace("--gpu-mode=naive", "--gpu-mode=mps") for arg in ARGS]
+    code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--out", str(tmp_path / "arms"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and "no scenario was measured in both arms" in err, err
+    assert "\nskipped test_tiny[cpu-mps]: mps: MPS needs an NVIDIA GPU" in err, err
+
+
 def test_scenarios_after_the_jobs_budget_is_spent_are_skipped_saying_why(repo, tmp_path, capsys):
     code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--ab-budget-minutes", "0.001",
                      "--out", str(tmp_path / "arms"), *ARGS])

@@ -54,6 +54,8 @@ EXIT_CODES = """exit codes (every command):
 details: docs/cli.md"""
 
 
+CPU_SMOKE = "CPU smoke mode: its numbers check the suite, not a GPU"  # said wherever CPU runs' numbers are shown
+
 RUN_HELP = ("saved runs: files, run ids in --storage (a file name or its NNNN number), or a storage folder (its latest "
             "run)")
 

@@ -14,6 +14,7 @@ from ..table_fit import terminal_width
 from ..verdict import with_latency
 from ..words import count
 from .common import (
+    CPU_SMOKE,
     NEGATIVE,
     NEWEST,
     NOTHING_JUDGED,
@@ -289,7 +290,7 @@ def cmd_ab(args) -> int:
              f"{settings.window_s:g} s in blocks of fresh processes")
     scenarios = [s for run in runs for s in history.read_run(run.path).scenarios.values()]
     if scenarios and all(s.device == "cpu" for s in scenarios):  # as the pytest summary says it
-        title += "; CPU smoke mode: its numbers check the suite, not a GPU"
+        title += f"; {CPU_SMOKE}"
     print(title)
     print(ab_table.table(judgements, columns=args.columns, width=terminal_width()))
     for line in ab_judge.in_words(judgements):

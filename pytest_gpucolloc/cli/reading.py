@@ -8,6 +8,7 @@ from .. import advisor, checkup, history, nvml, report
 from ..modes import MODES
 from ..table_fit import terminal_width
 from .common import (
+    CPU_SMOKE,
     NEGATIVE,
     NOTHING_TO_READ,
     OK,
@@ -66,6 +67,8 @@ def cmd_table(args) -> int:
     else:
         print(report.table(entries, fmt="github" if args.format == "markdown" else "simple", sources=shown,
                            shown=args.columns, width=terminal_width()))
+        if entries and all(scenario.device == "cpu" for _, scenario in entries):
+            print(CPU_SMOKE)
     return OK
 
 

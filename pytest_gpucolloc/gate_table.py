@@ -53,13 +53,14 @@ def rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
 
 
 def left_to_ab_line(nodeids: list[str], modes: Iterable[str]) -> str:
-    """What a gate (pytest's or ``gate``) measured but left to paired A/B, and the command that judges it."""
+    """What a gate (pytest's or ``gate``) measured but left to paired A/B, and on a line of its own the command that
+    judges it (a log's line stays short enough to read, the command whole to copy)."""
     names = ", ".join(nodeid.split("::")[-1] for nodeid in nodeids)
     tests = " ".join(dict.fromkeys(nodeid.split("[")[0] for nodeid in nodeids))
     mode = f" --gpu-mode={','.join(modes)}" if modes else ""
     return (f"left to paired A/B (gpucolloc_gate(by=\"ab\")), measured and saved but not judged against history: "
-            f"{names} (marked too noisy between runs for a history gate); judge a change from the rootdir "
-            f"with `pytest-gpucolloc ab --baseline HEAD~1 --candidate HEAD -- {tests}{mode}`")
+            f"{names} (marked too noisy between runs for a history gate)\n  judge a change from the rootdir with "
+            f"`pytest-gpucolloc ab --baseline HEAD~1 --candidate HEAD -- {tests}{mode}`")
 
 
 GATE_COLUMNS = ["scenario", "verdict", "baseline", "current", "change", "interval", "detectable", "runs", "noise",

@@ -72,6 +72,6 @@ def test_xdist_workers_scenarios_left_to_ab_reach_the_controllers_gate_summary(p
     assert result.ret == 5  # a gate that judged nothing has not passed
     result.stdout.fnmatch_lines(["*gpucolloc gate: no scenario judged, exit code 5: the gate did not pass*",
                                  "no scenario was judged against history: 2 left to paired A/B",
-                                 "left to paired A/B*test_tiny?cpu-naive-?*test_tiny?cpu-naive-?*"
-                                 "-- test_scenarios.py::test_tiny --gpu-mode=naive`"])
+                                 "left to paired A/B*test_tiny?cpu-naive-?*test_tiny?cpu-naive-?*",
+                                 "  judge a change *-- test_scenarios.py::test_tiny --gpu-mode=naive`"])
     assert "left to paired A/B" in (pytester.path / "gate.md").read_text()

@@ -401,9 +401,9 @@ def test_broken(collocate):
     result = pytester.runpytest(*gated, "--benchmark-json=run.json")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 1*",
-                                 "left to paired A/B (gpucolloc_gate(by=\"ab\"))*: test_noisy?cpu-naive? (marked*"
-                                 "`pytest-gpucolloc ab --baseline HEAD~1 --candidate HEAD -- test_pair.py::test_noisy "
-                                 "--gpu-mode=naive`"])  # not the scenario that failed before it was measured
+                                 "left to paired A/B (gpucolloc_gate(by=\"ab\"))*: test_noisy?cpu-naive? (marked*",
+                                 "  judge a change from the rootdir with `pytest-gpucolloc ab --baseline HEAD~1 "
+                                 "--candidate HEAD -- test_pair.py::test_noisy --gpu-mode=naive`"])  # not the scenario that failed before it was measured
     saved = {b["name"]: b["extra_info"] for b in json.loads((pytester.path / "run.json").read_text())["benchmarks"]}
     assert "gate" in saved["test_judged[cpu-naive]"] and "gate" not in saved["test_noisy[cpu-naive]"]
     assert saved["test_noisy[cpu-naive]"]["gate_by"] == "ab" and "gate_by" not in saved["test_judged[cpu-naive]"]

@@ -31,20 +31,20 @@ class Summary:
         s = self.session
         if not s.invited:
             return
-        width, say = terminal_width(), terminalreporter.write_line
+        width = terminal_width()
         for problem in s.save_problems:
-            say(f"gpucolloc: {problem}", red=True)
+            terminalreporter.write_line(f"gpucolloc: {problem}", red=True)
         if not (s.results or s.forwarded or s.alone_measured or s.skipped):
             return
         terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
         device = s.device()
-        say(device.reason)
+        terminalreporter.write_line(device.reason)
         if device.gpu is None:  # what a user asked for is not what ran: say so where the numbers are
-            say(
+            terminalreporter.write_line(
                 f"CPU smoke mode ran smaller jobs than asked: images of {CPU_IMAGE_SIZE} px, batches capped at "
                 f"{CPU_BATCH_CAP}, language models at {SMOKE_SEQ_LEN} tokens; its numbers check the suite, not a GPU")
-        say(s.machine_warmup.describe() if s.machine_warmup is not None
-            else s.machine_warmup_line().removeprefix("gpucolloc: "))
+        terminalreporter.write_line(s.machine_warmup.describe() if s.machine_warmup is not None
+                                    else s.machine_warmup_line().removeprefix("gpucolloc: "))
         if device.gpu is None:
             terminalreporter.write_line("telemetry sampler: off (no GPU)")
         elif not s.options.colloc_telemetry:
@@ -60,7 +60,7 @@ class Summary:
             terminalreporter.write_line(report.table(entries, shown=shown, width=width, ask="--colloc-columns"))
         for name, scenario in entries:
             for warning in scenario.warnings:
-                say(f"warning: {name}: {warning}", yellow=True)
+                terminalreporter.write_line(f"warning: {name}: {warning}", yellow=True)
         for term in ((["alone: each distinct job measured alone once per session (the sequential mode's results and "
                        "every speedup's reference)", "speedup: sum of each job's throughput relative to running alone"]
                       if s.options.colloc_alone else ["alone: off (--colloc-alone=off): no job was measured alone, so "
@@ -71,40 +71,40 @@ class Summary:
                         "start-up s: spawn to every worker warm ('= alone': a sequential scenario, or one job under "
                         "naive, '= mps': one mps-partitioned client has the whole GPU; each records that measurement, "
                         "taken once)"]):
-            say(term)
+            terminalreporter.write_line(term)
         if s.results:  # its table follows: say what its times are where it is printed
-            say(
+            terminalreporter.write_line(
                 "pytest-benchmark's table times each round as the time per sample (1 / the aggregate samples/s, in "
                 "its unit: a slower scenario shows a longer time; its OPS are samples/s), so that "
                 "--benchmark-compare-fail sees a slowdown")
         if s.results and not (config.getoption("benchmark_save", None) or config.getoption("benchmark_autosave",
                                                                                                 None)):
-            say(  # a first-time user's runs would otherwise leave no history, silently
+            terminalreporter.write_line(  # a first-time user's runs would otherwise leave no history, silently
                 "gpucolloc: this run was not saved, so no later run can be compared or gated against it: add "
                 "--benchmark-autosave (or gate it: --colloc-gate saves too)", yellow=True)
         served = report.serving_table(entries)
         if served:
             terminalreporter.write_line(served)
             for name, why in report.saturated(entries):
-                say(f"saturated: {name}: {why}", yellow=True)
+                terminalreporter.write_line(f"saturated: {name}: {why}", yellow=True)
             for term in ("serving: latency from each request's scheduled arrival to its answer (open loop), over every "
                          "request measured", "p99 vs alone: against the same service alone at the same rate",
                          "SMs reserved: the service's share of the SMs (mps-partitioned; the training jobs share the "
                          "rest)", "training kept: the training jobs' mean share of their throughput alone"):
-                say(term)
+                terminalreporter.write_line(term)
         spent = report.time_spent([scenario for _, scenario in entries], s.settings().round_s)
         if spent:
-            say(spent)
+            terminalreporter.write_line(spent)
         for name, scenario in entries:  # data loading: the cores each job got, and whether they were enough
             if any(w.data_wait_share is not None for w in scenario.workers):
-                say(f"data wait (time spent waiting for the next batch) and CPU cores of {name}: "
-                    f"{scenario.cpu_affinity}")
+                terminalreporter.write_line(f"data wait (time spent waiting for the next batch) and CPU cores of "
+                                            f"{name}: {scenario.cpu_affinity}")
         for name, why in s.skipped:
-            say(f"skipped {name}: {why}")
+            terminalreporter.write_line(f"skipped {name}: {why}")
         if s.history is not None:
-            self._gate_summary(terminalreporter, say, width)
+            self._gate_summary(terminalreporter, width)
 
-    def _gate_summary(self, terminalreporter, say, width: int) -> None:
+    def _gate_summary(self, terminalreporter, width: int) -> None:
         s = self.session
         regressed = [name for name, v in s.verdicts if v.failed]
         if s.nothing_gated():
@@ -113,17 +113,17 @@ class Summary:
         else:
             terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(s.verdicts)}")
         for line in self._unjudged_lines():
-            say(line)
+            terminalreporter.write_line(line)
         for problem in s.history.problems if s.history else []:
-            say(f"history: {problem}")
+            terminalreporter.write_line(f"history: {problem}")
         for name, verdict in s.verdicts:
             if verdict.remeasured:
-                say(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
+                terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
         terminalreporter.write_line(gate_table.table(
             self._shown_verdicts(), width=width,
             ask="--colloc-gate-report=FILE (every column) or pytest-gpucolloc gate RUN --columns"))
         if regressed:
-            say(ACCEPT_HINT)
+            terminalreporter.write_line(ACCEPT_HINT)
 
     def _unjudged_lines(self) -> list[str]:
         """What the gate did not judge, for the summary and the gate report."""

@@ -10,6 +10,7 @@ import pytest
 from . import gate_table, record, report
 from .session import CPU_BATCH_CAP, CPU_IMAGE_SIZE, CollocSession
 from .table_fit import terminal_width
+from .words import CPU_SMOKE
 from .workloads import SMOKE_SEQ_LEN
 
 # a regressed run is saved, but it is no baseline: a retry of the same commit would pass on it
@@ -110,8 +111,14 @@ class Summary:
         if s.nothing_gated():
             terminalreporter.write_sep("!", "gpucolloc gate: no scenario judged, exit code 5: the gate did not pass",
                                        red=True)
-        else:
-            terminalreporter.write_sep("-", f"gpucolloc gate: {len(regressed)} regressed of {len(s.verdicts)}")
+        else:  # a first run has nothing to be judged against: it passes, saying so, so that a history can start
+            first = sum(v.verdict == "no baseline" for _, v in s.verdicts)
+            terminalreporter.write_sep(
+                "-", f"gpucolloc gate: {len(regressed)} regressed of {len(s.verdicts)}"
+                + (f"; {first} with no baseline yet: not judged, saved to start the history" if first else ""),
+                yellow=bool(first) and not regressed)
+        if s.device().gpu is None and s.verdicts:
+            terminalreporter.write_line(CPU_SMOKE)
         for line in self._unjudged_lines():
             terminalreporter.write_line(line)
         for problem in s.history.problems if s.history else []:
@@ -135,9 +142,10 @@ class Summary:
         """Why a gated run judged no scenario: a gate that passes without judging anything must say so."""
         s = self.session
         why = [f"{len(s.measured_for_ab)} left to paired A/B"] if s.measured_for_ab else []
-        why += [f"{len(s.skipped)} skipped ({'; '.join(f'{name}: {reason}' for name, reason in s.skipped[:3])}"
-                f"{'; ...' if len(s.skipped) > 3 else ''})"] if s.skipped else []
-        return "no scenario was judged against history" + (f": {', '.join(why)}" if why else "")
+        why += [f"{len(s.skipped)} skipped"] if s.skipped else []
+        reasons = [f"\n  skipped {name}: {reason}" for name, reason in s.skipped[:3]]
+        reasons += ["\n  ..."] * (len(s.skipped) > 3)
+        return "no scenario was judged against history" + (f": {', '.join(why)}" if why else "") + "".join(reasons)
 
     def _left_to_ab_line(self) -> str:
         s = self.session
@@ -155,7 +163,7 @@ class Summary:
             return
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            table = gate_table.table(self._shown_verdicts(), "github")
+            table = gate_table.table(self._shown_verdicts(), "github") if s.verdicts else ""
             left = "".join(f"\n{line}\n" for line in self._unjudged_lines())
             Path(path).write_text(f"### Collocation regression gate\n\n{table}\n{left}")
         except OSError as error:

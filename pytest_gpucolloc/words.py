@@ -1,5 +1,7 @@
-"""Counted nouns as English says them: "1 scenario", "2 scenarios"."""
+"""Words said in many places: counted nouns ("1 scenario", "2 scenarios"), what CPU smoke runs are."""
 from __future__ import annotations
+
+CPU_SMOKE = "CPU smoke mode: its numbers check the suite, not a GPU"  # said wherever CPU runs' numbers are shown
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:

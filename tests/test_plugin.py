@@ -308,7 +308,9 @@ def test_gate_fails_the_run_on_an_injected_slowdown(pytester, suite):
     suite(sleep=0.004)
     first = pytester.runpytest(*gated)
     first.assert_outcomes(passed=1)
-    first.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 1*", "*test_tiny?cpu-naive-1?*no baseline*"])
+    first.stdout.fnmatch_lines(["*gpucolloc gate: 0 regressed of 1; 1 with no baseline yet: not judged, saved to "
+                                "start the history*", "CPU smoke mode: its numbers check the suite, not a GPU",
+                                "*test_tiny?cpu-naive-1?*no baseline*"])
     for _ in range(2):  # three runs make a baseline
         assert pytester.runpytest(*gated).ret == 0
     # the same scenario, genuinely (about ten times) slower: with three baseline runs the t bound is wide, and one
@@ -353,12 +355,15 @@ import pytest
 def test_x(collocate):
     collocate(["tiny_workload:factory"])
 ''')
-    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", *FAST)
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate",
+                                "--colloc-gate-report=gate.md", *FAST)
     result.assert_outcomes(skipped=1)
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    report = (pytester.path / "gate.md").read_text()  # a CI job summary: why, and no empty table
+    assert "no scenario was judged against history: 1 skipped" in report and "|" not in report, report
     result.stdout.fnmatch_lines(["*gpucolloc gate: no scenario judged, exit code 5: the gate did not pass*",
-                                 "no scenario was judged against history: 1 skipped (test_x?cpu-naive?: needs an "
-                                 "NVIDIA GPU*"])
+                                 "no scenario was judged against history: 1 skipped",
+                                 "  skipped test_x?cpu-naive?: needs an NVIDIA GPU*"])
     assert "0 regressed of 0" not in result.stdout.str()
 
 

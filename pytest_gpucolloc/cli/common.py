@@ -19,6 +19,7 @@ from ..options import MAX_ALPHA, MAX_RUNS, MAX_THRESHOLD, MIN_ALPHA, number_opti
 from ..report import columns
 from ..scratch import can_write_in
 from ..verdict import DEFAULT_ALPHA, DEFAULT_MIN_RUNS, DEFAULT_RUNS, DEFAULT_THRESHOLD
+from ..words import CPU_SMOKE  # noqa: F401 (the commands say it from here)
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
 OK, NEGATIVE, USAGE, NOTHING_TO_READ, UNWRITABLE = 0, 1, 2, 3, 4
@@ -53,8 +54,6 @@ EXIT_CODES = """exit codes (every command):
   130 interrupted; 141 stdout closed by its reader (e.g. | head)
 details: docs/cli.md"""
 
-
-CPU_SMOKE = "CPU smoke mode: its numbers check the suite, not a GPU"  # said wherever CPU runs' numbers are shown
 
 RUN_HELP = ("saved runs: files, run ids in --storage (a file name or its NNNN number), or a storage folder (its latest "
             "run)")

@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass
 
 from . import gate, gate_table, shift
-from .history import LATENCY, History, SavedRun
+from .history import LATENCY, History, SavedRun, short_name
 from .verdict import with_latency
 from .words import count
 
@@ -191,4 +191,5 @@ def render(rows: list[Row], fmt: str, title: str = "", width: int | None = None)
         return out.getvalue()
     if fmt == "markdown":
         return (f"### {title}\n\n" if title else "") + gate_table.table(entries, "github")
+    entries = [(short_name(name), verdict) for name, verdict in entries]  # as gate's table: the test's name
     return (f"{title}\n" if title else "") + gate_table.table(entries, width=width)

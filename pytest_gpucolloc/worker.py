@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import importlib.metadata
 import os
 import queue
 import signal
@@ -69,11 +70,10 @@ def device_report(torch, device) -> dict:
         "device_type": device.type,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
-    try:
-        import torchvision
-
-        report["torchvision"] = torchvision.__version__
-    except ImportError:
+    vision = sys.modules.get("torchvision")  # imported by the job, or its version as installed: importing it
+    try:  # only to say its version cost each worker a second of CPU (it imports torch._dynamo and sympy)
+        report["torchvision"] = vision.__version__ if vision else importlib.metadata.version("torchvision")
+    except importlib.metadata.PackageNotFoundError:
         report["torchvision"] = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

@@ -243,8 +243,12 @@ def test_every_command_names_runs_alike_and_defaults_to_the_latest(tmp_path, cap
                                         "a change is HEAD against HEAD~1)"), out + err
     code, out, err = run_cli(capsys, "compare", "--commits", "HEAD", "HEAD", "--storage", storage)
     assert code == 2 and "both sides hold the same run(s) (" in err, out + err  # it said +22% of a set and itself
-    code, out, err = run_cli(capsys, "compare", "--runs-ids", "0001", "0003", "--storage", storage)
-    assert code == 0 and out.startswith("compare 0001 -> 0003 (1 run -> 1 run; a change is 0003 against 0001)"), out
+    for named in (["--runs-ids", "0001", "0003"], ["0001", "0003"]):  # pytest-benchmark's spelling, or as gate's
+        code, out, err = run_cli(capsys, "compare", *named, "--storage", storage)
+        assert code == 0 and out.startswith("compare 0001 -> 0003 (1 run -> 1 run; a change is 0003 against 0001)"), out
+        assert "test_resnet152_imagenet[naive-1-32]" in out and "benchmarks/test_paper.py::" not in out, out  # as gate
+    code, out, err = run_cli(capsys, "compare", "0001", "--storage", storage)
+    assert code == 2 and "compare takes two runs, before then after" in err, out + err
 
 
 def test_a_gate_table_fits_a_terminal_and_takes_columns(tmp_path, capsys):

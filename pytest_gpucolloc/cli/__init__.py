@@ -87,8 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare_cmd = commands.add_parser("compare", help="compare two sets of saved runs, per scenario (exit 1: a "
                                       "regression; one run against one says the change, not a verdict)")
+    compare_cmd.add_argument("runs", nargs="*", metavar="RUN",
+                             help="two run ids, before then after (file names or their NNNN prefix), as gate names "
+                                  "one; the same as --runs-ids")
     compare_cmd.add_argument("--runs-ids", dest="runs_ids", nargs=2, metavar=("BEFORE", "AFTER"),
-                             help="two run ids (file names or their NNNN prefix)")
+                             help="two run ids (file names or their NNNN prefix), pytest-benchmark's spelling")
     compare_cmd.add_argument("--commits", nargs=2, metavar=("BEFORE", "AFTER"),
                              help="two commits (ids, prefixes or git revisions such as HEAD~1): the runs saved "
                                   "at each")

@@ -48,6 +48,11 @@ def _commit(loaded, wanted: str) -> str:
 
 
 def cmd_compare(args) -> int:
+    if args.runs:  # `compare 0012 0015`, as `gate 0015`
+        if len(args.runs) != 2 or args.runs_ids:
+            raise CommandError("compare takes two runs, before then after (compare 0012 0015), or --runs-ids; "
+                               f"given: {' '.join(args.runs + (args.runs_ids or []))}", USAGE)
+        args.runs_ids = args.runs
     loaded = load_history(args.storage, named=bool(args.runs_ids))
     try:
         commits = [_commit(loaded, c) for c in args.commits] if args.commits else None

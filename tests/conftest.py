@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-WORKERS = 3  # one more than CI's cores: while one waits on its workers' fixed-length rounds, the others compute
+WORKERS = 4  # twice CI's cores: while some wait on their workers' fixed-length rounds, the others compute
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own pytest_cmdline_main, which turns -n into workers

@@ -179,8 +179,9 @@ def test_a_scenario_budget_too_small_for_the_blocks_asked_for_says_so(repo, tmp_
     table = lines[1:lines.index(next(line for line in lines if line.startswith("[1] ")))]
     assert max(map(len, table)) <= 100 and table[-1].startswith("left out to fit 100 characters: "), out.out
     assert "[1] test_same[cpu-naive] throughput inconclusive: one block of processes" in out.out
-    assert re.search(r"each arm's run is saved in \S+/arms/storage \(\d{4}_ab-\S+-baseline, \d{4}_ab-\S+-candidate\), "
-                     r"kept out of every history", out.out), out.out
+    assert re.search(r"each arm's run is saved in \S+/arms/storage \(\d{4}_ab-\S+-baseline, \d{4}_ab-\S+-candidate\),\n"
+                     r"kept out of every history .*\n  pytest-gpucolloc compare \d{4} \d{4} --storage \S+/arms/storage\n",
+                     out.out), out.out
     # a second A/B into the same folder keeps the first one's arms: it writes into arms-2
     log = (tmp_path / "arms" / "baseline.log").read_text()
     code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--out", str(tmp_path / "arms"), *ARGS,

@@ -302,9 +302,9 @@ def cmd_ab(args) -> int:
         print(line)
     saved = [found.stem for run in runs for found in sorted((out / "storage").glob(f"*/*-{run.arm}.json"))]
     if saved:  # where the arms' runs are (a fresh folder: only this A/B's), and how to read them: no history holds them
-        print(f"each arm's run is saved in {out / 'storage'} ({', '.join(saved)}), kept out of every history (an "
-              f"arm is measured in turns): `pytest-gpucolloc compare --storage {out / 'storage'} --runs-ids "
-              f"{' '.join(s.split('_')[0] for s in saved)}` compares them by id")
+        print(f"each arm's run is saved in {out / 'storage'} ({', '.join(saved)}),\n"
+              "kept out of every history (an arm is measured in turns); to compare them by id:\n"
+              f"  pytest-gpucolloc compare {' '.join(s.split('_')[0] for s in saved)} --storage {out / 'storage'}")
     if args.markdown:
         write_out(args.markdown, f"### {title}\n\n{ab_table.table(judgements, 'github', args.columns)}\n")
     if args.json:

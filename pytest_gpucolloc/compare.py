@@ -53,12 +53,17 @@ def select(history: History, *, runs: list[str] | None = None, commits: list[str
     for label, chosen in zip(labels, sets):
         if not chosen:
             raise SelectionError(f"no saved run matches {label}")
+    alike(sets, labels)
+    return sets[0], sets[1], labels[0], labels[1]
+
+
+def alike(sets: list[list[SavedRun]], labels: list[str]) -> None:
+    """SelectionError unless both sides are runs of one kind: CPU smoke runs are never compared with GPU runs."""
     kinds = [{_kind(run) for run in chosen} for chosen in sets]
     if len(kinds[0] | kinds[1]) > 1:
         raise SelectionError(f"{labels[0]} has {' and '.join(sorted(kinds[0]))} runs and {labels[1]} "
                              f"{' and '.join(sorted(kinds[1]))} runs: CPU smoke runs (small batches on the CPU) "
                              "are never compared with GPU runs; select runs of one kind")
-    return sets[0], sets[1], labels[0], labels[1]
 
 
 def _named(history: History, wanted: str) -> list[SavedRun]:

@@ -2,7 +2,8 @@
 
 Most of the suite's time is spent waiting on real worker processes (warm-up, measurement rounds of fixed length,
 timeouts, signals), not computing, so xdist workers side by side finish it sooner on CI's 2 cores (measured on such a
-machine: 22 minutes serial, 15.6 with two workers, 14.2 with three, 12.8 with the start-up cut below). This file
+machine: 22 minutes serial, 15.6 with two workers, 14.2 with three, 12.8 with the start-up cut below; later, with
+workers that start without importing torchvision, 5.9 minutes with three and 5.2 with four). This file
 is read only when tests/ is what pytest runs (the README's `pytest`, `pytest tests/...`), never by `pytest
 benchmarks/`, whose measurements must run one at a time. Where an NVIDIA GPU is present the suite stays serial:
 its GPU tier measures the GPU, and tests run side by side would share it.

@@ -89,6 +89,20 @@ def test_compare_of_one_run_against_one_says_the_change_and_what_a_decision_need
         assert "more runs" in row["reason"] and "pytest-gpucolloc ab" in row["reason"]
 
 
+def test_compare_names_runs_as_gate_does_by_id_file_or_storage_folder(tmp_path, capsys):
+    ids = save_runs(tmp_path, [600.0, 570.0])
+    folder = tmp_path / "Linux-CPython-3.12-64bit"
+    answers = []
+    for before, after in ((ids[0], ids[1]), (folder / f"{ids[0]}.json", folder / f"{ids[1]}.json"),
+                          (f"{ids[0][:4]}", tmp_path)):  # a storage folder names its latest run
+        code, out, err = run_cli(capsys, "compare", before, after, "--storage", tmp_path, "--format", "json")
+        assert code == 0, err
+        answers.append(json.loads(out))
+    assert answers[0] == answers[1] == answers[2] and answers[0][0]["baseline_runs"] == [ids[0]]
+    code, _, err = run_cli(capsys, "compare", folder / "0009_missing.json", ids[1], "--storage", tmp_path)
+    assert code == cli.USAGE and "0009_missing.json" in err and "Traceback" not in err
+
+
 def test_storage_is_taken_as_pytest_takes_it_and_empty_storage_fails_loudly(tmp_path, capsys):
     ids = save_runs(tmp_path / "history", [600.0, 601.0, 599.0, 600.0])
     run = tmp_path / "history" / "Linux-CPython-3.12-64bit" / f"{ids[-1]}.json"

@@ -79,24 +79,26 @@ def read_runs(paths) -> list:
     return runs
 
 
+def is_path(name) -> bool:
+    """Whether a run's name is a path (a file or a storage folder) rather than a run id."""
+    return Path(name).exists() or "/" in str(name) or str(name).endswith(".json")
+
+
 def named_runs(names: list, storage: Path) -> list:
     """Saved runs as every command names them: a file, a storage folder (its latest run), or a run id (its file name
     or NNNN number) in ``storage``; none named: the storage's latest run (of its history: not an experiment or a run
     set aside)."""
-    def is_file(name) -> bool:
-        return Path(name).exists() or "/" in str(name) or str(name).endswith(".json")
-
     if any(Path(name).is_dir() for name in names):  # `gate .benchmarks`: a folder's latest run
         return [run for name in names for run in (
             [load_history(Path(name)).runs[-1]] if Path(name).is_dir() else named_runs([name], storage))]
-    if names and all(map(is_file, names)):
+    if names and all(map(is_path, names)):
         return read_runs(names)
     loaded = load_history(storage, named=bool(names))
     if not names:
         return [loaded.runs[-1]]
     runs: list = []
     for name in names:
-        found = read_runs([name]) if is_file(name) else loaded.named(str(name))
+        found = read_runs([name]) if is_path(name) else loaded.named(str(name))
         if len(found) != 1:
             raise CommandError(f"{str(name)!r} names {len(found)} saved runs under {storage}"
                                + (f": {', '.join(str(run.path) for run in found)}" if found else

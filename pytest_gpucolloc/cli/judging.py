@@ -22,6 +22,7 @@ from .common import (
     OK,
     USAGE,
     CommandError,
+    is_path,
     load_history,
     named_runs,
     policy_of,
@@ -55,9 +56,15 @@ def cmd_compare(args) -> int:
         args.runs_ids = args.runs
     loaded = load_history(args.storage, named=bool(args.runs_ids))
     try:
-        commits = [_commit(loaded, c) for c in args.commits] if args.commits else None
-        before, after, a, b = compare.select(loaded, runs=args.runs_ids, commits=commits,
-                                             group_by=args.group_by, groups=args.groups)
+        if args.runs_ids and len(args.runs_ids) == 2 and any(map(is_path, args.runs_ids)):
+            # files or storage folders (their latest run), named as `gate` names them
+            before, after = ([run] for run in (named_runs([name], args.storage)[0] for name in args.runs_ids))
+            a, b = before[0].run_id, after[0].run_id
+            compare.alike([before, after], [a, b])
+        else:
+            commits = [_commit(loaded, c) for c in args.commits] if args.commits else None
+            before, after, a, b = compare.select(loaded, runs=args.runs_ids, commits=commits,
+                                                 group_by=args.group_by, groups=args.groups)
     except compare.SelectionError as error:
         raise CommandError(str(error), USAGE) from None
     shared = {run.run_id for run in before} & {run.run_id for run in after}

@@ -271,14 +271,15 @@ class Coordinator:
         settings, blocks = self.settings, self.blocks.get(test, [])
         if len(blocks) >= settings.max_blocks:
             return False
+        if len(blocks) >= settings.min_blocks and not any(
+                j.verdict == "inconclusive" and not (j.saturated or j.final) for j in self.judged(test, test)):
+            return False  # decided: the budget is not what ended it
         if self.spent[test] + block_s > settings.scenario_budget_s \
                 or time.monotonic() - self.began + block_s > settings.budget_s:
             self.say(f"{test}: no more blocks within the budget ({len(blocks)} so far, {block_s:.0f} s each)")
             self.cut_short.add(test)
             return False
-        if len(blocks) < settings.min_blocks:
-            return True
-        return any(j.verdict == "inconclusive" and not (j.saturated or j.final) for j in self.judged(test, test))
+        return True
 
 
 ARM_GRACE_S = 5.0  # an interrupted arm's time to stop its workers itself; then it is killed: ab acts within seconds

@@ -112,13 +112,14 @@ def file_storage(config):
     return getattr(benchmarks, "storage", None) if benchmarks is not None else None
 
 
-def guard_saving(storage, problems: list[str]) -> None:
+def guard_saving(storage, problems: list[str], saved: list[Path]) -> None:
     """Make pytest-benchmark's file storage save without ever overwriting or losing a run.
 
     Its own save picks the next number, checks that the name is free, then writes in place: two runs saving at
     once can collide, and a full disk leaves a truncated file. Here the file is written aside and linked into
-    place atomically (``os.link`` fails if the name was taken meanwhile: the next number is tried); if it cannot
-    be saved at all, the data goes to a temporary file and the reason is appended to ``problems``."""
+    place atomically (``os.link`` fails if the name was taken meanwhile: the next number is tried); the file saved
+    is appended to ``saved``. If it cannot be saved at all, the data goes to a temporary file and the reason is
+    appended to ``problems``."""
     if not (hasattr(storage, "get") and hasattr(type(storage), "_next_num")):
         return  # not the file storage: leave it alone
 
@@ -138,6 +139,7 @@ def guard_saving(storage, problems: list[str]) -> None:
                 finally:
                     aside.unlink(missing_ok=True)
                 storage.logger.info(f"Saved benchmark data in: {path}")
+                saved.append(path)
                 return
             raise OSError("no free run number after 1000 attempts")
         except OSError as error:

@@ -81,6 +81,7 @@ class CollocSession:
         self.stale_removed: list[str] = []
         self.orphans_killed: list[int] = []  # processes that workers of killed runs had started
         self.save_problems: list[str] = []  # runs that could not be saved, and where they went
+        self.saved: list[Path] = []  # the run this session saved (pytest-benchmark saves at the session's end)
         self.forward: list[dict] = []  # scenarios an xdist worker sends to the controller
         self.forwarded: list[tuple[str, dict]] = []  # what the controller received
         self.baselines = Baselines()
@@ -118,7 +119,7 @@ class CollocSession:
                 self._check_writable()
             storage = benchmark_api.file_storage(config)
             if storage is not None:
-                benchmark_api.guard_saving(storage, self.save_problems)
+                benchmark_api.guard_saving(storage, self.save_problems, self.saved)
         try:
             self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
         except ValueError:  # not the main thread

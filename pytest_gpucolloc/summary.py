@@ -9,13 +9,13 @@ import pytest
 
 from . import gate_table, record, report
 from .session import CPU_BATCH_CAP, CPU_IMAGE_SIZE, CollocSession
-from .table_fit import terminal_width
+from .table_fit import terminal_width, wrapped
 from .words import CPU_SMOKE
 from .workloads import SMOKE_SEQ_LEN
 
 # a regressed run is saved, but it is no baseline: a retry of the same commit would pass on it
 ACCEPT_HINT = ("a regressed run stays out of later baselines until accepted: if the change is intended, "
-               "`pytest-gpucolloc accept RUN` (the run saved now) makes it the new level")
+               "`pytest-gpucolloc accept {run}` makes it the new level")
 
 
 class Summary:
@@ -33,23 +33,27 @@ class Summary:
         if not s.invited:
             return
         width = terminal_width()
+
+        def say(text: str, **markup) -> None:  # prose, wrapped to the width the tables fit
+            terminalreporter.write_line(wrapped(text, width), **markup)
+
         for problem in s.save_problems:
-            terminalreporter.write_line(f"gpucolloc: {problem}", red=True)
+            say(f"gpucolloc: {problem}", red=True)
         if not (s.results or s.forwarded or s.alone_measured or s.skipped):
             return
         terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
         device = s.device()
-        terminalreporter.write_line(device.reason)
+        say(device.reason)
         if device.gpu is None:  # what a user asked for is not what ran: say so where the numbers are
-            terminalreporter.write_line(
+            say(
                 f"CPU smoke mode ran smaller jobs than asked: images of {CPU_IMAGE_SIZE} px, batches capped at "
                 f"{CPU_BATCH_CAP}, language models at {SMOKE_SEQ_LEN} tokens; its numbers check the suite, not a GPU")
-        terminalreporter.write_line(s.machine_warmup.describe() if s.machine_warmup is not None
+        say(s.machine_warmup.describe() if s.machine_warmup is not None
                                     else s.machine_warmup_line().removeprefix("gpucolloc: "))
         if device.gpu is None:
-            terminalreporter.write_line("telemetry sampler: off (no GPU)")
+            say("telemetry sampler: off (no GPU)")
         elif not s.options.colloc_telemetry:
-            terminalreporter.write_line("telemetry sampler: off (--colloc-telemetry=off)")
+            say("telemetry sampler: off (--colloc-telemetry=off)")
         # the summary shows exactly what is saved: each result through the record's writer and reader
         entries = [(f"alone: {result.workloads[0].label}", record.read(record.write(result)))
                    for _, result in s.alone_measured]
@@ -61,7 +65,7 @@ class Summary:
             terminalreporter.write_line(report.table(entries, shown=shown, width=width, ask="--colloc-columns"))
         for name, scenario in entries:
             for warning in scenario.warnings:
-                terminalreporter.write_line(f"warning: {name}: {warning}", yellow=True)
+                say(f"warning: {name}: {warning}", yellow=True)
         for term in ((["alone: each distinct job measured alone once per session (the sequential mode's results and "
                        "every speedup's reference)", "speedup: sum of each job's throughput relative to running alone"]
                       if s.options.colloc_alone else ["alone: off (--colloc-alone=off): no job was measured alone, so "
@@ -71,42 +75,46 @@ class Summary:
                         "while it was within reach)",
                         "start-up s: spawn to every worker warm ('= alone': a sequential scenario, or one job under "
                         "naive, '= mps': one mps-partitioned client has the whole GPU; each records that measurement, "
-                        "taken once)"]):
-            terminalreporter.write_line(term)
+                        "taken once)"]) * bool(entries):  # the table's words, where there is a table
+            say(term)
         if s.results:  # its table follows: say what its times are where it is printed
-            terminalreporter.write_line(
+            say(
                 "pytest-benchmark's table times each round as the time per sample (1 / the aggregate samples/s, in "
                 "its unit: a slower scenario shows a longer time; its OPS are samples/s), so that "
                 "--benchmark-compare-fail sees a slowdown")
         if s.results and not (config.getoption("benchmark_save", None) or config.getoption("benchmark_autosave",
                                                                                                 None)):
-            terminalreporter.write_line(  # a first-time user's runs would otherwise leave no history, silently
+            say(  # a first-time user's runs would otherwise leave no history, silently
                 "gpucolloc: this run was not saved, so no later run can be compared or gated against it: add "
                 "--benchmark-autosave (or gate it: --colloc-gate saves too)", yellow=True)
         served = report.serving_table(entries)
         if served:
             terminalreporter.write_line(served)
             for name, why in report.saturated(entries):
-                terminalreporter.write_line(f"saturated: {name}: {why}", yellow=True)
+                say(f"saturated: {name}: {why}", yellow=True)
             for term in ("serving: latency from each request's scheduled arrival to its answer (open loop), over every "
                          "request measured", "p99 vs alone: against the same service alone at the same rate",
                          "SMs reserved: the service's share of the SMs (mps-partitioned; the training jobs share the "
                          "rest)", "training kept: the training jobs' mean share of their throughput alone"):
-                terminalreporter.write_line(term)
+                say(term)
         spent = report.time_spent([scenario for _, scenario in entries], s.settings().round_s)
         if spent:
-            terminalreporter.write_line(spent)
+            say(spent)
         for name, scenario in entries:  # data loading: the cores each job got, and whether they were enough
             if any(w.data_wait_share is not None for w in scenario.workers):
-                terminalreporter.write_line(f"data wait (time spent waiting for the next batch) and CPU cores of "
+                say(f"data wait (time spent waiting for the next batch) and CPU cores of "
                                             f"{name}: {scenario.cpu_affinity}")
         for name, why in s.skipped:
-            terminalreporter.write_line(f"skipped {name}: {why}")
+            say(f"skipped {name}: {why}")
         if s.history is not None:
             self._gate_summary(terminalreporter, width)
 
     def _gate_summary(self, terminalreporter, width: int) -> None:
         s = self.session
+
+        def say(text: str, **markup) -> None:
+            terminalreporter.write_line(wrapped(text, width), **markup)
+
         regressed = [name for name, v in s.verdicts if v.failed]
         if s.nothing_gated():
             terminalreporter.write_sep("!", "gpucolloc gate: no scenario judged, exit code 5: the gate did not pass",
@@ -118,19 +126,30 @@ class Summary:
                 + (f"; {first} with no baseline yet: not judged, saved to start the history" if first else ""),
                 yellow=bool(first) and not regressed)
         if s.device().gpu is None and s.verdicts:
-            terminalreporter.write_line(CPU_SMOKE)
+            say(CPU_SMOKE)
         for line in self._unjudged_lines():
-            terminalreporter.write_line(line)
+            say(line)
         for problem in s.history.problems if s.history else []:
-            terminalreporter.write_line(f"history: {problem}")
+            say(f"history: {problem}")
         for name, verdict in s.verdicts:
             if verdict.remeasured:
-                terminalreporter.write_line(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
-        terminalreporter.write_line(gate_table.table(
-            self._shown_verdicts(), width=width,
-            ask="--colloc-gate-report=FILE (every column) or pytest-gpucolloc gate RUN --columns"))
+                say(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
+        if s.verdicts:  # none: the lines above said why, and an empty table would say nothing more
+            terminalreporter.write_line(gate_table.table(
+                self._shown_verdicts(), width=width,
+                ask=f"--colloc-gate-report=FILE (every column) or pytest-gpucolloc gate {self._saved_run()} --columns"))
         if regressed:
-            terminalreporter.write_line(ACCEPT_HINT)
+            say(ACCEPT_HINT.format(run=self._saved_run()))
+
+    def _saved_run(self) -> str:
+        """The run saved now as the console command names it (its number; the storage where not the default), else
+        RUN."""
+        s = self.session
+        if not s.saved:
+            return "RUN"
+        storage = s.saved[-1].parent.parent
+        where = "" if storage.resolve() == Path(".benchmarks").resolve() else f" --storage {storage}"
+        return s.saved[-1].stem.split("_")[0] + where
 
     def _unjudged_lines(self) -> list[str]:
         """What the gate did not judge, for the summary and the gate report."""
@@ -165,6 +184,7 @@ class Summary:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             table = gate_table.table(self._shown_verdicts(), "github") if s.verdicts else ""
             left = "".join(f"\n{line}\n" for line in self._unjudged_lines())
-            Path(path).write_text(f"### Collocation regression gate\n\n{table}\n{left}")
+            smoke = f"\n{CPU_SMOKE}\n" if s.device().gpu is None else ""
+            Path(path).write_text(f"### Collocation regression gate\n{smoke}\n{table}\n{left}")
         except OSError as error:
             s.save_problems.append(f"could not write the gate report to {path}: {error}")

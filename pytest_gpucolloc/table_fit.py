@@ -3,6 +3,7 @@ out until the table is within it, said in one line with the option that shows th
 from __future__ import annotations
 
 import shutil
+import textwrap
 from collections.abc import Callable
 
 LOG_WIDTH = 120  # no terminal (a CI log) and no COLUMNS: what a log viewer shows without wrapping
@@ -20,6 +21,16 @@ def terminal_width() -> int:
 
 def widest(text: str) -> int:
     return max((len(line) for line in text.splitlines()), default=0)
+
+
+def wrapped(text: str, width: int | None, indent: str = "  ") -> str:
+    """Prose (a footnote, a note below a table) wrapped to ``width`` line by line, each line's later lines indented;
+    a path or an option is never broken inside."""
+    if width is None:
+        return text
+    return "\n".join(line if len(line) <= width else textwrap.fill(
+        line, width, subsequent_indent=line[:len(line) - len(line.lstrip())] + indent, break_long_words=False,
+        break_on_hyphens=False) for line in text.splitlines())
 
 
 def fit(render: Render, names: list[str], drop_order: list[str], width: int) -> tuple[str, list[str], list[str]]:
@@ -40,8 +51,8 @@ def fit(render: Render, names: list[str], drop_order: list[str], width: int) -> 
 def left_out_line(dropped: list[str], width: int, ask: str, first: str) -> str:
     """What was left out to fit, and how to ask for it: ``ask`` names the option (``--columns``), ``first`` the
     column that names the rows, shown with them."""
-    return (f"left out to fit {width} characters: {', '.join(dropped)}; show them with "
-            f"{ask}={','.join([first, *dropped])}")
+    return (f"left out to fit {width} characters: {', '.join(dropped)}\n"
+            f"show them with {ask}={','.join([first, *dropped])}")
 
 
 def fitted(render: Render, asked: list[str] | None, names: list[str], drop_order: list[str], fmt: str,
@@ -50,6 +61,7 @@ def fitted(render: Render, asked: list[str] | None, names: list[str], drop_order
     fit ``width``, with the line that names them; its footnotes below."""
     if asked or width is None or fmt != "simple":
         text, notes = render(asked or names)
-        return "\n".join([text, *notes])
+        return "\n".join([text, *(wrapped(note, width if fmt == "simple" else None) for note in notes)])
     text, notes, dropped = fit(render, names, drop_order, width)
-    return "\n".join([text, *([left_out_line(dropped, width, ask, names[0])] if dropped else []), *notes])
+    below = [*([left_out_line(dropped, width, ask, names[0])] if dropped else []), *notes]
+    return "\n".join([text, *(wrapped(line, width) for note in below for line in note.splitlines())])

@@ -311,13 +311,15 @@ def test_a_table_fits_the_terminal_leaving_out_what_matters_least_and_says_how_t
     run = DATA / "gpu-tests-h200-a" / "paper.json" if command == "table" else "0006"
     monkeypatch.setenv("COLUMNS", "90")
     code, out, _ = run_cli(capsys, command, run, "--storage", storage)
-    lines = out.splitlines()
+    # was 245 (table) and 185 (gate) characters wide; only an option that cannot be broken may pass the width
+    assert max(len(line) for line in out.splitlines() if " " in line.strip()) <= 90, out
+    lines = out.replace("\n  ", " ").splitlines()  # the notes below the table wrap; read as one line each
     said = next(i for i, line in enumerate(lines) if line.startswith("left out to fit 90 characters: "))
-    assert max(map(len, lines[:said])) <= 90, out  # was 245 (table) and 185 (gate) characters wide
     header = lines[1 if command == "gate" else 0].split()  # the gate's title first
     kept = ["scenario", "verdict", "change", "why"] if command == "gate" else ["scenario", "aggregate", "speedup"]
     assert all(name in header for name in kept), out  # what matters most stays
-    dropped, ask = lines[said].removeprefix("left out to fit 90 characters: ").split("; show them with --columns=")
+    dropped = lines[said].removeprefix("left out to fit 90 characters: ")
+    ask = lines[said + 1].removeprefix("show them with --columns=")
     assert ask.split(",") == ["scenario", *dropped.split(", ")], lines[said]
     assert ("lever" if command == "gate" else "start-up") in dropped  # the least important went first
     code, out, _ = run_cli(capsys, command, run, "--storage", storage, "--columns", ask)  # as the line says

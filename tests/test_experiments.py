@@ -45,6 +45,8 @@ def test_an_ab_arm_in_the_storage_is_never_a_baseline_nor_a_comparison(tmp_path,
     assert all(v["verdict"] == "unchanged" and not set(v["baseline_runs"]) & set(arms + marked)
                for v in json.loads(out)), out
     assert "4 run(s) left out of the history: 0006_ab-20261120T053000-baseline (an A/B arm's run" in err
+    code, _, err = run_cli(capsys, "gate", "--storage", storage, "--format", "json", "--min-runs", "3")
+    assert code == 0 and err.count("left out of the history") == 1, err  # the latest run's gate says it once
     # an arm's run itself is not gated against ordinary runs
     code, out, err = run_cli(capsys, "gate", storage / MACHINE / f"{arms[0]}.json", "--storage", storage)
     assert code == 2 and "an A/B arm's run" in err and "judged by `pytest-gpucolloc ab`" in err

@@ -229,6 +229,21 @@ def test_cli_compare_never_mixes_cpu_smoke_and_gpu_runs(storage, capsys):
     assert "CPU smoke runs (small batches on the CPU) are never compared with GPU runs" in capsys.readouterr().err
 
 
+def test_cli_gate_of_a_cpu_smoke_run_says_so_in_every_format(storage, capsys, tmp_path):
+    for run in storage.rglob("0*_run.json"):  # a history of CPU smoke runs
+        data = json.loads(run.read_text())
+        data["machine_info"]["gpucolloc"]["device"] = "cpu"
+        run.write_text(json.dumps(data))
+    said = "CPU smoke mode: its numbers check the suite, not a GPU"
+    for fmt in ("table", "markdown", "json", "csv"):
+        cli.main(["gate", "--storage", str(storage), "--format", fmt, "--markdown", str(tmp_path / "gate.md")])
+        out, err = capsys.readouterr()
+        assert said in (out if fmt in ("table", "markdown") else err), fmt
+        assert said in (tmp_path / "gate.md").read_text()
+        if fmt == "json":
+            assert json.loads(out), out  # stdout stays data
+
+
 def test_cli_plot_writes_figures(storage, tmp_path, capsys):
     out = tmp_path / "plots"
     assert cli.main(["plot", "--storage", str(storage), "--out", str(out)]) == 0
@@ -257,14 +272,15 @@ def test_saving_never_overwrites_a_run_that_took_the_number_first(tmp_path, monk
     from pytest_gpucolloc.benchmark_api import guard_saving
 
     storage = file_storage(tmp_path)
-    problems = []
-    guard_saving(storage, problems)
+    problems, kept = [], []
+    guard_saving(storage, problems, kept)
     storage.save({"run": "A"}, "x")
     numbers = iter(["0001", "0001", "0002"])  # a second run looked before A was saved: it also chose 0001
     monkeypatch.setattr(FileStorage, "_next_num", property(lambda self: next(numbers)))
     storage.save({"run": "B"}, "x")
     saved = {p.name: json.loads(p.read_text())["run"] for p in (tmp_path / "Linux-test").glob("*.json")}
     assert saved == {"0001_x.json": "A", "0002_x.json": "B"} and problems == []
+    assert [p.name for p in kept] == ["0001_x.json", "0002_x.json"]  # what the summary names
     assert not list((tmp_path / "Linux-test").glob(".*.tmp"))
 
 
@@ -272,8 +288,8 @@ def test_a_run_that_cannot_be_saved_is_kept_elsewhere_and_reported(tmp_path, mon
     from pytest_gpucolloc.benchmark_api import guard_saving
 
     storage = file_storage(tmp_path)
-    problems = []
-    guard_saving(storage, problems)
+    problems, saved = [], []
+    guard_saving(storage, problems, saved)
     real_write = Path.write_bytes
 
     def disk_full(self, data):
@@ -283,7 +299,7 @@ def test_a_run_that_cannot_be_saved_is_kept_elsewhere_and_reported(tmp_path, mon
 
     monkeypatch.setattr(Path, "write_bytes", disk_full)
     storage.save({"run": "C"}, "x")
-    assert len(problems) == 1 and "No space left on device" in problems[0]
+    assert len(problems) == 1 and "No space left on device" in problems[0] and saved == []
     kept = Path(problems[0].rsplit("kept at ", 1)[1])
     assert json.loads(kept.read_text()) == {"run": "C"}
     kept.unlink()

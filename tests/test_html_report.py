@@ -73,6 +73,7 @@ def test_a_regression_is_marked_and_runs_without_mixes_have_no_mixed_section(tmp
     assert "<p class=alert>The gate judged 1 regressed" in page and "<span class=regressed>1 regressed</span>" in page
     assert "Mixed jobs" not in page and "mixes of different jobs" not in page
     assert "Only mps was measured, so nothing to compare it with" in _answer(page)[0]
+    assert "class=best" not in page and "only mps measured" in page  # green is for the best of several modes
 
 
 def test_a_run_where_sharing_does_not_pay_says_so(tmp_path):

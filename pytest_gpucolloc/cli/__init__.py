@@ -11,6 +11,7 @@ from ..gate_table import GATE_COLUMNS
 from ..history import METRICS
 from ..machine import PLUGIN_VERSION
 from ..report import COLUMNS as TABLE_COLUMNS
+from ..table_fit import terminal_width, wrapped
 from .common import (
     EXIT_CODES,
     FORMATS,
@@ -225,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit: a reader that went away is answered below, not by a traceback
         return code
     except CommandError as error:
-        print(f"error: {error}", file=sys.stderr)
+        # wrapped on a terminal; one line in a log, where it is searched for
+        print(wrapped(f"error: {error}", terminal_width() if sys.stderr.isatty() else None), file=sys.stderr)
         return error.code
     except BrokenPipeError:
         # stdout's reader stopped reading (| head): end quietly, with nothing left for Python to flush at exit

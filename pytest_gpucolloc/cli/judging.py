@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import changepoints, compare, forget, gate, gate_table, history, history_shifts, report
 from ..history import LATENCY, experiment, short_name
 from ..scratch import clean_stale_scratch
-from ..table_fit import terminal_width
+from ..table_fit import terminal_width, wrapped
 from ..verdict import with_latency
 from ..words import count
 from .common import (
@@ -26,6 +26,7 @@ from .common import (
     load_history,
     named_runs,
     policy_of,
+    read_runs,
     tabular,
     write_out,
 )
@@ -58,7 +59,7 @@ def cmd_compare(args) -> int:
     try:
         if args.runs_ids and len(args.runs_ids) == 2 and any(map(is_path, args.runs_ids)):
             # files or storage folders (their latest run), named as `gate` names them
-            before, after = ([run] for run in (named_runs([name], args.storage)[0] for name in args.runs_ids))
+            before, after = ([run] for run in (named_runs([name], args.storage, loaded)[0] for name in args.runs_ids))
             a, b = before[0].run_id, after[0].run_id
             compare.alike([before, after], [a, b])
         else:
@@ -85,13 +86,19 @@ def cmd_compare(args) -> int:
 def cmd_gate(args) -> int:
     if args.run and Path(args.run).is_dir():  # `gate FOLDER`: its latest run, against that folder's history
         args.storage = Path(args.run)
-    run = named_runs([args.run] if args.run else [], args.storage)[0]
+    # a file named is read first (its problem said first); the history once, so its notes are said once
+    loaded = None
+    if args.run and is_path(args.run) and not Path(args.run).is_dir():
+        run = read_runs([args.run])[0]
+    else:
+        loaded = load_history(args.storage, named=bool(args.run) and args.storage != Path(args.run))
+        run = named_runs([args.run] if args.run else [], args.storage, loaded)[0]
     if not run.scenarios:
         raise CommandError(f"{run.path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
     if experiment(run):  # its windows were measured another way: a history of ordinary runs cannot judge it
         raise CommandError(f"{run.path} is {experiment(run)}: the gate judges ordinary runs against their history "
                            "(an A/B is judged by `pytest-gpucolloc ab` itself)", USAGE)
-    loaded = load_history(args.storage)
+    loaded = loaded or load_history(args.storage)
     policy = policy_of(args)
     # Judge the run as the gate would have when it was made: against the runs saved before it.
     excluded = {run.run_id} | {r.run_id for r in loaded.runs if r.datetime >= run.datetime}
@@ -110,19 +117,24 @@ def cmd_gate(args) -> int:
                 with_latency(verdict, gate.decide(
                     latency, loaded.samples(name, exclude=excluded, metric=metric, last=last), policy))
         verdicts.append((name, verdict))
+    # as the pytest summary says it: CPU runs check the suite
+    smoke = f"; {CPU_SMOKE}" if run.machine.get("device") == "cpu" else ""
     if args.markdown:  # written first: an output that cannot be written is said before the verdicts
-        markdown = _gate_render(verdicts, "markdown", f"Collocation regression gate: {run.run_id}")
+        markdown = _gate_render(verdicts, "markdown", f"Collocation regression gate: {run.run_id}{smoke}")
         write_out(args.markdown, markdown + "\n")
-    print(_gate_render(verdicts, args.format, f"gate: {run.run_id}", args.columns))
-    if left:  # below the table, or on stderr where stdout is data
-        said = gate_table.left_to_ab_line(left, _modes(run, left))
-        print(("\n" if args.format in ("table", "markdown") else "") + said,
-              file=sys.stdout if args.format in ("table", "markdown") else sys.stderr)
+    print(_gate_render(verdicts, args.format, f"gate: {run.run_id}{smoke}", args.columns))
+    if smoke and args.format in ("json", "csv"):  # data on stdout: said beside it
+        print(CPU_SMOKE, file=sys.stderr)
+    prose = sys.stdout if args.format in ("table", "markdown") else sys.stderr  # below the table, or where not data
+    width = terminal_width() if args.format == "table" else None
+    if left:
+        print(("\n" if prose is sys.stdout else "") + wrapped(gate_table.left_to_ab_line(left, _modes(run, left)),
+                                                             width), file=prose)
     failed = any(verdict.failed for _, verdict in verdicts)
     if failed:
-        print(f"a regressed run stays out of later baselines until accepted: if the change is intended, "
-              f"`pytest-gpucolloc accept {run.run_id.split('_')[0]}` makes it the new level",
-              file=sys.stdout if args.format in ("table", "markdown") else sys.stderr)
+        hint = (f"a regressed run stays out of later baselines until accepted: if the change is intended, "
+                f"`pytest-gpucolloc accept {run.run_id.split('_')[0]}` makes it the new level")
+        print(wrapped(hint, width), file=prose)
     return NEGATIVE if failed else OK
 
 
@@ -192,9 +204,10 @@ def cmd_history(args) -> int:
         args.format))
     short = [(s, g, n) for s, g, n in looked if not changepoints.can_hold_a_shift(n, args.min_runs)]
     if short:  # "0 level shifts" must not read as "steady" where no shift could have been found
-        print(f"{len(short)} of the series have fewer than {2 * args.min_runs} runs (two levels of {args.min_runs}): "
-              "no shift can be found in them yet: " + ", ".join(
-                  f"{short_name(s)} on {g[:16]} ({n} run{'s' if n != 1 else ''})" for s, g, n in short))
+        print(wrapped(f"{len(short)} of the series have fewer than {2 * args.min_runs} runs (two levels of "
+                      f"{args.min_runs}): no shift can be found in them yet: " + ", ".join(
+                          f"{short_name(s)} on {g[:16]} ({n} run{'s' if n != 1 else ''})" for s, g, n in short),
+                      terminal_width() if args.format == "table" else None))
     return 0
 
 
@@ -303,15 +316,17 @@ def cmd_ab(args) -> int:
     scenarios = [s for run in runs for s in history.read_run(run.path).scenarios.values()]
     if scenarios and all(s.device == "cpu" for s in scenarios):  # as the pytest summary says it
         title += f"; {CPU_SMOKE}"
-    print(title)
-    print(ab_table.table(judgements, columns=args.columns, width=terminal_width()))
+    width = terminal_width()
+    print(wrapped(title, width))
+    print(ab_table.table(judgements, columns=args.columns, width=width))
     for line in ab_judge.in_words(judgements):
-        print(line)
+        print(wrapped(line, width))
     saved = [found.stem for run in runs for found in sorted((out / "storage").glob(f"*/*-{run.arm}.json"))]
     if saved:  # where the arms' runs are (a fresh folder: only this A/B's), and how to read them: no history holds them
-        print(f"each arm's run is saved in {out / 'storage'} ({', '.join(saved)}),\n"
-              "kept out of every history (an arm is measured in turns); to compare them by id:\n"
-              f"  pytest-gpucolloc compare {' '.join(s.split('_')[0] for s in saved)} --storage {out / 'storage'}")
+        print(wrapped(f"each arm's run is saved in {out / 'storage'} ({', '.join(saved)}), kept out of every history "
+                      "(an arm is measured in turns); the verdicts above judge them, and their numbers side by side "
+                      "are:", width))
+        print(f"  pytest-gpucolloc compare {' '.join(s.split('_')[0] for s in saved)} --storage {out / 'storage'}")
     if args.markdown:
         write_out(args.markdown, f"### {title}\n\n{ab_table.table(judgements, 'github', args.columns)}\n")
     if args.json:

@@ -51,8 +51,8 @@ def _summary_table(rows: list[report.SummaryRow], warned: Counter) -> str:
                 cells.append("<td>-</td>")
                 continue
             runs = f", median of {cell.runs} runs" if cell.runs > 1 else ""
-            best = mode == row.best and len(row.cells) > 1  # one mode measured: not the best of anything
-            cells.append(f"<td{' class=best' if best else ''} title='{cell.n} jobs{runs}'>"
+            shares_best = mode == row.best and len(row.cells) > 1  # one mode measured: not the best of anything
+            cells.append(f"<td{' class=best' if shares_best else ''} title='{cell.n} jobs{runs}'>"
                          f"{cell.speedup:.2f}x<br><small>{cell.n} jobs, {cell.throughput:,.0f}/s</small></td>")
         ranked = sorted(row.cells, key=lambda mode: -row.cells[mode].speedup)
         best = _e(row.best) + (f" <small>+{row.margin:.0%} over {_e(ranked[1])}</small>" if row.margin is not None

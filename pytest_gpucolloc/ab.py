@@ -40,6 +40,7 @@ from pathlib import Path
 from . import history, interleave, worker
 from .ab_arms import ABError, Arm, unexpected_differences
 from .ab_judge import Judgement, judge_blocks, judge_latency
+from .logs import tail as log_tail
 from .scratch import clean_stale_scratch, private_scratch
 from .words import count
 
@@ -363,8 +364,7 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
     if not coordinator.blocks:
         codes = ", ".join(f"{label} {process.returncode}" for label, process in processes.items())
         failed = [label for label, process in processes.items() if process.returncode not in (0, 5)]
-        tail = "".join(f"\nthe {label} arm's log ends:\n{logs[label].read_text(errors='replace')[-800:]}"
-                       for label in failed)
+        tail = "".join(f"\nthe {label} arm's log ends:\n{log_tail(logs[label], 12)}" for label in failed)
         if not failed:  # skipped: the session summary's own lines say why (an mps scenario on the CPU, ...)
             skips = [line for line in logs[baseline.label].read_text(errors="replace").splitlines()
                      if line.startswith("skipped ")]

@@ -38,6 +38,9 @@ def pytest_configure(config):
         # A machine that says PYTHONDONTWRITEBYTECODE (CI's does) has each of those processes compile the package
         # and rewrite pytest's plugins afresh: about 0.5 s of CPU for every pytest and fork server started.
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        # The tests read the plugin's messages whole, line by line: a terminal wide enough that none wraps (xdist's
+        # workers would say 80 columns, a log 120). The tests of fitting and wrapping set COLUMNS themselves.
+        os.environ["COLUMNS"] = "1000"
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         # An xdist worker's environment says it is one (PYTEST_XDIST_WORKER, ...): pytest-benchmark then turns

@@ -320,8 +320,8 @@ def test_gate_fails_the_run_on_an_injected_slowdown(pytester, suite):
     assert slow.ret == pytest.ExitCode.TESTS_FAILED
     slow.stdout.fnmatch_lines(["*gpucolloc gate: 1 regressed of 1*",
                                "*test_tiny?cpu-naive-1?*regressed*slower, beyond the baseline's run-to-run spread*",
-                               "*a regressed run stays out of later baselines until accepted*",
-                               "*`pytest-gpucolloc accept 0004` makes it the new level*"])
+                               "*a regressed run stays out of later baselines until accepted*"
+                               "`pytest-gpucolloc accept 0004` makes it the new level*"])
     assert "| regressed |" in (pytester.path / "gate.md").read_text().replace("  ", " ")
     assert "CPU smoke mode: its numbers check the suite, not a GPU" in (pytester.path / "gate.md").read_text()
     retry = pytester.runpytest(*gated)  # the slower code again: the regressed run saved above is no baseline

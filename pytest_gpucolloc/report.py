@@ -327,7 +327,20 @@ def saturated(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[tuple[str, 
             if s.serving and s.serving.get("saturated")]
 
 
-def serving_table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple") -> str | None:
-    """The serving table, or None when no scenario has a serving job."""
+SERVING_DROP_ORDER = ["p99.9 ms", "max ms", "offered req/s", "SMs reserved", "training jobs", "mode", "achieved req/s"]
+
+
+def serving_table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple", width: int | None = None,
+                  ask: str = "pytest-gpucolloc report") -> str | None:
+    """The serving table, or None when no scenario has a serving job; with a ``width``, its least important columns
+    left out until it fits, in a line saying so and where they are all shown (``ask``: the report page)."""
     body = serving_rows(entries)
-    return tabulate(body, headers=SERVING_HEADERS, tablefmt=fmt, disable_numparse=True) if body else None
+    if not body:
+        return None
+
+    def render(names: list[str]) -> tuple[str, list[str]]:
+        keep = [SERVING_HEADERS.index(name) for name in names]
+        return tabulate([[row[i] for i in keep] for row in body], headers=names, tablefmt=fmt,
+                        disable_numparse=True), []
+
+    return fitted(render, None, SERVING_HEADERS, SERVING_DROP_ORDER, fmt, width, ask)

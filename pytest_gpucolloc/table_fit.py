@@ -49,10 +49,10 @@ def fit(render: Render, names: list[str], drop_order: list[str], width: int) -> 
 
 
 def left_out_line(dropped: list[str], width: int, ask: str, first: str) -> str:
-    """What was left out to fit, and how to ask for it: ``ask`` names the option (``--columns``), ``first`` the
-    column that names the rows, shown with them."""
-    return (f"left out to fit {width} characters: {', '.join(dropped)}\n"
-            f"show them with {ask}={','.join([first, *dropped])}")
+    """What was left out to fit, and how to ask for it: ``ask`` names the option (``--columns``; ``first`` is the
+    column that names the rows, shown with them), or, not an option, where every column is shown."""
+    how = f"{ask}={','.join([first, *dropped])}" if ask.startswith("-") else ask
+    return f"left out to fit {width} characters: {', '.join(dropped)}\nshow them with {how}"
 
 
 def fitted(render: Render, asked: list[str] | None, names: list[str], drop_order: list[str], fmt: str,

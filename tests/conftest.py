@@ -29,6 +29,7 @@ def pytest_cmdline_main(config):
         option.dist = "worksteal"  # the tests take from a second to a minute: an idle worker takes a waiting one
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's terminal reporter is set up: its width is kept below
 def pytest_configure(config):
     if getattr(config, "workerinput", None) is not None or config.getoption("dist", "no") == "no":
         # Every pytest the tests start (pytester's, an A/B's arms, the studies') is a user's run of the plugin:
@@ -39,7 +40,10 @@ def pytest_configure(config):
         # and rewrite pytest's plugins afresh: about 0.5 s of CPU for every pytest and fork server started.
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         # The tests read the plugin's messages whole, line by line: a terminal wide enough that none wraps (xdist's
-        # workers would say 80 columns, a log 120). The tests of fitting and wrapping set COLUMNS themselves.
+        # workers would say 80 columns, a log 120). The tests of fitting and wrapping set COLUMNS themselves. This
+        # session's own output keeps the width it has.
+        writer = config.get_terminal_writer()
+        writer.fullwidth = writer.fullwidth
         os.environ["COLUMNS"] = "1000"
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:

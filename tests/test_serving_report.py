@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucolloc import cli, latency_plot, report
-from pytest_gpucolloc.history import read_run
+from pytest_gpucolloc.history import read_run, short_name
 from test_serving import ARGS, SCENARIOS, SERVE_SOURCE
 from tiny_workload import SOURCE as TINY_SOURCE
 
@@ -38,6 +38,18 @@ def test_the_summary_has_a_serving_table_with_the_saved_numbers_and_says_why_a_s
     why = next(i for i, line in enumerate(lines) if line.startswith("saturated: "))
     assert why > header and lines[why].startswith(
         "saturated: test_flooded[cpu-naive]: 100,000 requests/s is more than it serves: the queue grew to")
+
+
+def test_the_serving_table_fits_a_terminal_and_says_where_every_column_is():
+    entries = [(short_name(name), scenario) for name, scenario in read_run(SERVING_RUN).scenarios.items()]
+    wide = report.serving_table(entries)
+    assert max(map(len, wide.splitlines())) > 120  # every column: wider than a CI log
+    lines = report.serving_table(entries, width=120, ask="the report: pytest-gpucolloc report 0003").splitlines()
+    said = next(i for i, line in enumerate(lines) if line.startswith("left out to fit 120 characters: "))
+    assert max(map(len, lines[:said])) <= 120, "\n".join(lines)
+    assert set(lines[said].split(": ", 1)[1].split(", ")) <= set(report.SERVING_DROP_ORDER)  # the least important
+    assert lines[said + 1] == "show them with the report: pytest-gpucolloc report 0003"
+    assert lines[0].split("  ")[0] == "scenario" and "p50 ms" in lines[0] and "training kept" in lines[0]
 
 
 def _runs(path):

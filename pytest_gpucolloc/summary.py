@@ -87,7 +87,8 @@ class Summary:
             say(  # a first-time user's runs would otherwise leave no history, silently
                 "gpucolloc: this run was not saved, so no later run can be compared or gated against it: add "
                 "--benchmark-autosave (or gate it: --colloc-gate saves too)", yellow=True)
-        served = report.serving_table(entries, width=width, ask=f"the report: pytest-gpucolloc report {self._saved_run()}")
+        served = report.serving_table(entries, width=width,
+                                      ask=f"the report: pytest-gpucolloc report {self._saved_run()}")
         if served:
             terminalreporter.write_line(served)
             for name, why in report.saturated(entries):

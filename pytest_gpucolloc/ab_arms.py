@@ -203,6 +203,16 @@ def checked_out(arms: list[Arm], here: Path):
 ARM_FILES = ("baseline.log", "candidate.log", "baseline.json", "candidate.json", "latency-windows.json", "storage")
 
 
+def check_out(out: Path, here: Path) -> None:
+    """An A/B's folder is never a history's storage (``.benchmarks``, or one holding saved runs): its arms are
+    measured in turns, and every command reading that storage would name them as left out."""
+    history = (here / ".benchmarks").resolve()
+    ordinary = next((run for run in out.glob("*/[0-9][0-9][0-9][0-9]_*.json") if "_ab-" not in run.name), None)
+    if out == history or history in out.parents or ordinary is not None:
+        raise ABError(f"--out {out} is a history's storage ({ordinary or history}): an A/B's runs stay out of it; "
+                      "give a folder of its own (the default is gpucolloc-ab)")
+
+
 def fresh_out(out: Path) -> Path:
     """``out``, or where an earlier A/B's arms are there (their logs would be overwritten, their JSON read as this
     one's), the first of ``out-2``, ``out-3``, ... that holds none: an A/B never loses another's files."""

@@ -58,9 +58,9 @@ class CollocateFixture:
         progress.begin(self.node.nodeid)
         try:
             return self._scenario(workloads, ideal)
-        finally:  # passed, failed or skipped, the next run's estimate of its time; not when cut short by Ctrl-C
-            progress.end()
-            if not isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        finally:  # passed or skipped, the next run's estimate of its time; not a failure's (a broken environment
+            progress.end()  # fails within the second) nor a run cut short by Ctrl-C
+            if sys.exc_info()[1] is None or isinstance(sys.exc_info()[1], pytest.skip.Exception):
                 self.session.seconds[self.node.nodeid] = time.monotonic() - began
 
     def _scenario(self, workloads, ideal: bool | None) -> ScenarioResult:

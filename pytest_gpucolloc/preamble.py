@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from . import benchmark_api, progress, report, timings
 from .device import DeviceUnavailable
+from .table_fit import terminal_width, wrapped
 from .words import count
 
 SCENARIO_OVERHEAD_S = 5.0  # start-up before warm-up (spawn, import torch, CUDA context, build), for time estimates
@@ -39,7 +40,7 @@ def header_lines(s, config) -> list[str]:
     if s.orphans_killed:
         lines.append(f"gpucolloc: killed {len(s.orphans_killed)} processes that workers of killed runs had "
                      f"started: pids {', '.join(map(str, s.orphans_killed))}")
-    return lines
+    return _wrapped(lines)
 
 
 def collection_lines(s, config, items) -> list[str]:
@@ -63,4 +64,9 @@ def collection_lines(s, config, items) -> list[str]:
     if s.deselected_full:
         lines.append(f"gpucolloc: {count(s.deselected_full, 'scenario')} of the full matrix (marker "
                      "gpucolloc_full) deselected; --colloc-full runs them")
-    return lines
+    return _wrapped(lines)
+
+
+def _wrapped(lines: list[str]) -> list[str]:
+    """Each line wrapped to the width the summary's tables fit."""
+    return [wrapped(line, terminal_width()) for line in lines]

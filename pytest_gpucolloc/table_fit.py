@@ -48,10 +48,10 @@ def fit(render: Render, names: list[str], drop_order: list[str], width: int) -> 
     return table, notes, [name for name in names if name not in shown]
 
 
-def left_out_line(dropped: list[str], width: int, ask: str, first: str) -> str:
-    """What was left out to fit, and how to ask for it: ``ask`` names the option (``--columns``; ``first`` is the
-    column that names the rows, shown with them), or, not an option, where every column is shown."""
-    how = f"{ask}={','.join([first, *dropped])}" if ask.startswith("-") else ask
+def left_out_line(dropped: list[str], width: int, ask: str, names: list[str]) -> str:
+    """What was left out to fit, and how to ask for it: ``ask`` names the option (``--columns``), given every
+    column (``names``: those shown stay), or, not an option, where every column is shown."""
+    how = f"{ask}={','.join(names)}" if ask.startswith("-") else ask
     return f"left out to fit {width} characters: {', '.join(dropped)}\nshow them with {how}"
 
 
@@ -63,5 +63,5 @@ def fitted(render: Render, asked: list[str] | None, names: list[str], drop_order
         text, notes = render(asked or names)
         return "\n".join([text, *(wrapped(note, width if fmt == "simple" else None) for note in notes)])
     text, notes, dropped = fit(render, names, drop_order, width)
-    below = [*([left_out_line(dropped, width, ask, names[0])] if dropped else []), *notes]
+    below = [*([left_out_line(dropped, width, ask, names)] if dropped else []), *notes]
     return "\n".join([text, *(wrapped(line, width) for note in below for line in note.splitlines())])

@@ -181,14 +181,23 @@ def test_a_scenario_budget_too_small_for_the_blocks_asked_for_says_so(repo, tmp_
     assert max(map(len, prose)) <= 100 and any(line.startswith("left out to fit 100 characters: ") for line in table)
     assert "[1] test_same[cpu-naive] throughput inconclusive: one block of processes" in out.out
     assert re.search(r"each arm's run is saved in \S+/arms/storage \(\d{4}_ab-\S+-baseline, \d{4}_ab-\S+-candidate\), "
-                     r"kept out of every history .*:\n  pytest-gpucolloc compare \d{4} \d{4} --storage \S+/arms/storage\n",
+                     r"kept out of every history .*:\n  pytest-gpucolloc compare \S+ \S+ --storage \S+/arms/storage\n",
                      re.sub(r"\n  (?!pytest-gpucolloc compare)", " ", out.out)), out.out  # wrapped lines joined
+    said = re.search(r"pytest-gpucolloc compare (.*)\n", out.out).group(1).split()
+    assert cli.main(["compare", *said]) == 0, capsys.readouterr().err  # the command it prints works
+    capsys.readouterr()
     # a second A/B into the same folder keeps the first one's arms: it writes into arms-2
     log = (tmp_path / "arms" / "baseline.log").read_text()
     code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--out", str(tmp_path / "arms"), *ARGS,
                      "-k", "not test_"])  # fast: nothing selected
     err = capsys.readouterr().err
     assert f"holds an earlier A/B's arms (kept): this one writes into {tmp_path / 'arms-2'}" in err, err
+    # never into a history's storage: the default one, or a folder holding ordinary saved runs
+    (tmp_path / "history" / "Linux").mkdir(parents=True)
+    (tmp_path / "history" / "Linux" / "0001_run.json").write_text("{}")
+    for out in (Path(".benchmarks"), Path(".benchmarks") / "ab", tmp_path / "history"):
+        assert cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--out", str(out), *ARGS]) == 2
+        assert "is a history's storage" in capsys.readouterr().err and not (out / "baseline.log").exists()
     assert (tmp_path / "arms" / "baseline.log").read_text() == log and (tmp_path / "arms-2" / "baseline.log").exists()
 
 
@@ -203,7 +212,7 @@ def test_the_ab_table_fits_a_terminal_and_shows_the_columns_asked_for():
     text = ab_table.table(judged, width=100)
     lines = text.splitlines()
     assert max(map(len, lines)) <= 100, text  # the notes below wrapped too
-    assert lines[4].startswith("left out to fit 100 characters: pairs") and "--columns=scenario,pairs" in lines[5]
+    assert lines[4].startswith("left out to fit 100 characters: pairs") and "--columns=scenario,measure,verdict,blocks,pairs," in lines[5]
     assert "\n".join(lines[6:]).replace("\n  ", " ").splitlines()[0] == \
         f"[1] test_tiny[cpu-naive-0] throughput {judged[0].verdict}: {judged[0].reason}"
     asked = ab_table.table(judged, columns=["scenario", "verdict", "p"], width=20)  # asked for: never left out

@@ -74,6 +74,8 @@ def test_forget_leaves_a_run_out_of_the_history_lists_it_and_undo_brings_it_back
     code, out, err = run_cli(capsys, "forget", "--list", "--storage", storage, "--format", "json")
     (listed,) = json.loads(out)
     assert listed["run"] == f"{MACHINE}/{ids[2]}.json" and listed["why"] == "a neighbour's job"
+    code, out, err = run_cli(capsys, "forget", "--list", "--storage", storage)  # a terminal's: by its number
+    assert out.splitlines()[2].split()[0] == "0003" and "a neighbour's job" in out, out
     assert {path: path.read_bytes() for path in storage.rglob("*.json")} == before  # no file edited or deleted
     code, out, err = run_cli(capsys, "forget", "--undo", ids[2], "--storage", storage)
     assert code == 0 and [r.run_id for r in history.load(storage).runs] == ids
@@ -130,6 +132,10 @@ def test_a_regressed_run_is_no_baseline_until_accepted_and_then_its_level_is_the
     assert code == 0 and all(v["verdict"] == "unchanged" and v["baseline_runs"] == ids[6:9] for v in verdicts), out
     assert "6 run(s) before the level accepted at 0007_run (`pytest-gpucolloc accept`) left out" \
         in " ".join(verdicts[0]["notes"])
+    # the accepted run gated again (a CI job re-run): still slower than the level before it, but not a failure
+    code, out, err = run_cli(capsys, "gate", storage / MACHINE / f"{ids[6]}.json", "--storage", storage, "--min-runs", "3")
+    assert code == 0 and "regressed" in out and "0007_run was accepted as the new level on " in out, out + err
+    assert "makes it the new level" not in out + err  # not told to accept it again
     code, out, err = run_cli(capsys, "accept", "--list", "--storage", storage, "--format", "json")
     assert [row["why"] for row in json.loads(out)] == ["a larger model"]
     # taken back, the slower runs are regressions again; the files were never touched

@@ -107,6 +107,10 @@ def test_ini_values_are_read_and_checked(pytester, suite):
 def test_a_run_says_how_long_it_will_take_going_by_the_last_run_here(pytester, suite):
     suite()
     args = ["--gpu-mode=naive", "--colloc-device=cpu", "--colloc-rounds=2", "--colloc-round-seconds=0.2"]
+    pytester.makepyfile(tiny_workload="def factory(**options):\n    raise RuntimeError('a broken environment')\n")
+    pytester.runpytest(*args, "--colloc-warmup-seconds=0.1").assert_outcomes(failed=2)  # within the second
+    assert "going by" not in pytester.runpytest(*args, "--colloc-warmup-seconds=0.1", "--co").stdout.str()
+    pytester.makepyfile(tiny_workload=TINY)
     first = pytester.runpytest(*args, "--colloc-warmup-seconds=0.1")
     first.assert_outcomes(passed=2)
     assert "going by" not in first.stdout.str()  # nothing to go by yet: the bound alone

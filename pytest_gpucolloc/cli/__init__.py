@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     gate_cmd.add_argument("run", nargs="?", help=RUN_HELP + " (default: the storage's latest run)")
     gate_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file (a CI job summary)")
     gate_cmd.add_argument("--columns", type=columns_argument(GATE_COLUMNS),
-                          help=f"the table's columns, comma-separated, among {','.join(GATE_COLUMNS)} (default all; "
+                          help=f"the table's columns, comma-separated, among {', '.join(GATE_COLUMNS)} (default all; "
                           "in a terminal a long reason is numbered and said below the table)")
     gate_arguments(gate_cmd)
     gate_cmd.set_defaults(run_command=cmd_gate)
@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a Python interpreter, a virtual environment or a git revision")
     ab_cmd.add_argument("--candidate", required=True, help="the same kinds as --baseline")
     ab_cmd.add_argument("--ab-min-blocks", type=checked("--ab-min-blocks", 2, 1000, integer=True), default=3,
-                        help="blocks (fresh processes in each arm) per scenario at least (default 3)")
+                        help="blocks (fresh processes in each arm) per scenario at least, 2 or more (default 3)")
     ab_cmd.add_argument("--ab-max-blocks", type=checked("--ab-max-blocks", 2, 1000, integer=True), default=12,
                         help="blocks per scenario at most while it is inconclusive (default 12)")
     ab_cmd.add_argument("--ab-pairs", type=checked("--ab-pairs", 1, 1000, integer=True), default=5,
@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "holds an earlier A/B's arms is kept: OUT-2, OUT-3, ... instead)")
     ab_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file")
     ab_cmd.add_argument("--columns", type=columns_argument(AB_COLUMNS),
-                        help=f"the table's columns, comma-separated, among {','.join(AB_COLUMNS)} (default all that "
+                        help=f"the table's columns, comma-separated, among {', '.join(AB_COLUMNS)} (default all that "
                         "fit; in a terminal a long reason is numbered and said below the table)")
     ab_cmd.add_argument("--json", help="also write the verdicts and log-ratios as JSON to this file")
     judging_arguments(ab_cmd, storage=False)
@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("files", nargs="*", metavar="run", help=RUN_HELP + " (default: the storage's latest run)")
     storage_argument(table)
     table.add_argument("--columns", type=columns_argument(TABLE_COLUMNS),
-                       help=f"the table's columns, comma-separated, among {','.join(TABLE_COLUMNS)} (default all)")
+                       help=f"the table's columns, comma-separated, among {', '.join(TABLE_COLUMNS)} (default all)")
     format_argument(table, extra=("text",))  # text: the name "table" had before
     table.set_defaults(run_command=cmd_table)
     return parser

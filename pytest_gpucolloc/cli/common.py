@@ -18,6 +18,7 @@ from ..gate import Policy
 from ..options import MAX_ALPHA, MAX_RUNS, MAX_THRESHOLD, MIN_ALPHA, number_option
 from ..report import columns
 from ..scratch import can_write_in
+from ..table_fit import terminal_width, wrapped
 from ..verdict import DEFAULT_ALPHA, DEFAULT_MIN_RUNS, DEFAULT_RUNS, DEFAULT_THRESHOLD
 from ..words import CPU_SMOKE  # noqa: F401 (the commands say it from here)
 
@@ -75,7 +76,7 @@ def read_runs(paths) -> list:
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise CommandError(f"cannot read {path}: {str(error)[:200]}", USAGE) from None
         for problem in runs[-1].problems:  # scenarios skipped: named by every command that reads files
-            print(f"warning: {problem}", file=sys.stderr)
+            print(wrapped(f"warning: {problem}", terminal_width()), file=sys.stderr)
     return runs
 
 
@@ -162,11 +163,12 @@ def load_history(root: Path, named: bool = False):
                            "(pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
     loaded = history.load(root)
     for problem in loaded.problems:
-        print(f"warning: {problem}", file=sys.stderr)
+        print(wrapped(f"warning: {problem}", terminal_width()), file=sys.stderr)
     if loaded.left_out:  # said, so that a run missing from an answer is not a mystery
-        print(f"note: {len(loaded.left_out)} run(s) left out of the history: " + "; ".join(
+        print(wrapped(f"note: {len(loaded.left_out)} run(s) left out of the history: " + "; ".join(
             f"{run.run_id} ({why})" for run, why in loaded.left_out[:3]) + ("; ..." if len(loaded.left_out) > 3
-                                                                          else ""), file=sys.stderr)
+                                                                          else ""), terminal_width()),
+              file=sys.stderr)
     if not loaded.runs and loaded.left_out and not named:
         raise CommandError(f"every saved run under {root} is left out of the history ({len(loaded.left_out)}, above): "
                            "name one by its id to read it (e.g. `compare --runs-ids A B`)", NOTHING_TO_READ)

@@ -61,6 +61,8 @@ def cmd_compare(args) -> int:
             # files or storage folders (their latest run), named as `gate` names them
             before, after = ([run] for run in (named_runs([name], args.storage, loaded)[0] for name in args.runs_ids))
             a, b = before[0].run_id, after[0].run_id
+            if a.split("_")[0] != b.split("_")[0]:  # named as the commands take them: by number
+                a, b = a.split("_")[0], b.split("_")[0]
             compare.alike([before, after], [a, b])
         else:
             commits = [_commit(loaded, c) for c in args.commits] if args.commits else None
@@ -79,7 +81,8 @@ def cmd_compare(args) -> int:
     rows = compare.compare(before, after, policy_of(args))
     title = (f"compare {found} ({count(len(before), 'run')} -> {count(len(after), 'run')}; a change is {said[1]} "
              f"against {said[0]})")
-    print(compare.render(rows, args.format, title, terminal_width()))
+    print(compare.render(rows, args.format, wrapped(title, terminal_width() if args.format == "table" else None),
+                         terminal_width()))
     return _regressed(rows)
 
 
@@ -131,6 +134,10 @@ def cmd_gate(args) -> int:
         print(("\n" if prose is sys.stdout else "") + wrapped(gate_table.left_to_ab_line(left, _modes(run, left)),
                                                              width), file=prose)
     failed = any(verdict.failed for _, verdict in verdicts)
+    if failed and run.run_id in loaded.accepted:  # the user's word: the change was intended
+        print(wrapped(f"{run.run_id} was accepted as the new level on {loaded.accepted[run.run_id][:19]} "
+                      "(`pytest-gpucolloc accept`): its regression is intended, not a failure", width), file=prose)
+        return OK
     if failed:
         hint = (f"a regressed run stays out of later baselines until accepted: if the change is intended, "
                 f"`pytest-gpucolloc accept {run.run_id.split('_')[0]}` makes it the new level")
@@ -151,7 +158,7 @@ def _gate_render(verdicts, fmt: str, title: str, columns: list[str] | None = Non
     if fmt == "csv":
         return tabular(gate_table.rows(entries), gate_table.GATE_HEADERS, fmt)
     table = gate_table.table(entries, "github" if fmt == "markdown" else "simple", columns, terminal_width())
-    return f"### {title}\n\n{table}" if fmt == "markdown" else f"{title}\n{table}"
+    return f"### {title}\n\n{table}" if fmt == "markdown" else f"{wrapped(title, terminal_width())}\n{table}"
 
 
 def cmd_history(args) -> int:
@@ -191,9 +198,10 @@ def cmd_history(args) -> int:
         print(tabular(rows, headers, "csv"))
         return OK
     window = f" in the last {len(shown):,} of {len(loaded.runs):,} runs" if len(shown) < len(loaded.runs) else ""
-    print(f"{len(points)} level shift(s){window} in {len(looked)} series (scenario x physical GPU)"
-          + (f" of the serving job's {args.metric} latency (a + change is slower)" if p99 else "")
-          + f"; a level must hold for {args.min_runs} runs and differ at p < {args.alpha:g} with any one run left out")
+    print(wrapped(f"{len(points)} level shift(s){window} in {len(looked)} series (scenario x physical GPU)"
+                  + (f" of the serving job's {args.metric} latency (a + change is slower)" if p99 else "")
+                  + f"; a level must hold for {args.min_runs} runs and differ at p < {args.alpha:g} with any one "
+                  "run left out", terminal_width() if args.format == "table" else None))
     if older:
         print(_older_shifts(older, len(shown), len(loaded.runs)))
     if points:
@@ -242,7 +250,9 @@ def cmd_forget(args) -> int:
     file, done, undone, heading = LISTS[args.command]
     if args.list or not args.runs:
         listed = forget.read(root, file)
-        rows = [[key, when, why or "-"] for key, (when, why) in sorted(listed.items())]
+        numbers = [Path(key).name.split("_")[0] for key in sorted(listed)]  # a terminal's: the number, if one run's
+        rows = [[number if args.format in ("table", "markdown") and numbers.count(number) == 1 else key, when,
+                 why or "-"] for number, (key, (when, why)) in zip(numbers, sorted(listed.items()))]
         print(tabular(rows, ["run", heading, "why"], args.format) if rows or args.format == "json"
               else f"no run {heading} under {root}")
         return OK
@@ -257,7 +267,7 @@ def cmd_forget(args) -> int:
                                       f": `pytest-gpucolloc {args.command} --list` shows them"), USAGE)
             keys += found
         forget.undo(root, keys, file)
-        print(f"{undone}: " + ", ".join(keys))
+        print(wrapped(f"{undone}: " + ", ".join(keys), terminal_width()))
         return OK
     if not root.is_dir():
         raise CommandError(f"no storage folder {root}: check --storage", NOTHING_TO_READ)
@@ -269,7 +279,7 @@ def cmd_forget(args) -> int:
             raise CommandError(f"{wanted!r} names {len(files)} saved runs under {root}"
                                + (f" ({', '.join(map(str, files))}): name it by its file" if files else ""), USAGE)
         paths += files
-    print(f"{done}: " + ", ".join(forget.add(root, paths, args.why or "", file)))
+    print(wrapped(f"{done}: " + ", ".join(forget.add(root, paths, args.why or "", file)), terminal_width()))
     return OK
 
 
@@ -303,12 +313,14 @@ def cmd_ab(args) -> int:
         if any(arm.kind == "revision" for arm in arms):
             ab_arms.check_clean(here)
         ab_arms.check_gpu_idle(pytest_args)
+        ab_arms.check_out(Path(args.out).resolve(), here)
         out = ab_arms.fresh_out(Path(args.out).resolve())
         if out != Path(args.out).resolve():
             print(f"{args.out} holds an earlier A/B's arms (kept): this one writes into {out}", file=sys.stderr)
         with ab_arms.sigterm_as_interrupt(), ab_arms.checked_out(arms, here):
             judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, out,
-                                      say=lambda text: print(text, file=sys.stderr, flush=True))
+                                      say=lambda text: print(wrapped(text, terminal_width()), file=sys.stderr,
+                                                             flush=True))
     except ab_arms.ABError as error:
         raise CommandError(str(error), USAGE) from None
     title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "
@@ -326,7 +338,9 @@ def cmd_ab(args) -> int:
         print(wrapped(f"each arm's run is saved in {out / 'storage'} ({', '.join(saved)}), kept out of every history "
                       "(an arm is measured in turns); the verdicts above judge them, and their numbers side by side "
                       "are:", width))
-        print(f"  pytest-gpucolloc compare {' '.join(s.split('_')[0] for s in saved)} --storage {out / 'storage'}")
+        numbers = [s.split("_")[0] for s in saved]  # the arms save side by side: both may take one number
+        named = numbers if len(set(numbers)) == len(numbers) else saved
+        print(f"  pytest-gpucolloc compare {' '.join(named)} --storage {out / 'storage'}")
     if args.markdown:
         write_out(args.markdown, f"### {title}\n\n{ab_table.table(judgements, 'github', args.columns)}\n")
     if args.json:

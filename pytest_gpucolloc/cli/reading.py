@@ -51,14 +51,15 @@ def cmd_check(args) -> int:
 def cmd_table(args) -> int:
     entries, sources = [], []
     runs = named_runs(args.files, args.storage)
-    for run in runs:
-        path = run.path
+    numbers = [run.run_id.split("_")[0] for run in runs]
+    for run, number in zip(runs, numbers):
         if not run.scenarios and not run.problems:
-            raise CommandError(f"{path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
+            raise CommandError(f"{run.path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
         entries += [(history.short_name(name), scenario) for name, scenario in run.scenarios.items()]
-        # Speedups are against the sequential run of the same session and GPU: rows of several files say which.
-        sources += [f"{path.parent.name}/{path.name} on {(scenario.gpu_uuid or 'cpu')[:12]}"
-                    for scenario in run.scenarios.values()]
+        # Speedups are against the sequential run of the same session and GPU: rows of several files say which,
+        # by the run's number where it names one run alone, as the commands take it
+        named = number if numbers.count(number) == 1 else f"{run.path.parent.name}/{run.path.name}"
+        sources += [f"{named} on {(scenario.gpu_uuid or 'cpu')[:12]}" for scenario in run.scenarios.values()]
     shown = sources if len(runs) > 1 else None
     if args.format in ("csv", "json"):
         rows = report.rows(entries)

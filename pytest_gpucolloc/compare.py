@@ -168,20 +168,22 @@ def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) 
                                                                is not None], wide))
         verdict = judged.to_dict()
         if verdict["verdict"] == "no baseline" and verdict["baseline_runs"]:
-            _say_the_change(verdict, current, [s for s in baseline if s.run_id in verdict["baseline_runs"]])
+            _say_the_change(verdict, current, [s for s in baseline if s.run_id in verdict["baseline_runs"]],
+                            max(policy.min_runs, 2))
         rows.append(Row(name, verdict))
     return rows
 
 
-def _say_the_change(verdict: dict, current: gate.RunSample, baseline: list[gate.RunSample]) -> None:
-    """Too few runs for a verdict (e.g. one against one): the change is still worth saying, as a change only."""
+def _say_the_change(verdict: dict, current: gate.RunSample, baseline: list[gate.RunSample], needed: int) -> None:
+    """Too few runs for a verdict (e.g. one against one): the change is still worth saying, as a change only, and
+    what a verdict needs (not the gate's words on a history: these runs were named)."""
     if verdict["change"] is None:
         verdict["baseline"] = math.exp(statistics.fmean(s.log_mean for s in baseline))
         verdict["current"] = current.throughput
         verdict["change"] = current.throughput / verdict["baseline"] - 1
     verdict["reason"] = (f"changed {verdict['change']:+.1%} ({len(baseline)} run(s) before, 1 after), not a verdict: "
-                         f"{verdict['reason']}; save more runs on each side, or run pytest-gpucolloc ab (paired, "
-                         "in one job)")
+                         f"the run-to-run spread is known from {needed} runs before; save more runs on each side, "
+                         "or run pytest-gpucolloc ab (paired, in one job)")
 
 
 def render(rows: list[Row], fmt: str, title: str = "", width: int | None = None) -> str:

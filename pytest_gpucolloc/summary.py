@@ -124,7 +124,7 @@ class Summary:
             first = sum(v.verdict == "no baseline" for _, v in s.verdicts)
             terminalreporter.write_sep(
                 "-", f"gpucolloc gate: {len(regressed)} regressed of {len(s.verdicts)}"
-                + (f"; {first} with no baseline yet: not judged, saved to start the history" if first else ""),
+                + (f"; {first} with no baseline yet, saved to start the history (this passes)" if first else ""),
                 yellow=bool(first) and not regressed)
         if s.device().gpu is None and s.verdicts:
             say(CPU_SMOKE)

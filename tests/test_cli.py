@@ -87,6 +87,7 @@ def test_compare_of_one_run_against_one_says_the_change_and_what_a_decision_need
         assert row["baseline_runs"] == [ids[0]]
         assert f"changed {row['change']:+.1%}" in row["reason"] and "not a verdict" in row["reason"]
         assert "more runs" in row["reason"] and "pytest-gpucolloc ab" in row["reason"]
+        assert "in the history" not in row["reason"]  # two runs named: no history was asked for
 
 
 def test_compare_names_runs_as_gate_does_by_id_file_or_storage_folder(tmp_path, capsys):

@@ -307,7 +307,9 @@ def test_the_history_figures_draw_the_recent_runs_and_name_the_older(tmp_path, c
     save_runs(tmp_path)
     note = f"{RUNS - 20} older run(s) not drawn (--last, --since): level shifts -"
     assert cli.main(["report", "--storage", str(tmp_path), "--last", "20", "--out", str(tmp_path / "report")]) == 0
-    assert (tmp_path / "report" / "index.html").read_text().count(note) == 1
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert page.count(note) == 1
+    assert "<p class=answer>" in page and "<h2>Scaling" in page  # the storage's latest run, as every command takes it
     assert cli.main(["plot", "--storage", str(tmp_path), "--last", "20", "--out", str(tmp_path / "plots")]) == 0
     assert capsys.readouterr().out.count(note) == 1
     assert cli.main(["plot", "--storage", str(tmp_path), "--last", "0", "--out", str(tmp_path / "all")]) == 0

@@ -76,8 +76,9 @@ def cmd_table(args) -> int:
 def cmd_report(args) -> int:
     from .. import html_report  # matplotlib loads only for a report
 
-    runs = named_runs(args.runs, args.storage or Path(".benchmarks")) if args.runs or not args.storage else []
+    # the runs named, else the storage's latest, as every command takes them; --storage adds its history
     loaded = load_history(args.storage) if args.storage else None
+    runs = named_runs(args.runs, args.storage or Path(".benchmarks"), loaded if not args.runs else None)
     if not any(run.scenarios for run in runs) and loaded is None:
         raise CommandError("no pytest-gpucolloc scenarios in the given runs (name run files, or --storage)",
                            NOTHING_TO_READ)

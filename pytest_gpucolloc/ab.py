@@ -253,7 +253,7 @@ class Coordinator:
         return judgements
 
     def _clock(self) -> str:
-        return f"{(time.monotonic() - self.began) / 60:.1f} of the A/B's {self.settings.budget_s / 60:g} minutes"
+        return f"{(time.monotonic() - self.began) / 60:.1f} minutes of the A/B's {self.settings.budget_s / 60:g}"
 
     def _progress(self, test: str) -> None:
         """A line when a block ends: the running verdict of each measure so far, and the time spent."""

@@ -14,6 +14,7 @@ import time
 
 from . import phases
 from .report import duration
+from .table_fit import terminal_width, wrapped
 
 _current: Progress | None = None
 
@@ -86,7 +87,7 @@ class Progress:
             text = self.line()
             if getattr(self.reporter._tw, "width_of_current_line", 0):  # -q: pytest's dots have no file name
                 self.reporter.write("\n")
-            self.reporter.write_line(text)
+            self.reporter.write_line(wrapped(text, terminal_width()))  # a log's line per change, as wide as a table
             self._shown = text
 
     def note(self, text: str) -> None:
@@ -97,6 +98,7 @@ class Progress:
             self._note(text)
 
     def _note(self, text: str) -> None:
+        text = wrapped(text, terminal_width())
         if self.tty:
             self.reporter.rewrite(text, erase=True)
             self.reporter.write("\n")

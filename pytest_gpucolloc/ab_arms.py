@@ -207,7 +207,8 @@ def check_out(out: Path, here: Path) -> None:
     """An A/B's folder is never a history's storage (``.benchmarks``, or one holding saved runs): its arms are
     measured in turns, and every command reading that storage would name them as left out."""
     history = (here / ".benchmarks").resolve()
-    ordinary = next((run for run in out.glob("*/[0-9][0-9][0-9][0-9]_*.json") if "_ab-" not in run.name), None)
+    ordinary = next((run for pattern in ("[0-9][0-9][0-9][0-9]_*.json", "*/[0-9][0-9][0-9][0-9]_*.json")
+                     for run in out.glob(pattern) if "_ab-" not in run.name), None)
     if out == history or history in out.parents or ordinary is not None:
         raise ABError(f"--out {out} is a history's storage ({ordinary or history}): an A/B's runs stay out of it; "
                       "give a folder of its own (the default is gpucolloc-ab)")

@@ -182,8 +182,8 @@ def _say_the_change(verdict: dict, current: gate.RunSample, baseline: list[gate.
         verdict["current"] = current.throughput
         verdict["change"] = current.throughput / verdict["baseline"] - 1
     verdict["reason"] = (f"changed {verdict['change']:+.1%} ({len(baseline)} run(s) before, 1 after), not a verdict: "
-                         f"the run-to-run spread is known from {needed} runs before; save more runs on each side, "
-                         "or run pytest-gpucolloc ab (paired, in one job)")
+                         f"a verdict needs {needed} runs before (their run-to-run spread); save more runs on each "
+                         "side, or run pytest-gpucolloc ab (paired, in one job)")
 
 
 def render(rows: list[Row], fmt: str, title: str = "", width: int | None = None) -> str:

@@ -124,8 +124,9 @@ class Summary:
             first = sum(v.verdict == "no baseline" for _, v in s.verdicts)
             terminalreporter.write_sep(
                 "-", f"gpucolloc gate: {len(regressed)} regressed of {len(s.verdicts)}"
-                + (f"; {first} with no baseline yet, saved to start the history (this passes)" if first else ""),
-                yellow=bool(first) and not regressed)
+                + (f"; {first} with no baseline yet" if first else ""), yellow=bool(first) and not regressed)
+            if first:
+                say("a scenario with no baseline yet is saved to start its history, and passes")
         if s.device().gpu is None and s.verdicts:
             say(CPU_SMOKE)
         for line in self._unjudged_lines():
@@ -138,7 +139,7 @@ class Summary:
         if s.verdicts:  # none: the lines above said why, and an empty table would say nothing more
             terminalreporter.write_line(gate_table.table(
                 self._shown_verdicts(), width=width,
-                ask=f"--colloc-gate-report=FILE (every column) or pytest-gpucolloc gate {self._saved_run()} --columns"))
+                ask=f"pytest-gpucolloc gate {self._saved_run()} --columns"))
         if regressed:
             say(ACCEPT_HINT.format(run=self._saved_run()))
 

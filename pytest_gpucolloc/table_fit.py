@@ -9,6 +9,7 @@ from collections.abc import Callable
 LOG_WIDTH = 120  # no terminal (a CI log) and no COLUMNS: what a log viewer shows without wrapping
 MIN_WIDTH = 40  # narrower is a bogus size (as pytest's terminal writer takes it): the log's width instead
 WIDE = 40  # a terminal's cell longer than this is numbered, and said in full below the table
+COMMAND = "pytest-gpucolloc "  # a line that starts with it is a command to copy: never wrapped
 
 Render = Callable[[list[str]], tuple[str, list[str]]]  # columns -> (the table, its footnotes)
 
@@ -25,10 +26,11 @@ def widest(text: str) -> int:
 
 def wrapped(text: str, width: int | None, indent: str = "  ") -> str:
     """Prose (a footnote, a note below a table) wrapped to ``width`` line by line, each line's later lines indented;
-    a path or an option is never broken inside."""
+    a path or an option is never broken inside, nor a command line (one that starts ``pytest-gpucolloc``), so that it
+    can be copied whole."""
     if width is None:
         return text
-    return "\n".join(line if len(line) <= width else textwrap.fill(
+    return "\n".join(line if len(line) <= width or line.lstrip().startswith(COMMAND) else textwrap.fill(
         line, width, subsequent_indent=line[:len(line) - len(line.lstrip())] + indent, break_long_words=False,
         break_on_hyphens=False) for line in text.splitlines())
 
@@ -49,10 +51,12 @@ def fit(render: Render, names: list[str], drop_order: list[str], width: int) -> 
 
 
 def left_out_line(dropped: list[str], width: int, ask: str, names: list[str]) -> str:
-    """What was left out to fit, and how to ask for it: ``ask`` names the option (``--columns``), given every
-    column (``names``: those shown stay), or, not an option, where every column is shown."""
-    how = f"{ask}={','.join(names)}" if ask.startswith("-") else ask
-    return f"left out to fit {width} characters: {', '.join(dropped)}\nshow them with {how}"
+    """What was left out to fit, and how to ask for it: ``ask`` names the option (``--columns``) or the command
+    (``pytest-gpucolloc gate 0004 --columns``, on a line of its own), given every column (``names``: those shown
+    stay); else it says where every column is shown."""
+    how = ask if not ask.startswith(("-", COMMAND)) else f"{ask}={','.join(names)}"
+    return (f"left out to fit {width} characters: {', '.join(dropped)}\nshow them with"
+            + (f":\n  {how}" if how.startswith(COMMAND) else f" {how}"))
 
 
 def fitted(render: Render, asked: list[str] | None, names: list[str], drop_order: list[str], fmt: str,

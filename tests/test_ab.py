@@ -191,7 +191,7 @@ def test_a_scenario_budget_too_small_for_the_blocks_asked_for_says_so(repo, tmp_
     code = cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--out", str(tmp_path / "arms"), *ARGS,
                      "-k", "not test_"])  # fast: nothing selected
     err = capsys.readouterr().err
-    assert f"holds an earlier A/B's arms (kept): this one writes into {tmp_path / 'arms-2'}" in err, err
+    assert f"holds an earlier A/B's arms (kept): this one writes into {tmp_path / 'arms-2'}" in err.replace("\n  ", " ")
     # never into a history's storage: the default one, or a folder holding ordinary saved runs
     (tmp_path / "history" / "Linux").mkdir(parents=True)
     (tmp_path / "history" / "Linux" / "0001_run.json").write_text("{}")

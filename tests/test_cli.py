@@ -331,6 +331,15 @@ def test_a_table_fits_the_terminal_leaving_out_what_matters_least_and_says_how_t
     assert "left out" not in run_cli(capsys, command, run, "--storage", storage)[1]
 
 
+def test_prose_wraps_but_a_command_to_copy_never_breaks():
+    from pytest_gpucolloc.table_fit import wrapped
+
+    prose = "a regressed run stays out of later baselines until accepted: " * 3
+    assert max(map(len, wrapped(prose, 60).splitlines())) <= 60 and wrapped(prose, 60).split() == prose.split()
+    command = "  pytest-gpucolloc gate 0004 --columns=scenario,verdict,baseline,current,change,interval,why"
+    assert wrapped(command, 60) == command and wrapped(prose, None) == prose
+
+
 def test_without_a_terminal_a_table_fits_a_ci_log(monkeypatch):
     from pytest_gpucolloc import table_fit
 

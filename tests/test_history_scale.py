@@ -289,13 +289,19 @@ def test_the_gate_reads_only_the_newest_runs_it_judges_by(tmp_path):
     assert all(r.stored is not None for r in loaded.runs[:-12])  # the older runs' samples were never read
 
 
-def test_history_shows_the_recent_runs_and_sums_up_older_shifts(tmp_path, capsys):
+def test_history_shows_the_recent_runs_and_sums_up_older_shifts(tmp_path, capsys, monkeypatch):
     save_runs(tmp_path)
     assert cli.main(["history", "--storage", str(tmp_path), "--last", "10"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"0 level shift(s) in the last 10 of {RUNS} runs in 1 series")
     assert f"1 older level shift(s), before the 10 runs shown of {RUNS}" in out
     assert f"at {2 * RUNS // 3 + 1:04d} (2026-11-" in out
+    monkeypatch.setenv("COLUMNS", "100")  # a terminal: the shift's table fits it, its run named by number
+    assert cli.main(["history", "--storage", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[lines.index(next(line for line in lines if line.startswith("scenario "))):]
+    assert max(map(len, table[:3])) <= 100 and table[2].split()[1].isdigit(), "\n".join(lines)  # 0047, not a path
+    assert any(line.startswith("left out to fit 100 characters: ") for line in table)
     assert cli.main(["history", "--storage", str(tmp_path), "--since", "2026-11-02", "--format", "json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["runs_shown"] == RUNS - 24 and len(shown["change_points"]) == 1 and shown["older_change_points"] == []

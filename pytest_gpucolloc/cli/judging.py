@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .. import changepoints, compare, forget, gate, gate_table, history, history_shifts, report
+from .. import changepoints, compare, forget, gate, gate_table, history, history_shifts, report, table_fit
 from ..history import LATENCY, experiment, short_name
 from ..scratch import clean_stale_scratch
 from ..table_fit import terminal_width, wrapped
@@ -77,7 +77,7 @@ def cmd_compare(args) -> int:
     said = args.commits or [a, b]  # in the order given, as typed (HEAD~1) and the commit it names
     found = " -> ".join(typed if typed == label else f"{typed} ({label[:10]})" for typed, label in zip(said, (a, b)))
     for run, why in compare.named_left_out(loaded, before + after):  # asked for by name: compared, and said
-        print(f"note: {run.run_id} is compared as named, though {why}", file=sys.stderr)
+        print(wrapped(f"note: {run.run_id} is compared as named, though {why}", terminal_width()), file=sys.stderr)
     rows = compare.compare(before, after, policy_of(args))
     title = (f"compare {found} ({count(len(before), 'run')} -> {count(len(after), 'run')}; a change is {said[1]} "
              f"against {said[0]})")
@@ -188,9 +188,10 @@ def cmd_history(args) -> int:
                               for run_id, value, verdict in runs_of[(s, g)]]} for s, g, n in looked]}, indent=2))
         return 0
     level = report.ms if p99 else (lambda value: f"{value:,.0f}")
-    rows = [[short_name(p.scenario), p.gpu[:16], p.run_id, (p.commit or "-")[:10], p.driver or "-", p.datetime[:19],
-             level(p.before), level(p.after), f"{p.change:+.1%}", f"{p.p_value:.2g}", f"{p.runs_before}/{p.runs_after}"]
-            for p in points]
+    terminal = args.format == "table"  # a run by its number, as the commands take it
+    rows = [[short_name(p.scenario), p.gpu[:16], p.run_id.split("_")[0] if terminal else p.run_id,
+             (p.commit or "-")[:10], p.driver or "-", p.datetime[:19], level(p.before), level(p.after),
+             f"{p.change:+.1%}", f"{p.p_value:.2g}", f"{p.runs_before}/{p.runs_after}"] for p in points]
     unit = f"{args.metric} ms" if p99 else "samples/s"
     headers = ["scenario", "GPU", "starts at run", "commit", "driver", "date", f"before {unit}", f"after {unit}",
                "change", "p", "runs before/after"]
@@ -204,7 +205,14 @@ def cmd_history(args) -> int:
                   "run left out", terminal_width() if args.format == "table" else None))
     if older:
         print(_older_shifts(older, len(shown), len(loaded.runs)))
-    if points:
+    if points and terminal:  # as wide as the terminal: short headers, the least needed columns left out first
+        short = {"starts at run": "starts at", f"before {unit}": f"before, {unit}", f"after {unit}": "after",
+                 "runs before/after": "runs"}
+        print(table_fit.fitted(lambda names: (tabular([[row[headers.index(n)] for n in names] for row in rows],
+                                                      [short.get(n, n) for n in names], "table"), []),
+                               None, headers, ["driver", "p", "commit", "date", "GPU"], "simple", terminal_width(),
+                               "the Markdown or JSON: --format markdown"))
+    elif points:
         print(tabular(rows, headers, args.format))
     print(tabular([[short_name(s), g[:16], f"{n:,}", "; ".join(
         level(value) + (f" {verdict}" if verdict else "") for _, value, verdict in runs_of[(s, g)][-NEWEST:])]
@@ -223,7 +231,11 @@ def _series_runs(loaded, metric: str, looked, shown: set[str]) -> dict[tuple[str
     """Each series' runs among those shown, oldest first: (run id, its value in the metric's unit, the gate's verdict
     on it or None where it was not gated)."""
     found = history_shifts.series(loaded, metric)
-    return {(name, gpu): [(p.run.run_id, math.exp(p.log_level), _verdict(p.run.scenarios[name], metric))
+    def verdict(run, name: str) -> str | None:
+        said = _verdict(run.scenarios[name], metric)
+        return f"{said} (accepted)" if said and run.run_id in loaded.accepted else said
+
+    return {(name, gpu): [(p.run.run_id, math.exp(p.log_level), verdict(p.run, name))
                           for p in found[(name, gpu)] if p.run.run_id in shown] for name, gpu, _ in looked}
 
 
@@ -316,7 +328,8 @@ def cmd_ab(args) -> int:
         ab_arms.check_out(Path(args.out).resolve(), here)
         out = ab_arms.fresh_out(Path(args.out).resolve())
         if out != Path(args.out).resolve():
-            print(f"{args.out} holds an earlier A/B's arms (kept): this one writes into {out}", file=sys.stderr)
+            print(wrapped(f"{args.out} holds an earlier A/B's arms (kept): this one writes into {out}",
+                          terminal_width()), file=sys.stderr)
         with ab_arms.sigterm_as_interrupt(), ab_arms.checked_out(arms, here):
             judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, out,
                                       say=lambda text: print(wrapped(text, terminal_width()), file=sys.stderr,
@@ -336,8 +349,8 @@ def cmd_ab(args) -> int:
     saved = [found.stem for run in runs for found in sorted((out / "storage").glob(f"*/*-{run.arm}.json"))]
     if saved:  # where the arms' runs are (a fresh folder: only this A/B's), and how to read them: no history holds them
         print(wrapped(f"each arm's run is saved in {out / 'storage'} ({', '.join(saved)}), kept out of every history "
-                      "(an arm is measured in turns); the verdicts above judge them, and their numbers side by side "
-                      "are:", width))
+                      "(an arm is measured in turns); the verdicts above judge them; their numbers side by side "
+                      "(one run each: no verdict there):", width))
         numbers = [s.split("_")[0] for s in saved]  # the arms save side by side: both may take one number
         named = numbers if len(set(numbers)) == len(numbers) else saved
         print(f"  pytest-gpucolloc compare {' '.join(named)} --storage {out / 'storage'}")

@@ -206,10 +206,10 @@ def cmd_history(args) -> int:
     if older:
         print(_older_shifts(older, len(shown), len(loaded.runs)))
     if points and terminal:  # as wide as the terminal: short headers, the least needed columns left out first
-        short = {"starts at run": "starts at", f"before {unit}": f"before, {unit}", f"after {unit}": "after",
+        brief = {"starts at run": "starts at", f"before {unit}": f"before, {unit}", f"after {unit}": "after",
                  "runs before/after": "runs"}
         print(table_fit.fitted(lambda names: (tabular([[row[headers.index(n)] for n in names] for row in rows],
-                                                      [short.get(n, n) for n in names], "table"), []),
+                                                      [brief.get(n, n) for n in names], "table"), []),
                                None, headers, ["driver", "p", "commit", "date", "GPU"], "simple", terminal_width(),
                                "the Markdown or JSON: --format markdown"))
     elif points:

@@ -144,7 +144,7 @@ def test_history_follows_p99_of_serving_scenarios(tmp_path, capsys):
     assert shift["before"] == pytest.approx(10.0, rel=0.03) and shift["change"] == pytest.approx(0.30, abs=0.03)
     assert cli.main(["history", "--storage", str(root.parent), "--metric", "p99"]) == 0
     text = capsys.readouterr().out
-    assert "of the serving job's p99 latency" in text and "before p99 ms" in text
+    assert "of the serving job's p99 latency" in text and "before, p99 ms" in text
     assert cli.main(["history", "--storage", str(root.parent), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["change_points"] == []  # the throughput did not move
 

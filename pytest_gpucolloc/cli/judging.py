@@ -250,8 +250,9 @@ def _verdict(scenario, metric: str) -> str | None:
 LISTS = {  # command -> (its list, what being on it means, the heading of its --list table)
     "forget": (forget.FILE, "left out of the history (the files are kept; `pytest-gpucolloc forget --undo RUN` brings "
                "one back)", "back in the history", "set aside"),
-    "accept": (forget.ACCEPTED, "accepted as the new level: a baseline again where the gate judged them regressed "
-               "(`pytest-gpucolloc accept --undo RUN` takes one back)", "no longer accepted", "accepted"),
+    "accept": (forget.ACCEPTED, "accepted as the new level: later runs are judged against it, though the gate "
+               "judged it regressed (`pytest-gpucolloc accept --undo RUN` takes one back)", "no longer accepted",
+               "accepted"),
 }
 
 

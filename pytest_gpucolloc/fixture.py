@@ -8,7 +8,6 @@ pytest-benchmark (``record.write``, ``benchmark_api``).
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -56,11 +55,15 @@ class CollocateFixture:
         self.used = True
         began = time.monotonic()
         progress.begin(self.node.nodeid)
+        ended: BaseException | None = None
         try:
             return self._scenario(workloads, ideal)
+        except BaseException as error:
+            ended = error
+            raise
         finally:  # passed or skipped, the next run's estimate of its time; not a failure's (a broken environment
             progress.end()  # fails within the second) nor a run cut short by Ctrl-C
-            if sys.exc_info()[1] is None or isinstance(sys.exc_info()[1], pytest.skip.Exception):
+            if ended is None or isinstance(ended, pytest.skip.Exception):
                 self.session.seconds[self.node.nodeid] = time.monotonic() - began
 
     def _scenario(self, workloads, ideal: bool | None) -> ScenarioResult:

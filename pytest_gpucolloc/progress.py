@@ -99,9 +99,9 @@ class Progress:
 
     def _note(self, text: str) -> None:
         text = wrapped(text, terminal_width())
-        if self.tty:
-            self.reporter.rewrite(text, erase=True)
-            self.reporter.write("\n")
+        if self.tty:  # the status line erased, then the note (maybe several lines) in its place
+            self.reporter.rewrite("", erase=True)
+            self.reporter.write(text + "\n")
             self.reporter.currentfspath = None
         else:
             if getattr(self.reporter._tw, "width_of_current_line", 0):

@@ -30,9 +30,14 @@ def wrapped(text: str, width: int | None, indent: str = "  ") -> str:
     can be copied whole."""
     if width is None:
         return text
-    return "\n".join(line if len(line) <= width or line.lstrip().startswith(COMMAND) else textwrap.fill(
-        line, width, subsequent_indent=line[:len(line) - len(line.lstrip())] + indent, break_long_words=False,
-        break_on_hyphens=False) for line in text.splitlines())
+
+    def fill(line: str) -> str:
+        lead = line[:len(line) - len(line.lstrip())]
+        return textwrap.fill(line.lstrip(), width, initial_indent=lead, subsequent_indent=lead + indent,
+                             break_long_words=False, break_on_hyphens=False)
+
+    return "\n".join(line if len(line) <= width or line.lstrip().startswith(COMMAND) else fill(line)
+                     for line in text.split("\n"))
 
 
 def fit(render: Render, names: list[str], drop_order: list[str], width: int) -> tuple[str, list[str], list[str]]:

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -102,6 +103,21 @@ def test_compare_names_runs_as_gate_does_by_id_file_or_storage_folder(tmp_path, 
     assert answers[0] == answers[1] == answers[2] and answers[0][0]["baseline_runs"] == [ids[0]]
     code, _, err = run_cli(capsys, "compare", folder / "0009_missing.json", ids[1], "--storage", tmp_path)
     assert code == cli.USAGE and "0009_missing.json" in err and "Traceback" not in err
+    # two files need no storage; two storages' runs of one file name are two runs
+    files = [folder / f"{run}.json" for run in ids]
+    assert run_cli(capsys, "compare", *files, "--storage", tmp_path / "nowhere")[0] == 0
+    other = tmp_path / "other" / folder.name
+    other.mkdir(parents=True)
+    (other / f"{ids[0]}.json").write_bytes(files[1].read_bytes())
+    code, out, err = run_cli(capsys, "compare", files[0], other / f"{ids[0]}.json", "--storage", tmp_path)
+    assert code == 0 and "same run" not in err, err
+    shutil.rmtree(tmp_path / "other")
+    # a storage whose every run is left out names no latest run: said, not a traceback
+    assert run_cli(capsys, "forget", ids[0], ids[1], "--storage", tmp_path)[0] == 0
+    code, _, err = run_cli(capsys, "compare", tmp_path, files[1], "--storage", tmp_path)
+    assert code == cli.NOTHING_TO_READ and "left out of the history" in err and "Traceback" not in err, err
+    code, _, err = run_cli(capsys, "gate", ids[1], "--storage", tmp_path)
+    assert code == cli.NOTHING_TO_READ and "nothing to judge against" in err, err
 
 
 def test_storage_is_taken_as_pytest_takes_it_and_empty_storage_fails_loudly(tmp_path, capsys):
@@ -238,6 +254,8 @@ def test_every_command_names_runs_alike_and_defaults_to_the_latest(tmp_path, cap
     assert code == 0 and out.splitlines()[1].startswith("----"), out  # a plain table, not Markdown
     code, out, err = run_cli(capsys, "table", "0002", "0004", "--storage", storage)  # each row's run, by its number
     assert code == 0 and [line.split()[:2] for line in out.splitlines()[2:4]] == [["0002", "on"], ["0004", "on"]], out
+    code, out, err = run_cli(capsys, "table", "0002", "0004", "--storage", storage, "--format", "json")
+    assert json.loads(out)[0]["run"].startswith(f"Linux-CPython-3.12-64bit/{ids[1]}.json on ")  # data: the file
     code, latest, _ = run_cli(capsys, "table", "--storage", storage, "--format", "json")
     code, by_file, _ = run_cli(capsys, "table", storage / "Linux-CPython-3.12-64bit" / f"{ids[3]}.json",
                                "--format", "json")
@@ -338,6 +356,8 @@ def test_prose_wraps_but_a_command_to_copy_never_breaks():
     assert max(map(len, wrapped(prose, 60).splitlines())) <= 60 and wrapped(prose, 60).split() == prose.split()
     command = "  pytest-gpucolloc gate 0004 --columns=scenario,verdict,baseline,current,change,interval,why"
     assert wrapped(command, 60) == command and wrapped(prose, None) == prose
+    indented = "  /a/path/that/is/longer/than/the/width/of/forty/characters and more words"
+    assert wrapped(indented, 40).startswith("  /a/path") and wrapped(prose + "\n", 60).endswith("\n")
 
 
 def test_without_a_terminal_a_table_fits_a_ci_log(monkeypatch):

@@ -89,10 +89,13 @@ def named_runs(names: list, storage: Path, loaded=None) -> list:
     """Saved runs as every command names them: a file, a storage folder (its latest run), or a run id (its file name
     or NNNN number) in ``storage``; none named: the storage's latest run (of its history: not an experiment or a run
     set aside). ``loaded``: the storage's history, where the caller has read it."""
+    def latest(folder: Path):
+        history_of = loaded if loaded is not None and folder == storage and loaded.runs else load_history(folder)
+        return history_of.runs[-1]
+
     if any(Path(name).is_dir() for name in names):  # `gate .benchmarks`: a folder's latest run
         return [run for name in names for run in (
-            [(loaded if loaded is not None and Path(name) == storage else load_history(Path(name))).runs[-1]]
-            if Path(name).is_dir() else named_runs([name], storage, loaded))]
+            [latest(Path(name))] if Path(name).is_dir() else named_runs([name], storage, loaded))]
     if names and all(map(is_path, names)):
         return read_runs(names)
     loaded = loaded if loaded is not None else load_history(storage, named=bool(names))

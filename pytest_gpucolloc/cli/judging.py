@@ -55,7 +55,8 @@ def cmd_compare(args) -> int:
             raise CommandError("compare takes two runs, before then after (compare 0012 0015), or --runs-ids; "
                                f"given: {' '.join(args.runs + (args.runs_ids or []))}", USAGE)
         args.runs_ids = args.runs
-    loaded = load_history(args.storage, named=bool(args.runs_ids))
+    files = bool(args.runs_ids) and all(is_path(name) and not Path(name).is_dir() for name in args.runs_ids)
+    loaded = None if files else load_history(args.storage, named=bool(args.runs_ids))  # two files need no storage
     try:
         if args.runs_ids and len(args.runs_ids) == 2 and any(map(is_path, args.runs_ids)):
             # files or storage folders (their latest run), named as `gate` names them
@@ -65,18 +66,19 @@ def cmd_compare(args) -> int:
                 a, b = a.split("_")[0], b.split("_")[0]
             compare.alike([before, after], [a, b])
         else:
+            assert loaded is not None
             commits = [_commit(loaded, c) for c in args.commits] if args.commits else None
             before, after, a, b = compare.select(loaded, runs=args.runs_ids, commits=commits,
                                                  group_by=args.group_by, groups=args.groups)
     except compare.SelectionError as error:
         raise CommandError(str(error), USAGE) from None
-    shared = {run.run_id for run in before} & {run.run_id for run in after}
+    shared = {run.path.resolve() for run in before} & {run.path.resolve() for run in after}  # files, not names
     if shared:  # a run on both sides is paired with its own neighbours: a change out of nothing
-        raise CommandError(f"both sides hold the same run(s) ({', '.join(sorted(shared))}): name two different "
-                           "commits, groups or runs", USAGE)
+        raise CommandError(f"both sides hold the same run(s) ({', '.join(sorted(p.stem for p in shared))}): name "
+                           "two different commits, groups or runs", USAGE)
     said = args.commits or [a, b]  # in the order given, as typed (HEAD~1) and the commit it names
     found = " -> ".join(typed if typed == label else f"{typed} ({label[:10]})" for typed, label in zip(said, (a, b)))
-    for run, why in compare.named_left_out(loaded, before + after):  # asked for by name: compared, and said
+    for run, why in compare.named_left_out(loaded, before + after) if loaded else ():  # asked for: compared, said
         print(wrapped(f"note: {run.run_id} is compared as named, though {why}", terminal_width()), file=sys.stderr)
     rows = compare.compare(before, after, policy_of(args))
     title = (f"compare {found} ({count(len(before), 'run')} -> {count(len(after), 'run')}; a change is {said[1]} "
@@ -102,6 +104,9 @@ def cmd_gate(args) -> int:
         raise CommandError(f"{run.path} is {experiment(run)}: the gate judges ordinary runs against their history "
                            "(an A/B is judged by `pytest-gpucolloc ab` itself)", USAGE)
     loaded = loaded or load_history(args.storage)
+    if not loaded.runs:  # only runs left out (named by id, the run was found among them): no history to judge by
+        raise CommandError(f"every saved run under {args.storage} is left out of the history ({len(loaded.left_out)}, "
+                           "above): the gate has nothing to judge against", NOTHING_TO_READ)
     policy = policy_of(args)
     # Judge the run as the gate would have when it was made: against the runs saved before it.
     excluded = {run.run_id} | {r.run_id for r in loaded.runs if r.datetime >= run.datetime}
@@ -134,7 +139,9 @@ def cmd_gate(args) -> int:
         print(("\n" if prose is sys.stdout else "") + wrapped(gate_table.left_to_ab_line(left, _modes(run, left)),
                                                              width), file=prose)
     failed = any(verdict.failed for _, verdict in verdicts)
-    if failed and run.run_id in loaded.accepted:  # the user's word: the change was intended
+    accepted = run.run_id in loaded.accepted and any(  # this very file, not another of the same name
+        saved.run_id == run.run_id and saved.path.resolve() == run.path.resolve() for saved in loaded.runs)
+    if failed and accepted:  # the user's word: the change was intended
         print(wrapped(f"{run.run_id} was accepted as the new level on {loaded.accepted[run.run_id][:19]} "
                       "(`pytest-gpucolloc accept`): its regression is intended, not a failure", width), file=prose)
         return OK

@@ -58,7 +58,8 @@ def cmd_table(args) -> int:
         entries += [(history.short_name(name), scenario) for name, scenario in run.scenarios.items()]
         # Speedups are against the sequential run of the same session and GPU: rows of several files say which,
         # by the run's number where it names one run alone, as the commands take it
-        named = number if numbers.count(number) == 1 else f"{run.path.parent.name}/{run.path.name}"
+        named = number if numbers.count(number) == 1 and args.format in ("table", "markdown") \
+            else f"{run.path.parent.name}/{run.path.name}"  # data keeps the file
         sources += [f"{named} on {(scenario.gpu_uuid or 'cpu')[:12]}" for scenario in run.scenarios.values()]
     shown = sources if len(runs) > 1 else None
     if args.format in ("csv", "json"):

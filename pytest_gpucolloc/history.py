@@ -30,6 +30,18 @@ METRICS = ("throughput", "p50", "p90", "p99", "alone p50", "alone p99")
 GATE_WINDOW = 10
 
 
+def run_number(run_id: str) -> str:
+    """A saved run's NNNN number: the start of its id (pytest-benchmark's ``0006_commit_date``)."""
+    return run_id.split("_")[0]
+
+
+def numbered(run_ids: list[str], whole: list[str] | None = None) -> list[str]:
+    """How a terminal names each run: its number where that names it alone among ``run_ids``, else ``whole`` (its
+    id, by default)."""
+    numbers = [run_number(run_id) for run_id in run_ids]
+    return [number if numbers.count(number) == 1 else name for number, name in zip(numbers, whole or run_ids)]
+
+
 @dataclass
 class SavedRun:
     path: Path
@@ -48,7 +60,7 @@ class SavedRun:
 
     def matches(self, wanted: str) -> bool:
         """The run's id, or its NNNN number (``0006``, or ``6``)."""
-        number = self.run_id.split("_")[0]
+        number = run_number(self.run_id)
         return self.run_id == wanted or number == wanted or (wanted.isdigit() and number.isdigit()
                                                              and int(wanted) == int(number))
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from . import gate_table, record, report
+from .history import run_number
 from .session import CPU_BATCH_CAP, CPU_IMAGE_SIZE, CollocSession
 from .table_fit import terminal_width, wrapped
 from .words import CPU_SMOKE
@@ -108,14 +109,10 @@ class Summary:
         for name, why in s.skipped:
             say(f"skipped {name}: {why}")
         if s.history is not None:
-            self._gate_summary(terminalreporter, width)
+            self._gate_summary(terminalreporter, width, say)
 
-    def _gate_summary(self, terminalreporter, width: int) -> None:
+    def _gate_summary(self, terminalreporter, width: int, say) -> None:
         s = self.session
-
-        def say(text: str, **markup) -> None:
-            terminalreporter.write_line(wrapped(text, width), **markup)
-
         regressed = [name for name, v in s.verdicts if v.failed]
         if s.nothing_gated():
             terminalreporter.write_sep("!", "gpucolloc gate: no scenario judged, exit code 5: the gate did not pass",
@@ -151,7 +148,7 @@ class Summary:
             return "RUN"
         storage = s.saved[-1].parent.parent
         where = "" if storage.resolve() == Path(".benchmarks").resolve() else f" --storage {storage}"
-        return s.saved[-1].stem.split("_")[0] + where
+        return run_number(s.saved[-1].stem) + where
 
     def _unjudged_lines(self) -> list[str]:
         """What the gate did not judge, for the summary and the gate report."""

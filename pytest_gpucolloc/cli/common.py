@@ -76,8 +76,18 @@ def read_runs(paths) -> list:
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise CommandError(f"cannot read {path}: {str(error)[:200]}", USAGE) from None
         for problem in runs[-1].problems:  # scenarios skipped: named by every command that reads files
-            print(wrapped(f"warning: {problem}", terminal_width()), file=sys.stderr)
+            note(f"warning: {problem}")
     return runs
+
+
+def note(text: str) -> None:
+    """A line on stderr (a warning, a note beside the answer), wrapped to the tables' width."""
+    print(wrapped(text, terminal_width()), file=sys.stderr)
+
+
+def prose_width(fmt: str) -> int | None:
+    """The width a command's prose wraps to: a terminal's table's; none where the output is data or Markdown."""
+    return terminal_width() if fmt == "table" else None
 
 
 def is_path(name) -> bool:
@@ -166,12 +176,11 @@ def load_history(root: Path, named: bool = False):
                            "(pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
     loaded = history.load(root)
     for problem in loaded.problems:
-        print(wrapped(f"warning: {problem}", terminal_width()), file=sys.stderr)
+        note(f"warning: {problem}")
     if loaded.left_out:  # said, so that a run missing from an answer is not a mystery
-        print(wrapped(f"note: {len(loaded.left_out)} run(s) left out of the history: " + "; ".join(
+        note(f"note: {len(loaded.left_out)} run(s) left out of the history: " + "; ".join(
             f"{run.run_id} ({why})" for run, why in loaded.left_out[:3]) + ("; ..." if len(loaded.left_out) > 3
-                                                                          else ""), terminal_width()),
-              file=sys.stderr)
+                                                                          else ""))
     if not loaded.runs and loaded.left_out and not named:
         raise CommandError(f"every saved run under {root} is left out of the history ({len(loaded.left_out)}, above): "
                            "name one by its id to read it (e.g. `compare --runs-ids A B`)", NOTHING_TO_READ)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .. import changepoints, compare, forget, gate, gate_table, history, history_shifts, report, table_fit
-from ..history import LATENCY, experiment, short_name
+from ..history import LATENCY, experiment, numbered, run_number, short_name
 from ..scratch import clean_stale_scratch
 from ..table_fit import terminal_width, wrapped
 from ..verdict import with_latency
@@ -25,7 +25,9 @@ from .common import (
     is_path,
     load_history,
     named_runs,
+    note,
     policy_of,
+    prose_width,
     read_runs,
     tabular,
     write_out,
@@ -61,9 +63,7 @@ def cmd_compare(args) -> int:
         if args.runs_ids and len(args.runs_ids) == 2 and any(map(is_path, args.runs_ids)):
             # files or storage folders (their latest run), named as `gate` names them
             before, after = ([run] for run in (named_runs([name], args.storage, loaded)[0] for name in args.runs_ids))
-            a, b = before[0].run_id, after[0].run_id
-            if a.split("_")[0] != b.split("_")[0]:  # named as the commands take them: by number
-                a, b = a.split("_")[0], b.split("_")[0]
+            a, b = numbered([before[0].run_id, after[0].run_id])  # named as the commands take them
             compare.alike([before, after], [a, b])
         else:
             assert loaded is not None
@@ -79,12 +79,11 @@ def cmd_compare(args) -> int:
     said = args.commits or [a, b]  # in the order given, as typed (HEAD~1) and the commit it names
     found = " -> ".join(typed if typed == label else f"{typed} ({label[:10]})" for typed, label in zip(said, (a, b)))
     for run, why in compare.named_left_out(loaded, before + after) if loaded else ():  # asked for: compared, said
-        print(wrapped(f"note: {run.run_id} is compared as named, though {why}", terminal_width()), file=sys.stderr)
+        note(f"note: {run.run_id} is compared as named, though {why}")
     rows = compare.compare(before, after, policy_of(args))
     title = (f"compare {found} ({count(len(before), 'run')} -> {count(len(after), 'run')}; a change is {said[1]} "
              f"against {said[0]})")
-    print(compare.render(rows, args.format, wrapped(title, terminal_width() if args.format == "table" else None),
-                         terminal_width()))
+    print(compare.render(rows, args.format, wrapped(title, prose_width(args.format)), terminal_width()))
     return _regressed(rows)
 
 
@@ -134,7 +133,7 @@ def cmd_gate(args) -> int:
     if smoke and args.format in ("json", "csv"):  # data on stdout: said beside it
         print(CPU_SMOKE, file=sys.stderr)
     prose = sys.stdout if args.format in ("table", "markdown") else sys.stderr  # below the table, or where not data
-    width = terminal_width() if args.format == "table" else None
+    width = prose_width(args.format)
     if left:
         print(("\n" if prose is sys.stdout else "") + wrapped(gate_table.left_to_ab_line(left, _modes(run, left)),
                                                              width), file=prose)
@@ -147,7 +146,7 @@ def cmd_gate(args) -> int:
         return OK
     if failed:
         hint = (f"a regressed run stays out of later baselines until accepted: if the change is intended, "
-                f"`pytest-gpucolloc accept {run.run_id.split('_')[0]}` makes it the new level")
+                f"`pytest-gpucolloc accept {run_number(run.run_id)}` makes it the new level")
         print(wrapped(hint, width), file=prose)
     return NEGATIVE if failed else OK
 
@@ -196,7 +195,7 @@ def cmd_history(args) -> int:
         return 0
     level = report.ms if p99 else (lambda value: f"{value:,.0f}")
     terminal = args.format == "table"  # a run by its number, as the commands take it
-    rows = [[short_name(p.scenario), p.gpu[:16], p.run_id.split("_")[0] if terminal else p.run_id,
+    rows = [[short_name(p.scenario), p.gpu[:16], run_number(p.run_id) if terminal else p.run_id,
              (p.commit or "-")[:10], p.driver or "-", p.datetime[:19], level(p.before), level(p.after),
              f"{p.change:+.1%}", f"{p.p_value:.2g}", f"{p.runs_before}/{p.runs_after}"] for p in points]
     unit = f"{args.metric} ms" if p99 else "samples/s"
@@ -209,7 +208,7 @@ def cmd_history(args) -> int:
     print(wrapped(f"{len(points)} level shift(s){window} in {len(looked)} series (scenario x physical GPU)"
                   + (f" of the serving job's {args.metric} latency (a + change is slower)" if p99 else "")
                   + f"; a level must hold for {args.min_runs} runs and differ at p < {args.alpha:g} with any one "
-                  "run left out", terminal_width() if args.format == "table" else None))
+                  "run left out", prose_width(args.format)))
     if older:
         print(_older_shifts(older, len(shown), len(loaded.runs)))
     if points and terminal:  # as wide as the terminal: short headers, the least needed columns left out first
@@ -230,7 +229,7 @@ def cmd_history(args) -> int:
         print(wrapped(f"{len(short)} of the series have fewer than {2 * args.min_runs} runs (two levels of "
                       f"{args.min_runs}): no shift can be found in them yet: " + ", ".join(
                           f"{short_name(s)} on {g[:16]} ({n} run{'s' if n != 1 else ''})" for s, g, n in short),
-                      terminal_width() if args.format == "table" else None))
+                      prose_width(args.format)))
     return 0
 
 
@@ -238,6 +237,7 @@ def _series_runs(loaded, metric: str, looked, shown: set[str]) -> dict[tuple[str
     """Each series' runs among those shown, oldest first: (run id, its value in the metric's unit, the gate's verdict
     on it or None where it was not gated)."""
     found = history_shifts.series(loaded, metric)
+
     def verdict(run, name: str) -> str | None:
         said = _verdict(run.scenarios[name], metric)
         return f"{said} (accepted)" if said and run.run_id in loaded.accepted else said
@@ -270,9 +270,9 @@ def cmd_forget(args) -> int:
     file, done, undone, heading = LISTS[args.command]
     if args.list or not args.runs:
         listed = forget.read(root, file)
-        numbers = [Path(key).name.split("_")[0] for key in sorted(listed)]  # a terminal's: the number, if one run's
-        rows = [[number if args.format in ("table", "markdown") and numbers.count(number) == 1 else key, when,
-                 why or "-"] for number, (key, (when, why)) in zip(numbers, sorted(listed.items()))]
+        keys = sorted(listed)  # in a terminal a run by its number; data keeps its path
+        names = numbered([Path(key).stem for key in keys], keys) if args.format in ("table", "markdown") else keys
+        rows = [[name, listed[key][0], listed[key][1] or "-"] for name, key in zip(names, keys)]
         print(tabular(rows, ["run", heading, "why"], args.format) if rows or args.format == "json"
               else f"no run {heading} under {root}")
         return OK
@@ -280,7 +280,7 @@ def cmd_forget(args) -> int:
         listed = forget.read(root, file)
         keys = []
         for wanted in args.runs:
-            found = [key for key in listed if wanted in (key, Path(key).stem, Path(key).name.split("_")[0])]
+            found = [key for key in listed if wanted in (key, Path(key).stem, run_number(Path(key).stem))]
             if len(found) != 1:
                 raise CommandError(f"{wanted!r} names {len(found)} of the runs {heading} under {root}"
                                    + (f" ({', '.join(found)}): name it by its path" if found else
@@ -336,12 +336,10 @@ def cmd_ab(args) -> int:
         ab_arms.check_out(Path(args.out).resolve(), here)
         out = ab_arms.fresh_out(Path(args.out).resolve())
         if out != Path(args.out).resolve():
-            print(wrapped(f"{args.out} holds an earlier A/B's arms (kept): this one writes into {out}",
-                          terminal_width()), file=sys.stderr)
+            note(f"{args.out} holds an earlier A/B's arms (kept): this one writes into {out}")
         with ab_arms.sigterm_as_interrupt(), ab_arms.checked_out(arms, here):
             judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, out,
-                                      say=lambda text: print(wrapped(text, terminal_width()), file=sys.stderr,
-                                                             flush=True))
+                                      say=note)
     except ab_arms.ABError as error:
         raise CommandError(str(error), USAGE) from None
     title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "
@@ -359,9 +357,8 @@ def cmd_ab(args) -> int:
         print(wrapped(f"each arm's run is saved in {out / 'storage'} ({', '.join(saved)}), kept out of every history "
                       "(an arm is measured in turns); the verdicts above judge them; their numbers side by side "
                       "(one run each: no verdict there):", width))
-        numbers = [s.split("_")[0] for s in saved]  # the arms save side by side: both may take one number
-        named = numbers if len(set(numbers)) == len(numbers) else saved
-        print(f"  pytest-gpucolloc compare {' '.join(named)} --storage {out / 'storage'}")
+        # the arms save side by side: both may take one number, then their full ids
+        print(f"  pytest-gpucolloc compare {' '.join(numbered(saved))} --storage {out / 'storage'}")
     if args.markdown:
         write_out(args.markdown, f"### {title}\n\n{ab_table.table(judgements, 'github', args.columns)}\n")
     if args.json:

@@ -51,16 +51,15 @@ def cmd_check(args) -> int:
 def cmd_table(args) -> int:
     entries, sources = [], []
     runs = named_runs(args.files, args.storage)
-    numbers = [run.run_id.split("_")[0] for run in runs]
-    for run, number in zip(runs, numbers):
+    # Speedups are against the sequential run of the same session and GPU: rows of several files say which, in a
+    # terminal by the run's number where it names one run alone (as the commands take it); data keeps the file
+    files = [f"{run.path.parent.name}/{run.path.name}" for run in runs]
+    labels = history.numbered([run.run_id for run in runs], files) if args.format in ("table", "markdown") else files
+    for run, label in zip(runs, labels):
         if not run.scenarios and not run.problems:
             raise CommandError(f"{run.path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
         entries += [(history.short_name(name), scenario) for name, scenario in run.scenarios.items()]
-        # Speedups are against the sequential run of the same session and GPU: rows of several files say which,
-        # by the run's number where it names one run alone, as the commands take it
-        named = number if numbers.count(number) == 1 and args.format in ("table", "markdown") \
-            else f"{run.path.parent.name}/{run.path.name}"  # data keeps the file
-        sources += [f"{named} on {(scenario.gpu_uuid or 'cpu')[:12]}" for scenario in run.scenarios.values()]
+        sources += [f"{label} on {(scenario.gpu_uuid or 'cpu')[:12]}" for scenario in run.scenarios.values()]
     shown = sources if len(runs) > 1 else None
     if args.format in ("csv", "json"):
         rows = report.rows(entries)

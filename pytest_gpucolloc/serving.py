@@ -1,6 +1,7 @@
 """A serving job's requests and their latencies (``Workload(..., rate=...)``).
 
-Worker side (``Requests``, ``serve_rounds``): requests arrive every 1/rate seconds on a fixed schedule, open loop: an
+Worker side (``Requests``, ``serve_rounds``): requests arrive every 1/rate seconds on a fixed schedule (or, with
+``arrivals="poisson"``, at gaps drawn from a seeded Poisson process: the same gaps in every run), open loop: an
 arrival never waits for an answer, so when the job falls behind a queue builds and shows in the latency, which is
 counted from each request's *scheduled* arrival to its answer (a device synchronisation), not from when the job got
 to it (the coordinated-omission trap). ``rate="max"`` sends each request when the one before it is answered. Every
@@ -14,6 +15,7 @@ whether the rate was more than the job could serve (``saturated``: the queue gre
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,24 +58,40 @@ class Requests:
     SPIN_S = SPIN_S
 
     def __init__(self, step: Callable[[], None], sync: Callable[[], None], rate: float | None,
-                 clock: Callable[[], float] = time.monotonic, spin: bool = False):
+                 clock: Callable[[], float] = time.monotonic, spin: bool = False, arrivals: str = "even"):
         self.step, self.sync, self.clock = step, sync, clock
         self.spin = spin  # measured waits spin (a service pinned to cores of its own)
-        self.interval = 1.0 / rate if rate else None  # None: back to back
+        self.rate, self.interval = rate or 0.0, 1.0 / rate if rate else None  # None: back to back
+        self.poisson = arrivals == "poisson" and self.interval is not None
         self.restart(clock())
 
     def restart(self, start: float) -> None:
         """A new schedule from ``start``: the first request arrives then, with nobody queued before it."""
         self.start, self.answered = start, 0
+        self.gaps = random.Random(0)  # Poisson gaps: the same sequence from every start, so runs compare alike
+        self.offsets = [0.0]  # Poisson: each request's arrival after ``start``, drawn as far as needed
+
+    def arrival(self, k: int) -> float:
+        """When request ``k`` (from 0) of this schedule arrives."""
+        if not self.poisson:
+            return self.start + k * self.interval if self.interval else self.clock()
+        while len(self.offsets) <= k:
+            self.offsets.append(self.offsets[-1] + self.gaps.expovariate(self.rate))
+        return self.start + self.offsets[k]
 
     def next_arrival(self) -> float:
-        return self.start + self.answered * self.interval if self.interval else self.clock()
+        return self.arrival(self.answered)
 
     def backlog(self, now: float) -> int:
         """Requests that have arrived by ``now`` and not been answered (0 back to back)."""
         if not self.interval or now < self.start:
             return 0
-        return max(math.floor((now - self.start) / self.interval) + 1 - self.answered, 0)
+        if not self.poisson:
+            return max(math.floor((now - self.start) / self.interval) + 1 - self.answered, 0)
+        k = self.answered
+        while self.arrival(k) <= now:
+            k += 1
+        return k - self.answered
 
     def wait_until(self, instant: float, spin: bool = False) -> None:
         """Until ``instant``: spinning all the way when ``spin``, else asleep but for SPIN_S."""
@@ -120,7 +138,7 @@ def serve_rounds(requests: Requests, start: float, round_s: float, rounds: int, 
             if len(measured) == rounds - 1:  # still queued at the end: counted at their wait so far
                 step = max(backlog // QUEUED_SAMPLES, 1)  # a long queue in groups of equal waits (same percentiles)
                 for k in range(requests.answered, requests.answered + backlog, step):
-                    waited = now - (requests.start + k * (requests.interval or 0.0))
+                    waited = now - requests.arrival(k)
                     record(histogram, waited, min(step, requests.answered + backlog - k))
             measured.append((now - last, answered * samples_per_request))
             latencies.append({"histogram": histogram.encode().decode("ascii"), "backlog": backlog})

@@ -214,7 +214,8 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
 
     from . import models  # torch: imported in the worker, never in the controller
 
-    rate = Workload.from_dict(spec.workload).rate
+    job = Workload.from_dict(spec.workload)
+    rate = job.rate
     if isinstance(rate, str) and rate != BACK_TO_BACK:
         raise ValueError(f"a serving job's rate {rate!r} reached the worker unresolved")
     requests = None
@@ -223,7 +224,7 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
 
         # spinning on cores of its own takes nothing from others; in CPU smoke mode those cores do the work itself
         requests = serving.Requests(step.train_step, sync, rate if isinstance(rate, (int, float)) else None,
-                                    spin=bool(spec.cpus) and device.type == "cuda")
+                                    spin=bool(spec.cpus) and device.type == "cuda", arrivals=job.arrivals)
     cuda = device.type == "cuda"
     command = _train_until_told(step, channel, requests)  # all workers stay under load until told when to measure
     continuing = False  # the next Measure adds rounds to the last one (a service's schedule and queue go on)

@@ -63,6 +63,7 @@ MAX_SEQ_LEN = 32768
 SMOKE_SEQ_LEN = 32  # CPU smoke mode's cap on a language model's sequence length
 MAX_BATCH_SIZE = 65536
 DATA_SOURCES = ("synthetic", "loader")
+ARRIVALS = ("even", "poisson")  # a serving job's arrivals: every 1/rate seconds, or a Poisson process at the rate
 MAX_LOADER_WORKERS = 64
 MAX_OPTIONS_BYTES = 1 << 16  # a user factory's options travel to the worker as JSON
 MAX_OPTION_DEPTH = 32
@@ -114,6 +115,7 @@ class Workload:
     data: str = "synthetic"
     loader_workers: int = 4  # the paper's jobs used 4; only with data="loader"
     rate: float | str | None = None  # a serving job: requests/s, "max" (back to back) or "NN%" of "max" alone
+    arrivals: str = "even"  # a serving job's: "even" (every 1/rate s) or "poisson" (random gaps, the same each run)
 
     def __post_init__(self) -> None:
         name = self.model.strip() if isinstance(self.model, str) else self.model
@@ -189,6 +191,11 @@ class Workload:
         elif isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= MAX_RATE:
             raise WorkloadError(f"rate must be a number of requests per second above 0 and at most {MAX_RATE:g}, "
                                 f"got {rate!r}")
+        if self.arrivals not in ARRIVALS:
+            raise WorkloadError(f"arrivals must be one of {', '.join(ARRIVALS)}, got {self.arrivals!r}")
+        if self.arrivals != "even" and (rate is None or rate == BACK_TO_BACK):
+            raise WorkloadError(f"arrivals={self.arrivals!r} spaces a serving job's requests: give it a rate in "
+                                "requests/s or a share like '80%'")
         if rate is not None and self.data == "loader":
             raise WorkloadError("a serving job (rate=...) takes its requests from memory, not a data loader")
 
@@ -237,6 +244,7 @@ class Workload:
             text += "/cudnn-heuristics"
         if self.serves:
             text += "/serve-" + (f"{self.rate:g}rps" if isinstance(self.rate, (int, float)) else str(self.rate))
+            text += "" if self.arrivals == "even" else f"-{self.arrivals}"
         return text
 
     @property
@@ -252,7 +260,7 @@ class Workload:
         """Identity of the training job itself (what it computes), without sharing limits."""
         key: tuple = (self.model, self.batch_size, self.precision, _canonical(self.options), self.cuda_graph)
         if self.serves:
-            key += (("rate", self.rate),)
+            key += (("rate", self.rate),) + ((("arrivals", self.arrivals),) if self.arrivals != "even" else ())
         return key + (("loader", self.loader_workers),) if self.uses_loader else key
 
     def with_batch_size(self, batch_size: int) -> Workload:
@@ -265,6 +273,8 @@ class Workload:
             del data["data"], data["loader_workers"]
         if not self.serves:  # a training job is saved as it was before serving jobs existed
             del data["rate"]
+        if self.arrivals == "even":  # as saved before arrivals could be chosen
+            del data["arrivals"]
         return data
 
     @classmethod

@@ -75,6 +75,38 @@ def test_a_queue_goes_on_when_more_rounds_are_asked_for_so_a_slow_service_is_see
     assert facts["saturated"] and facts["achieved_rps"] == pytest.approx(100 / 1.5, rel=0.05)
 
 
+def test_poisson_arrivals_come_at_the_rate_with_random_gaps_the_same_from_every_start():
+    """A Poisson schedule at 50/s: gaps of mean 20 ms that vary (an even schedule's phase against periodic
+    neighbours is set once per session); the same gaps from every start, so two runs or arms compare alike; the
+    backlog counts the arrivals so far; a request still queued at the end counts its wait from its own arrival."""
+    clock = Clock()
+    requests = serving.Requests(lambda: None, lambda: None, rate=50.0, clock=clock, arrivals="poisson")
+    arrivals = [requests.arrival(k) - requests.start for k in range(2001)]
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    assert sum(gaps) / len(gaps) == pytest.approx(0.02, rel=0.1) and min(gaps) < 0.002 and max(gaps) > 0.08
+    requests.restart(clock.now + 5)
+    assert [requests.arrival(k) - requests.start for k in range(5)] == pytest.approx(arrivals[:5])
+    now = requests.start + arrivals[10] + 1e-6
+    assert requests.backlog(now) == 11  # requests 0-10 have arrived, none answered
+    stalled = serving.Requests(lambda: setattr(clock, "now", clock.now + 1.0), lambda: None, rate=50.0, clock=clock,
+                               arrivals="poisson")
+    _, latency = serving.serve_rounds(stalled, clock.now, 0.5, 1, samples_per_request=1)
+    queued = serving.decode(latency[0]["histogram"])
+    assert latency[0]["backlog"] > 20 and queued.get_total_count() == 1 + latency[0]["backlog"]
+    assert queued.get_min_value() < 50_000  # the last arrival waited a few ms, not the round's length
+
+
+def test_a_schedule_is_even_unless_asked_and_only_a_service_takes_one():
+    job = Workload("resnet50-imagenet224", batch_size=4, rate=50, arrivals="poisson")
+    assert job.label.endswith("/serve-50rps-poisson") and Workload.from_dict(job.to_dict()) == job
+    assert job.key() != job.__class__("resnet50-imagenet224", batch_size=4, rate=50).key()
+    assert "arrivals" not in Workload("resnet50-imagenet224", rate=50).to_dict()  # saved as before
+    with pytest.raises(WorkloadError, match="arrivals must be one of even, poisson"):
+        Workload("resnet50-imagenet224", rate=50, arrivals="bursty")
+    with pytest.raises(WorkloadError, match="give it a rate"):
+        Workload("resnet50-imagenet224", arrivals="poisson")
+
+
 @pytest.mark.parametrize("spin", [True, False])
 def test_a_service_on_cores_of_its_own_spins_between_measured_requests_else_it_sleeps(monkeypatch, spin):
     """A core woken from sleep dispatches slower, by varying amounts: measured waits of a pinned service spin."""

@@ -11,21 +11,16 @@ import textwrap
 from collections import defaultdict
 from typing import Any
 
-import matplotlib
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter
 
-matplotlib.use("Agg")  # files only, never a window
-
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-
-from .history import short_name  # noqa: E402
-from .modes import MODE_COLOURS  # noqa: E402
-from .plots import PANELS, Entries, Figure, by_kind, in_chunks, machine_kind, mode_order, part_stem, slug  # noqa: E402
-from .record import service_as_asked as service_of  # noqa: E402
-from .record import sm_reserved  # noqa: E402
-from .serving import merged  # noqa: E402
-from .words import count  # noqa: E402
+from .history import short_name
+from .modes import MODE_COLOURS
+from .plots import Entries, Figure, by_kind, machine_kind, mode_order, panel_grids, part_stem, plt, slug
+from .record import service_as_asked as service_of
+from .record import sm_reserved
+from .serving import merged
+from .words import count
 
 TICKS = (50, 90, 99, 99.9, 99.99)
 
@@ -70,7 +65,6 @@ def figure(curves: dict[str, Any], title: str) -> Any:
 def save(shown: Any, path) -> None:
     shown.savefig(path, dpi=110)
     plt.close(shown)
-
 
 
 CURVES = 8  # runs drawn per scenario: the most recent ones
@@ -152,13 +146,8 @@ def serving(kind: str, entries: Entries) -> list[Figure]:
             points[service][key].append((facts["training_kept"], facts["p99_ms"], bool(facts.get("saturated"))))
     if not points:
         return []
-    chunks = in_chunks(sorted(points), PANELS)
     figures = []
-    for part, services in enumerate(chunks):
-        cols = min(2, len(services))
-        rows = math.ceil(len(services) / cols)
-        figure, grid = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.6 * rows + 0.8), squeeze=False,
-                                    layout="constrained")
+    for part, parts, services, figure, grid in panel_grids(sorted(points), 2, 5.2, 3.6):
         modes, hollow = set(), False
         for axes, service in zip(grid.flat, services):
             for (mode, n, reserved), runs in sorted(points[service].items(), key=lambda kv: mode_order(kv[0][0])):
@@ -184,8 +173,6 @@ def serving(kind: str, entries: Entries) -> list[Figure]:
             axes.set_ylabel("service p99 (ms), logarithmic", fontsize=7)
             axes.tick_params(labelsize=7, which="both")
             axes.grid(alpha=0.3, which="both")
-        for axes in grid.flat[len(services):]:
-            axes.set_visible(False)
         handles = [Line2D([], [], linestyle="", marker=_mode_marker(mode), color=MODE_COLOURS.get(mode), label=mode)
                    for mode in sorted(modes, key=mode_order)]
         handles.append(Line2D([], [], linestyle="--", color="black", linewidth=1, label="the service alone"))
@@ -194,8 +181,8 @@ def serving(kind: str, entries: Entries) -> list[Figure]:
                                   label="saturated: its p99 measures the queue"))
         figure.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
         figure.suptitle(f"Service p99 against what training keeps ({kind})", fontsize=10)
-        figures.append(Figure("Serving: p99 against what training keeps", part_stem(f"serving-{slug(kind)}", part,
-                                                                                 len(chunks)),
+        stem = part_stem(f"serving-{slug(kind)}", part, parts)
+        figures.append(Figure("Serving: p99 against what training keeps", stem,
                               f"Each serving scenario's p99 against its training jobs' share of their speed alone "
                               f"({kind}): a point per scenario (median of its runs), labelled with its training jobs "
                               "and the SMs reserved for the service; dashed: the service alone at the same rate; "

@@ -100,6 +100,20 @@ def part_stem(base: str, part: int, parts: int) -> str:
     return base if parts == 1 else f"{base}-{part + 1}"
 
 
+def panel_grids(keys: list, columns: int, width: float, height: float) -> Iterator[tuple[int, int, list, Any, Any]]:
+    """Small multiples, at most PANELS a figure and ``columns`` wide: (part, parts, its keys, figure, axes grid),
+    the grid's unused axes hidden."""
+    chunks = in_chunks(keys, PANELS)
+    for part, chunk in enumerate(chunks):
+        cols = min(columns, len(chunk))
+        rows = math.ceil(len(chunk) / cols)
+        figure, grid = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.8), squeeze=False,
+                                    layout="constrained")
+        for axes in grid.flat[len(chunk):]:
+            axes.set_visible(False)
+        yield part, len(chunks), chunk, figure, grid
+
+
 def for_runs(runs: list[SavedRun]) -> Iterator[Figure]:
     """Every figure of these runs, per machine kind, in page order (drawn one kind and figure type at a time)."""
     kinds = by_kind(runs)
@@ -128,29 +142,21 @@ def scaling(kind: str, entries: Entries) -> list[Figure]:
             ideal[label].append((scenario.n_workers, scenario.ideal_throughput))
     if not curves:
         return []
-    chunks = in_chunks(sorted(curves), PANELS)
     figures = []
-    for part, labels in enumerate(chunks):
-        cols = min(3, len(labels))
-        rows = math.ceil(len(labels) / cols)
-        figure, grid = plt.subplots(rows, cols, figsize=(3.9 * cols, 2.9 * rows + 0.8), squeeze=False,
-                                    layout="constrained")
+    for part, parts, labels, figure, grid in panel_grids(sorted(curves), 3, 3.9, 2.9):
         for axes, label in zip(grid.flat, labels):
             alone = statistics.median(alone_runs[label]) if alone_runs[label] else None
             _scaling_panel(axes, label, curves[label], alone, ideal[label])
-        for axes in grid.flat[len(labels):]:
-            axes.set_visible(False)
         modes = {mode for label in labels for mode in curves[label]}
         handles = _mode_handles(modes) + [
             Line2D([], [], linestyle="--", color="black", linewidth=1, label="N x the job alone"),
             Line2D([], [], linestyle=":", color="black", label="one process, summed batch")]
         if any(point[3] for label in labels for points in curves[label].values() for point in points):
             handles.append(Line2D([], [], linestyle="", marker="v", color="tab:red", label="gate: regressed"))
-        figure.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8,
-                      frameon=False)
+        figure.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
         figure.suptitle(f"Aggregate throughput against processes ({kind})", fontsize=10)
-        figures.append(Figure("Scaling: aggregate throughput per sharing mode", part_stem(f"scaling-{slug(kind)}", part,
-                                                                                   len(chunks)),
+        stem = part_stem(f"scaling-{slug(kind)}", part, parts)
+        figures.append(Figure("Scaling: aggregate throughput per sharing mode", stem,
                               f"Aggregate throughput per sharing mode ({kind}): a dot per run, bars: its "
                               "round-to-round spread; the line joins the median of the runs", figure))
     return figures

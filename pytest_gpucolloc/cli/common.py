@@ -24,25 +24,13 @@ from ..words import CPU_SMOKE  # noqa: F401 (the commands say it from here)
 
 # Exit codes, the same for every command (docs/cli.md): each means one thing.
 OK, NEGATIVE, USAGE, NOTHING_TO_READ, UNWRITABLE = 0, 1, 2, 3, 4
-
-
 NOTHING_JUDGED = 5  # gate: a run with nothing to judge; pytest's code for a gated run that judged none
-
-
 PIPE_CLOSED = 141  # stdout closed by its reader (``| head``): what a shell reports for a process ended by SIGPIPE
-
-
 INTERRUPTED = 130
 
-
 RECENT_RUNS = 200  # history, plot and report show the newest this many runs unless told (--last, --since)
-
-
 NEWEST = 3  # history's table of series: each one's newest runs, their values and verdicts
-
-
 FORMATS = ["table", "markdown", "csv", "json"]
-
 
 EXIT_CODES = """exit codes (every command):
   0  done; no regression
@@ -256,17 +244,15 @@ def window_arguments(parser, what: str) -> None:
     parser.add_argument("--since", type=since, help=f"{what} runs saved at or after this date (UTC), e.g. 2026-12-01")
 
 
-def format_argument(parser, default: str = "table", extra: tuple[str, ...] = ()) -> None:
-    parser.add_argument("--format", choices=FORMATS + list(extra), default=default,
-                        help=f"output: {', '.join(FORMATS)} (default {default})")
+def format_argument(parser, extra: tuple[str, ...] = ()) -> None:
+    parser.add_argument("--format", choices=FORMATS + list(extra), default="table",
+                        help=f"output: {', '.join(FORMATS)} (default table)")
 
 
 def judging_arguments(parser, storage: bool = True) -> None:
-
     if storage:
         storage_argument(parser)
-    parser.add_argument("--threshold", type=checked("--threshold", 0, MAX_THRESHOLD),
-                        default=100 * DEFAULT_THRESHOLD,
+    parser.add_argument("--threshold", type=checked("--threshold", 0, MAX_THRESHOLD), default=100 * DEFAULT_THRESHOLD,
                         help=f"smallest drop in percent that counts (default {100 * DEFAULT_THRESHOLD:g})")
     parser.add_argument("--alpha", type=checked("--alpha", MIN_ALPHA, MAX_ALPHA), default=DEFAULT_ALPHA,
                         help="false-alarm rate per judgement: a scenario's throughput, and each latency of its "
@@ -274,11 +260,9 @@ def judging_arguments(parser, storage: bool = True) -> None:
 
 
 def gate_arguments(parser) -> None:
-
     judging_arguments(parser)
     parser.add_argument("--runs", type=checked("--runs", 2, MAX_RUNS, integer=True), default=DEFAULT_RUNS,
                         help=f"baseline: most recent N comparable runs (default {DEFAULT_RUNS})")
-    parser.add_argument("--min-runs", type=checked("--min-runs", 1, MAX_RUNS, integer=True),
-                        default=DEFAULT_MIN_RUNS,
+    parser.add_argument("--min-runs", type=checked("--min-runs", 1, MAX_RUNS, integer=True), default=DEFAULT_MIN_RUNS,
                         help=f"fewest baseline runs to decide (default {DEFAULT_MIN_RUNS})")
     format_argument(parser)

@@ -34,10 +34,6 @@ from .common import (
 )
 
 
-def _regressed(rows) -> int:
-    return NEGATIVE if any(r.verdict["verdict"] == "regressed" for r in rows) else OK
-
-
 def _commit(loaded, wanted: str) -> str:
     """A commit as saved runs name it (a prefix of their commit id), or a git revision of the repository here
     (HEAD, HEAD~1, a branch): its full id. Left as given when it is neither (the selection then says no run matches)."""
@@ -84,7 +80,7 @@ def cmd_compare(args) -> int:
     title = (f"compare {found} ({count(len(before), 'run')} -> {count(len(after), 'run')}; a change is {said[1]} "
              f"against {said[0]})")
     print(compare.render(rows, args.format, wrapped(title, prose_width(args.format)), terminal_width()))
-    return _regressed(rows)
+    return NEGATIVE if any(r.verdict["verdict"] == "regressed" for r in rows) else OK
 
 
 def cmd_gate(args) -> int:
@@ -111,9 +107,9 @@ def cmd_gate(args) -> int:
     excluded = {run.run_id} | {r.run_id for r in loaded.runs if r.datetime >= run.datetime}
     # a scenario whose marker leaves it to paired A/B is not judged here either, as the pytest gate does not
     left = [name for name, scenario in run.scenarios.items() if scenario.gate_by == "ab"]
+    left_line = gate_table.left_to_ab_line(left, dict.fromkeys(run.scenarios[name].mode for name in left))
     if len(left) == len(run.scenarios):
-        raise CommandError(f"{run.path}: no scenario to judge: " + gate_table.left_to_ab_line(left, _modes(run, left)),
-                           NOTHING_JUDGED)
+        raise CommandError(f"{run.path}: no scenario to judge: {left_line}", NOTHING_JUDGED)
     verdicts = []
     last = history.GATE_WINDOW * policy.runs
     for name in (name for name in run.scenarios if name not in left):
@@ -135,8 +131,7 @@ def cmd_gate(args) -> int:
     prose = sys.stdout if args.format in ("table", "markdown") else sys.stderr  # below the table, or where not data
     width = prose_width(args.format)
     if left:
-        print(("\n" if prose is sys.stdout else "") + wrapped(gate_table.left_to_ab_line(left, _modes(run, left)),
-                                                             width), file=prose)
+        print(("\n" if prose is sys.stdout else "") + wrapped(left_line, width), file=prose)
     failed = any(verdict.failed for _, verdict in verdicts)
     accepted = run.run_id in loaded.accepted and any(  # this very file, not another of the same name
         saved.run_id == run.run_id and saved.path.resolve() == run.path.resolve() for saved in loaded.runs)
@@ -149,10 +144,6 @@ def cmd_gate(args) -> int:
                 f"`pytest-gpucolloc accept {run_number(run.run_id)}` makes it the new level")
         print(wrapped(hint, width), file=prose)
     return NEGATIVE if failed else OK
-
-
-def _modes(run, names: list[str]) -> list[str]:
-    return list(dict.fromkeys(run.scenarios[name].mode for name in names))
 
 
 def _gate_render(verdicts, fmt: str, title: str, columns: list[str] | None = None) -> str:
@@ -338,8 +329,7 @@ def cmd_ab(args) -> int:
         if out != Path(args.out).resolve():
             note(f"{args.out} holds an earlier A/B's arms (kept): this one writes into {out}")
         with ab_arms.sigterm_as_interrupt(), ab_arms.checked_out(arms, here):
-            judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, out,
-                                      say=note)
+            judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, out, say=note)
     except ab_arms.ABError as error:
         raise CommandError(str(error), USAGE) from None
     title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "

@@ -70,7 +70,6 @@ def cmd_mig_plan(args) -> int:
 
 
 def cmd_mig_restore(args) -> int:
-
     gpu = _gpu(args.gpu)
     provisioner = MigProvisioner(NvmlMigBackend(gpu.uuid), live_table(gpu.uuid, gpu.name), gpu.uuid, gpu.index,
                                  allow_reconfigure=True,

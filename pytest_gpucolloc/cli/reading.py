@@ -95,15 +95,7 @@ def cmd_report(args) -> int:
 def cmd_advise(args) -> int:
     if args.p99_within is not None:
         return _advise_serving(args)
-    try:
-        jobs = advisor.parse_jobs(args.jobs)
-    except advisor.AdviceError as error:
-        raise CommandError(str(error), USAGE) from None
-    runs = named_runs(args.runs, args.storage)
-    try:
-        advice = advisor.advise(jobs, runs)
-    except advisor.AdviceError as error:
-        raise CommandError(str(error), NOTHING_TO_READ) from None
+    advice = _advice(args, advisor.parse_jobs, args.jobs, lambda runs, jobs: advisor.advise(jobs, runs))
     if args.format == "json":
         print(json.dumps({**advice, "options": [vars(o) for o in advice["options"]]}, indent=2))
         return OK
@@ -126,18 +118,23 @@ def cmd_advise(args) -> int:
     return OK
 
 
-def _advise_serving(args) -> int:
-    """``advise --p99-within``: per service and number of training jobs, the way within the p99 budget where training
-    keeps the most; exit 1 when a service has none."""
+def _advice(args, parse, text: str, answer) -> dict:
+    """The advisor's answer to the question asked: a question it cannot read exits 2, runs that cannot answer it 3."""
     try:
-        budget = advisor.parse_budget(args.p99_within)
+        asked = parse(text)
     except advisor.AdviceError as error:
         raise CommandError(str(error), USAGE) from None
     runs = named_runs(args.runs, args.storage)
     try:
-        advice = advisor.serving_advice(runs, budget)
+        return answer(runs, asked)
     except advisor.AdviceError as error:
         raise CommandError(str(error), NOTHING_TO_READ) from None
+
+
+def _advise_serving(args) -> int:
+    """``advise --p99-within``: per service and number of training jobs, the way within the p99 budget where training
+    keeps the most; exit 1 when a service has none."""
+    advice = _advice(args, advisor.parse_budget, args.p99_within, advisor.serving_advice)
     code = OK if advice["met"] else NEGATIVE
     if args.format == "json":
         answers = [{**a, "option": vars(a["option"])} for a in advice["answers"]]

@@ -85,23 +85,18 @@ def _data_wait(scenario: ScenarioRecord) -> str:
 
 def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
     """One row per scenario from (test name, record) pairs."""
-    table = []
-    for name, scenario in entries:
-        table.append([
-            name, scenario.mode, describe_workers(list(scenario.workloads)),
-            ", ".join(rate(w.throughput) for w in scenario.workers),
-            rate(scenario.throughput) + _tokens(scenario), _pct(scenario.cv),
-            "-" if scenario.speedup is None else f"{scenario.speedup:.2f}x",
-            _pct(scenario.efficiency),
-            _sm_activity(scenario.telemetry),
-            ", ".join(_gb(w.device_memory_bytes) for w in scenario.workers),
-            _data_wait(scenario),
-            _num(scenario.samples_per_joule, 1),
-            str(scenario.measurement.get("rounds", len(scenario.rounds))),
-            _start_up(scenario),
-            _flags(scenario),
-        ])
-    return table
+    return [[name, scenario.mode, describe_workers(list(scenario.workloads)),
+             ", ".join(rate(w.throughput) for w in scenario.workers),
+             rate(scenario.throughput) + _tokens(scenario), _pct(scenario.cv),
+             "-" if scenario.speedup is None else f"{scenario.speedup:.2f}x",
+             _pct(scenario.efficiency),
+             _sm_activity(scenario.telemetry),
+             ", ".join(_gb(w.device_memory_bytes) for w in scenario.workers),
+             _data_wait(scenario),
+             _num(scenario.samples_per_joule, 1),
+             str(scenario.measurement.get("rounds", len(scenario.rounds))),
+             _start_up(scenario),
+             _flags(scenario)] for name, scenario in entries]
 
 
 def time_spent(records: Iterable[ScenarioRecord], round_s: float) -> str | None:
@@ -259,8 +254,9 @@ def answer(rows: list[SummaryRow], cpu: bool = False) -> str:
         example = max(rows, key=lambda row: row.cells[mode].speedup)
         said = (f"Only {mode} was measured, so nothing to compare it with (measure other modes with --gpu-mode): "
                 f"{_gain(example, mode)}.")
-    return ("CPU smoke mode (small jobs on the CPU: it checks the suite, not what a GPU does): " + said) if cpu \
-        else said
+    if cpu:
+        said = "CPU smoke mode (small jobs on the CPU: it checks the suite, not what a GPU does): " + said
+    return said
 
 
 def answer_of(rows: list[SummaryRow]) -> str:

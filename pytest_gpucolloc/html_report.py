@@ -128,8 +128,7 @@ def _gate_history(loaded: History, recent: list[SavedRun]) -> tuple[str, int]:
         regressed += verdict == "regressed"
         shown = f"<span class=regressed>{verdict}</span>" if verdict == "regressed" else _e(verdict)
         rows.append(f"<tr><td>{_e(short_name(name))}</td><td>{_e(gpu)}</td><td>{counts[(name, gpu)]}</td>"
-                    f"<td>{shown}</td>"
-                    f"<td>{'-' if change is None else f'{change:+.1%}'}</td>"
+                    f"<td>{shown}</td><td>{'-' if change is None else f'{change:+.1%}'}</td>"
                     f"<td>{_e(run.datetime[:16].replace('T', ' '))} {_e((run.commit or '')[:8])}</td></tr>")
     if not rows:
         return "", 0
@@ -162,12 +161,7 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path, recent: list[
                     "the runs there, and the aggregate throughput in samples/s; green: the best way to share.</p>")
         for kind, rows, warned in tables:
             body.append((f"<h3>{_e(kind)}</h3>" if len(tables) > 1 else "") + _summary_table(rows, warned))
-    warnings = _warnings(runs)
-    if warnings:
-        body.append(warnings)
-    served = _serving(runs)
-    if served:
-        body.append(served)
+    body += [part for part in (_warnings(runs), _serving(runs)) if part]  # sections without content left out
     if gate_table:
         body.append("<h2>Gate over the stored history</h2>" + gate_table)
     figures = itertools.chain(plots.for_runs(runs), latency_plot.trade_offs(runs), latency_plot.for_runs(runs),

@@ -46,11 +46,10 @@ class Summary:
         device = s.device()
         say(device.reason)
         if device.gpu is None:  # what a user asked for is not what ran: say so where the numbers are
-            say(
-                f"CPU smoke mode ran smaller jobs than asked: images of {CPU_IMAGE_SIZE} px, batches capped at "
+            say(f"CPU smoke mode ran smaller jobs than asked: images of {CPU_IMAGE_SIZE} px, batches capped at "
                 f"{CPU_BATCH_CAP}, language models at {SMOKE_SEQ_LEN} tokens; its numbers check the suite, not a GPU")
         say(s.machine_warmup.describe() if s.machine_warmup is not None
-                                    else s.machine_warmup_line().removeprefix("gpucolloc: "))
+            else s.machine_warmup_line().removeprefix("gpucolloc: "))
         if device.gpu is None:
             say("telemetry sampler: off (no GPU)")
         elif not s.options.colloc_telemetry:
@@ -61,8 +60,7 @@ class Summary:
         entries += [(name, record.read(record.write(result, verdict))) for name, result, verdict in s.results]
         entries += [(name, record.read(info)) for name, info in s.forwarded]
         if entries:
-            shown = report.columns(s.options.colloc_columns, report.COLUMNS) if s.options.colloc_columns \
-                else None
+            shown = report.columns(s.options.colloc_columns, report.COLUMNS) if s.options.colloc_columns else None
             terminalreporter.write_line(report.table(entries, shown=shown, width=width, ask="--colloc-columns"))
         for name, scenario in entries:
             for warning in scenario.warnings:
@@ -79,12 +77,11 @@ class Summary:
                         "taken once)"]) * bool(entries):  # the table's words, where there is a table
             say(term)
         if s.results:  # its table follows: say what its times are where it is printed
-            say(
-                "pytest-benchmark's table times each round as the time per sample (1 / the aggregate samples/s, in "
+            say("pytest-benchmark's table times each round as the time per sample (1 / the aggregate samples/s, in "
                 "its unit: a slower scenario shows a longer time; its OPS are samples/s), so that "
                 "--benchmark-compare-fail sees a slowdown")
-        if s.results and not (config.getoption("benchmark_save", None) or config.getoption("benchmark_autosave",
-                                                                                                None)):
+        if s.results and not (config.getoption("benchmark_save", None)
+                              or config.getoption("benchmark_autosave", None)):
             say(  # a first-time user's runs would otherwise leave no history, silently
                 "gpucolloc: this run was not saved, so no later run can be compared or gated against it: add "
                 "--benchmark-autosave (or gate it: --colloc-gate saves too)", yellow=True)
@@ -105,7 +102,7 @@ class Summary:
         for name, scenario in entries:  # data loading: the cores each job got, and whether they were enough
             if any(w.data_wait_share is not None for w in scenario.workers):
                 say(f"data wait (time spent waiting for the next batch) and CPU cores of "
-                                            f"{name}: {scenario.cpu_affinity}")
+                    f"{name}: {scenario.cpu_affinity}")
         for name, why in s.skipped:
             say(f"skipped {name}: {why}")
         if s.history is not None:
@@ -134,9 +131,8 @@ class Summary:
             if verdict.remeasured:
                 say(f"measured again before judging {name}: {'; '.join(verdict.remeasured)}")
         if s.verdicts:  # none: the lines above said why, and an empty table would say nothing more
-            terminalreporter.write_line(gate_table.table(
-                self._shown_verdicts(), width=width,
-                ask=f"pytest-gpucolloc gate {self._saved_run()} --columns"))
+            terminalreporter.write_line(gate_table.table(self._shown_verdicts(), width=width,
+                                                         ask=f"pytest-gpucolloc gate {self._saved_run()} --columns"))
         if regressed:
             say(ACCEPT_HINT.format(run=self._saved_run()))
 
@@ -154,7 +150,7 @@ class Summary:
         """What the gate did not judge, for the summary and the gate report."""
         s = self.session
         return ([self._nothing_judged_line()] * (not s.verdicts)
-                + [self._left_to_ab_line()] * bool(s.measured_for_ab))
+                + [gate_table.left_to_ab_line(s.measured_for_ab, s.options.gpu_mode or ())] * bool(s.measured_for_ab))
 
     def _nothing_judged_line(self) -> str:
         """Why a gated run judged no scenario: a gate that passes without judging anything must say so."""
@@ -165,13 +161,8 @@ class Summary:
         reasons += ["\n  ..."] * (len(s.skipped) > 3)
         return "no scenario was judged against history" + (f": {', '.join(why)}" if why else "") + "".join(reasons)
 
-    def _left_to_ab_line(self) -> str:
-        s = self.session
-        return gate_table.left_to_ab_line(s.measured_for_ab, s.options.gpu_mode or ())
-
     def _shown_verdicts(self) -> list[tuple[str, dict]]:
-        s = self.session
-        return [(name, verdict.to_dict()) for name, verdict in s.verdicts]  # as saved, so as ``compare`` shows
+        return [(name, verdict.to_dict()) for name, verdict in self.session.verdicts]  # as saved, as ``compare`` shows
 
     def _write_gate_report(self) -> None:
         """The verdicts as Markdown (CI job summaries); a report that cannot be written fails the run."""

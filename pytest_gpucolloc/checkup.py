@@ -121,13 +121,10 @@ def gpus() -> list[Finding]:
     reason = nvml.init()
     if reason:
         return [Finding(NOTE, "GPU", f"no NVIDIA GPU to look at ({reason}): the CPU side only")]
-    found: list[Finding] = []
     listed = nvml.gpus()
     if not listed:
         return [Finding(NOTE, "GPU", "NVML sees no GPU: the CPU side only")]
-    for info in listed:
-        found += gpu(info.index, info.name, nvml.steadiness(info.uuid), {os.getpid()})
-    return found
+    return [found for info in listed for found in gpu(info.index, info.name, nvml.steadiness(info.uuid), {os.getpid()})]
 
 
 def check() -> list[Finding]:

@@ -40,9 +40,7 @@ def select(history: History, *, runs: list[str] | None = None, commits: list[str
     elif group_by:
         if group_by not in GROUPABLE:
             raise SelectionError(f"--group-by takes one of {', '.join(GROUPABLE)}")
-        values = list(dict.fromkeys(str(r.machine.get(group_by)) for r in history.runs))
-        if groups:
-            values = groups
+        values = groups or list(dict.fromkeys(str(r.machine.get(group_by)) for r in history.runs))
         if len(values) != 2:
             raise SelectionError(f"runs have {len(values)} values of {group_by} ({', '.join(values)}); "
                                  "pick two with --groups A B")

@@ -38,7 +38,6 @@ class AdviceError(ValueError):
 def parse_jobs(text: str) -> Counter:
     """'resnet26-cifar10/bs128*3,resnet50*2' -> Counter of workload labels. A job is a label as the summary shows
     it, or a name as ``Workload`` takes it (an alias, at its default batch size)."""
-
     jobs: Counter = Counter()
     for part in (p.strip() for p in text.split(",")):
         match = re.fullmatch(r"([\w.:-]+)((?:/[\w-]+)*)(?:\*(\d+))?", part)
@@ -186,7 +185,6 @@ def _gpu_name(run: SavedRun, scenario: ScenarioRecord) -> str | None:
 
 def mix_command(jobs: Counter, profiles: dict[str, predict.Profile], modes: list[str]) -> str:
     """The command that measures this mix (benchmarks/test_mix.py), each job as its profile's parameters."""
-
     mix = []
     for label, count in sorted(jobs.items()):
         params = dict(profiles[label].params)
@@ -297,7 +295,6 @@ def _median(values: list) -> float | None:
 def serving_options(runs: list[SavedRun]) -> tuple[list[ServingOption], str]:
     """Each scenario with a service and training jobs beside it, and the device they ran on: GPU runs where there
     are any, else CPU smoke runs (never the two together)."""
-
     found = [(name, s) for run in runs for name, s in run.scenarios.items()
              if s.serving and (s.serving.get("training_jobs") or 0) > 0]
     device = "cuda" if any(s.device == "cuda" for _, s in found) else "cpu"
@@ -327,8 +324,9 @@ def _answer(budget: Budget, n: int, options: list[ServingOption]) -> tuple[Servi
     held = [o for o in options if budget.holds(o)]
     if held:
         best = max(held, key=lambda o: (o.training_kept or 0.0, -(o.p99_ms or 0.0)))
+        kept = "-" if best.training_kept is None else f"{best.training_kept:.0%}"
         return best, (f"{_jobs(n)}: {best.way} ({best.scenario}) keeps p99 at {_ms(best)}, and training keeps "
-                      f"{_kept(best)} of its speed alone")
+                      f"{kept} of its speed alone")
     closest = _smallest(options)
     if closest is None:
         return (max(options, key=lambda o: o.training_kept or 0.0),
@@ -345,10 +343,6 @@ def _smallest(options: list[ServingOption]) -> ServingOption | None:
 def _ms(option: ServingOption) -> str:
     versus = f" ({option.p99_vs_alone:.2f}x alone)" if option.p99_vs_alone is not None else ""
     return f"{option.p99_ms:,.1f} ms{versus}"
-
-
-def _kept(option: ServingOption) -> str:
-    return "-" if option.training_kept is None else f"{option.training_kept:.0%}"
 
 
 def serving_advice(runs: list[SavedRun], budget: Budget) -> dict:

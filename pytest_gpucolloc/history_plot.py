@@ -22,7 +22,6 @@ def figures(loaded: History, recent: list[SavedRun] | None = None) -> Iterator[F
     verdicts, its baseline band (from the baseline down by the threshold), runs that were not comparable (hollow)
     and level shifts (dashed, found over the whole history). Older runs are not drawn: a note says how many, and
     their level shifts."""
-
     recent = loaded.runs if recent is None else recent
     shown = {run.run_id for run in recent}
     shifts = defaultdict(list)

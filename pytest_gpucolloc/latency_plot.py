@@ -130,7 +130,6 @@ def serving(kind: str, entries: Entries) -> list[Figure]:
     against what its training jobs kept of their speed alone, a colour and marker per mode, labelled with its training
     jobs and the SMs reserved for the service; p99 logarithmic, the service alone at the same rate dashed. Several
     runs of a scenario are one point (their medians); a saturated service, whose p99 measures its queue, is hollow."""
-
     # service -> (mode, training jobs, SMs reserved) -> [(training kept, p99 ms, saturated)]
     points: dict[str, dict[tuple, list]] = defaultdict(lambda: defaultdict(list))
     alone: dict[str, list[float]] = defaultdict(list)

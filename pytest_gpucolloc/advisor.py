@@ -1,13 +1,6 @@
-"""How should these jobs share this GPU? Ranks the ways a job mix was measured to run (each sharing mode, MIG
-layouts, graphed variants) from saved scenarios; never presents a prediction as a measurement: a mix that was not
-measured is answered from the closest measured mixes with that said, and predicted from its jobs' profiles alone
-(``predicted``, predict.py) marked as a prediction with the model's error on held-out mixes, or left to measure where
-that error is large; what was not measured is named with the command that would measure it.
-
-With a p99 budget (``serving_advice``) it answers the service/training question instead: for each service in the
-saved runs and each number of training jobs measured beside it, the way to share (mode, SMs reserved for the service)
-that keeps the service's p99 within the budget while the training jobs keep the most of their speed alone; where none
-does, it says so with the smallest p99 measured.
+"""How should these jobs share this GPU? Ranks the ways saved scenarios measured a job mix to run, and never
+presents a prediction (predict.py) as a measurement; with a p99 budget (``serving_advice``), the way that keeps a
+service within it while training keeps the most. What it answers and how: docs/advisor.md, docs/serving.md.
 """
 from __future__ import annotations
 

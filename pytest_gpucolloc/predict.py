@@ -1,24 +1,10 @@
 """A collocation model: each job's share of its speed alone in a mix nobody measured, from the jobs' profiles alone
-(pure: saved records in, numbers out; the advisor says them, always as predictions).
-
-A job's **profile** is what the session measured of it alone: throughput, SM activity and occupancy, DRAM bandwidth,
-tensor activity, memory, power, the step time and (data-loader jobs) the share of time it waited for data.
-
-The **model**, one per sharing mode, fitted on every measured mix of the GPU model (scipy's ``least_squares`` on
-log shares, robust to one disturbed run)::
+(pure: saved records in, numbers out; the advisor says them, always as predictions). The model, one per sharing mode,
+fitted on every measured mix of the GPU model, and its held-out check: docs/advisor.md::
 
     share of job i = 1 / ((1 + overhead * (n - 1)) * max(1, demand, slice_weight * n * SM activity of job i alone)),
     demand = sm_weight * sum of the jobs' SM activity alone + dram_weight * sum of their DRAM bandwidth alone
              + graph_weight * number of CUDA-graphed jobs
-
-Below a demand of 1 the jobs fit beside each other and each loses only the per-neighbour overhead (contexts, the
-CPU issuing kernels); above it they contend for the resource whose term is larger, SMs, DRAM bandwidth or (graphed
-jobs, which hold the GPU for their whole time slice) the time slices. The slice term is each job's own: a mode that
-gives each job 1/n of the GPU (naive's time slices, mps-partitioned's SM limits) slows a job that kept a share ``a``
-of the SMs busy alone once ``a * n`` passes 1, whatever its neighbours do.
-**Held out**: each measured mix is left out in turn, the model refitted without it and asked for it; the errors of
-that (by kind of mix: graphed, GPU-bound, launch-bound) are the prediction's interval, and where they are large
-the advisor says "measure it" instead.
 """
 from __future__ import annotations
 

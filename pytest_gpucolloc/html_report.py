@@ -9,13 +9,11 @@ from __future__ import annotations
 import html
 import itertools
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 
 from . import history_plot, latency_plot, plots, record, report
 from .history import History, SavedRun, short_name
 from .modes import MODES
-from .record import ScenarioRecord
 
 # Counts the figures the browser could draw, so that a test (or a reader's console) sees a broken one.
 CHECK = ("<script>addEventListener('load', () => { const images = [...document.images]; "
@@ -64,11 +62,6 @@ def _summary_table(rows: list[report.SummaryRow], warned: Counter) -> str:
         body.append(f"<tr><td>{_e(row.jobs)}{mark}</td>{''.join(cells)}<td>{best}</td>{verdicts}</tr>")
     return (f"<table class=summary><tr><th>jobs</th>{head}<th>best way to share</th>{'<th>gate</th>' * gated}</tr>"
             + "".join(body) + "</table>")
-
-
-def _warned(entries: Iterable[tuple[str, ScenarioRecord]]) -> Counter:
-    """Per summary row's (jobs, mixed), its scenarios with run warnings (``report.summary`` groups them so)."""
-    return Counter((record.jobs(s), not s.homogeneous) for _, s in entries if s.warnings)
 
 
 def _warnings(runs: list[SavedRun]) -> str:
@@ -148,8 +141,8 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path, recent: list[
         prefix = f"<b>{_e(kind)}:</b> " if len(kinds) > 1 else ""
         cpu = all(scenario.device == "cpu" for _, scenario in entries)
         body.append(f"<p class=answer>{prefix}{_e(report.answer(rows, cpu))}</p>")
-        if rows:
-            tables.append((kind, rows, _warned(entries)))
+        if rows:  # with, per row's (jobs, mixed) as ``report.summary`` groups them, its scenarios with run warnings
+            tables.append((kind, rows, Counter((record.jobs(s), not s.homogeneous) for _, s in entries if s.warnings)))
     regressed = sum(plots.regressed(s) for entries in kinds.values() for _, s in entries)
     gate_table, regressed_now = _gate_history(loaded, recent) if loaded is not None else ("", 0)
     if regressed or regressed_now:

@@ -62,11 +62,6 @@ def figure(curves: dict[str, Any], title: str) -> Any:
     return shown
 
 
-def save(shown: Any, path) -> None:
-    shown.savefig(path, dpi=110)
-    plt.close(shown)
-
-
 CURVES = 8  # runs drawn per scenario: the most recent ones
 
 
@@ -100,7 +95,9 @@ def draw_ab(latency: dict[str, list[dict[str, list[dict]]]], labels: tuple[str, 
         name = short_name(test)
         path = out / f"latency-{slug(test)}.png"
         try:
-            save(figure(curves, f"{name}: latency per arm, {count(len(blocks), 'block')}"), path)
+            shown = figure(curves, f"{name}: latency per arm, {count(len(blocks), 'block')}")
+            shown.savefig(path, dpi=110)
+            plt.close(shown)
         except (OSError, ValueError) as error:  # a picture never costs the verdicts
             say(f"{name}: the latency picture could not be drawn ({error})")
             continue

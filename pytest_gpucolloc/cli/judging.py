@@ -229,20 +229,15 @@ def _series_runs(loaded, metric: str, looked, shown: set[str]) -> dict[tuple[str
     on it or None where it was not gated)."""
     found = history_shifts.series(loaded, metric)
 
-    def verdict(run, name: str) -> str | None:
-        said = _verdict(run.scenarios[name], metric)
+    def verdict(run, name: str) -> str | None:  # the gate's, on its throughput or on a latency of its serving job
+        judged = run.scenarios[name].gate or {}
+        if metric != "throughput":
+            judged = (judged.get("latency") or {}).get(metric) or (judged.get("p99") if metric == "p99" else None) or {}
+        said = judged.get("verdict")
         return f"{said} (accepted)" if said and run.run_id in loaded.accepted else said
 
     return {(name, gpu): [(p.run.run_id, math.exp(p.log_level), verdict(p.run, name))
                           for p in found[(name, gpu)] if p.run.run_id in shown] for name, gpu, _ in looked}
-
-
-def _verdict(scenario, metric: str) -> str | None:
-    """The gate's verdict on a saved scenario's throughput, or on a latency of its serving job."""
-    judged = scenario.gate or {}
-    if metric != "throughput":
-        judged = (judged.get("latency") or {}).get(metric) or (judged.get("p99") if metric == "p99" else None) or {}
-    return judged.get("verdict")
 
 
 LISTS = {  # command -> (its list, what being on it means, the heading of its --list table)

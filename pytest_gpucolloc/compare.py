@@ -103,8 +103,7 @@ def paired(timeline: list[tuple[int, SavedRun]], policy: gate.Policy) -> list[Ro
     cancels a machine level that drifts over the sessions), judged as ``pytest-gpucolloc ab`` judges pairs; a
     serving job's latencies too, each by the signs of its pairs as ``ab`` judges a latency."""
     rows = []
-    names = list(dict.fromkeys(name for side, run in timeline if side == 1 for name in run.scenarios))
-    for name in names:
+    for name in dict.fromkeys(name for side, run in timeline if side == 1 for name in run.scenarios):
         verdict = _paired(timeline, name, "throughput", policy)
         for metric in LATENCY:
             if any(run.sample(name, metric) is not None for _, run in timeline):
@@ -153,8 +152,7 @@ def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) 
     if timeline:
         return paired(timeline, policy)
     rows = []
-    names = list(dict.fromkeys(name for run in after for name in run.scenarios))
-    for name in names:
+    for name in dict.fromkeys(name for run in after for name in run.scenarios):
         current = next(s for run in reversed(after) if (s := run.sample(name)) is not None)
         baseline = [s for s in (run.sample(name) for run in before) if s is not None]
         wide = dataclasses.replace(policy, runs=max(len(baseline), 2))

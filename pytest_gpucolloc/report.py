@@ -100,10 +100,8 @@ def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
 
 
 def time_spent(records: Iterable[ScenarioRecord], round_s: float) -> str | None:
-    """Where a run's time went: start-up (spawn to warm; of it, the slowest worker's first training step, where
-    cuDNN autotunes), measurement rounds, and the rest (set-up, which for the first measurement includes starting
-    the worker fork server, tear-down, between rounds); and how many scenarios recorded a measurement taken once
-    instead of a new one."""
+    """Where a run's time went, in the words of the line it returns; the first training step is where cuDNN
+    autotunes."""
     records = list(records)
     taken = [r for r in records if "wall_s" in r.measurement and "same_as" not in r.measurement]
     if not taken:

@@ -20,10 +20,6 @@ def terminal_width() -> int:
     return columns if columns >= MIN_WIDTH else LOG_WIDTH
 
 
-def widest(text: str) -> int:
-    return max((len(line) for line in text.splitlines()), default=0)
-
-
 def wrapped(text: str, width: int | None, indent: str = "  ") -> str:
     """Prose (a footnote, a note below a table) wrapped to ``width`` line by line, each line's later lines indented;
     a path or an option is never broken inside, nor a command line (one that starts ``pytest-gpucolloc``), so that it
@@ -47,7 +43,7 @@ def fit(render: Render, names: list[str], drop_order: list[str], width: int) -> 
     shown = list(names)
     table, notes = render(shown)
     for name in drop_order:
-        if widest(table) <= width:
+        if max((len(line) for line in table.splitlines()), default=0) <= width:
             break
         if name in shown:
             shown.remove(name)

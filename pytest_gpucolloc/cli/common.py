@@ -183,10 +183,8 @@ def policy_of(args):
     return Policy(threshold=args.threshold / 100, alpha=args.alpha, runs=args.runs, min_runs=args.min_runs)
 
 
-def checked(name: str, low: float, high: float, integer: bool = False):
-    """An argparse type that checks the value as the plugin's own option of the same meaning does."""
-    parse = number_option(name, low, high, integer)
-
+def argument_type(parse):
+    """An argparse type of a parser that raises ValueError: its message is the usage error's."""
     def check(text: str):
         try:
             return parse(text)
@@ -194,6 +192,11 @@ def checked(name: str, low: float, high: float, integer: bool = False):
             raise argparse.ArgumentTypeError(str(error)) from None
 
     return check
+
+
+def checked(name: str, low: float, high: float, integer: bool = False):
+    """An argparse type that checks the value as the plugin's own option of the same meaning does."""
+    return argument_type(number_option(name, low, high, integer))
 
 
 class Parser(argparse.ArgumentParser):
@@ -211,13 +214,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def columns_argument(names: list[str]):
-    def check(text: str) -> list[str]:
-        try:
-            return columns(text, names)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    return check
+    return argument_type(lambda text: columns(text, names))
 
 
 def storage_argument(parser) -> None:

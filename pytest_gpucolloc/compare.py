@@ -1,5 +1,5 @@
-"""Compare saved runs (by run id, by commit, or grouped by a machine_info key) and gate a saved run
-against its history: the console command's logic, over ``history.History``."""
+"""Compare saved runs (by run id, by commit, or grouped by a machine_info key): ``pytest-gpucolloc compare``'s logic,
+over ``history.History``."""
 from __future__ import annotations
 
 import csv

@@ -240,7 +240,7 @@ def _series_runs(loaded, metric: str, looked, shown: set[str]) -> dict[tuple[str
                           for p in found[(name, gpu)] if p.run.run_id in shown] for name, gpu, _ in looked}
 
 
-LISTS = {  # command -> (its list, what being on it means, the heading of its --list table)
+LISTS = {  # command -> (its list, what putting a run on it means, taking one off, the heading of --list)
     "forget": (forget.FILE, "left out of the history (the files are kept; `pytest-gpucolloc forget --undo RUN` brings "
                "one back)", "back in the history", "set aside"),
     "accept": (forget.ACCEPTED, "accepted as the new level: later runs are judged against it, though the gate "

@@ -104,10 +104,12 @@ def test_the_printed_command_measures_exactly_the_mix_asked_for(capsys):
     spec = importlib.util.spec_from_file_location("test_mix", ROOT / "benchmarks" / "test_mix.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert Counter(w.label for w in module.jobs_of(mix)) == Counter(
-        {"resnet26-cifar10/bs128/graph/cudnn-heuristics": 2, "resnet50-imagenet64/bs128": 4})
+    assert [Counter(w.label for w in jobs) for jobs in module.mixes_of(mix)] == [Counter(
+        {"resnet26-cifar10/bs128/graph/cudnn-heuristics": 2, "resnet50-imagenet64/bs128": 4})]
     with pytest.raises(pytest.UsageError, match="not a JSON list"):
-        module.jobs_of("resnet26*3")
+        module.mixes_of("resnet26*3")
+    with pytest.raises(pytest.UsageError, match="a mix of no job"):
+        module.mixes_of("[[]]")
 
 
 
@@ -125,6 +127,12 @@ def test_the_mix_command_measures_the_mix_it_names(pytester, monkeypatch):
     pytester.runpytest_subprocess(*args, f"--benchmark-json={out}").assert_outcomes(passed=1)
     scenario = history.read_run(out).scenarios
     assert [s.workloads for s in scenario.values()] == [("tiny_workload:factory/bs4",) * 2]
+    # several mixes in one session: a list of mixes
+    monkeypatch.setenv("GPUCOLLOC_MIX", '[[{"model": "tiny_workload:factory", "batch_size": 4}], '
+                                        '[{"model": "tiny_workload:factory", "batch_size": 2, "count": 2}]]')
+    pytester.runpytest_subprocess(*args, f"--benchmark-json={out}").assert_outcomes(passed=2)
+    assert sorted(s.workloads for s in history.read_run(out).scenarios.values()) == [
+        ("tiny_workload:factory/bs2",) * 2, ("tiny_workload:factory/bs4",)]
 
 
 def test_modes_the_model_cannot_tell_apart_are_said_so_not_ranked(saved, capsys):

@@ -29,9 +29,11 @@ ASKED = ["resnet152-imagenet/bs32,resnet50-imagenet64/bs128*2,resnet26-cifar10/b
          "resnet26-cifar10/bs32/graph/cudnn-heuristics*5"]  # two mixes nobody measured: what advise says
 
 
-def load(root: Path):
+def load(root: Path, leave_out: Path | None = None):
     scenarios, files, runs = [], [], []
     for path in sorted(root.glob("**/*.json")):
+        if leave_out and path.resolve().is_relative_to(leave_out.resolve()):
+            continue
         try:
             run = history.read_run(path)
         except (OSError, ValueError, KeyError, TypeError):
@@ -184,8 +186,13 @@ def choice(checks: list, noise_of: dict, gaps: list[float]) -> tuple[list[str], 
 
 def unseen_mixes(observations: list, profiles: dict) -> list:
     """Fit on N copies of one job (and the matrix's ResNet26 + ResNet152 pair), predict every other mix."""
-    seen = [o for o in observations if len(set(o.jobs)) == 1 or set(o.jobs) in (
-        {"resnet26-cifar10/bs32", "resnet152-imagenet/bs32"}, {"resnet26-cifar10/bs128", "resnet152-imagenet/bs128"})]
+    return fitted_on([o for o in observations if len(set(o.jobs)) == 1 or set(o.jobs) in (
+        {"resnet26-cifar10/bs32", "resnet152-imagenet/bs32"}, {"resnet26-cifar10/bs128", "resnet152-imagenet/bs128"})],
+        observations, profiles)
+
+
+def fitted_on(seen: list, observations: list, profiles: dict) -> list:
+    """Fit on the ``seen`` observations only, predict every other mix of ``observations``."""
     seen_mixes = {o.mix for o in seen}
     found = []
     for check in predict.held_out(observations, profiles):
@@ -206,8 +213,16 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write the markdown here (default: print it)")
     parser.add_argument("--results", type=Path, default=ROOT / "docs" / "results", help="saved runs, read-only "
                         "(default docs/results)")
+    parser.add_argument("--new", type=Path, help="a folder of runs measured after the model (research/new-mixes): "
+                        "its mixes are predicted by the model fitted on every other run, never on them")
     args = parser.parse_args()
-    scenarios, files, runs = load(args.results)
+    scenarios, files, runs = load(args.results, leave_out=args.new)
+    old = predict.observations_of(scenarios)
+    if args.new:
+        new_scenarios, new_files, new_runs = load(args.new)
+        if not new_scenarios:
+            parser.error(f"--new {args.new}: no saved {GPU} run there")
+        scenarios, files, runs = scenarios + new_scenarios, files + new_files, runs + new_runs
     profiles = predict.profiles_of(scenarios)
     observations = predict.observations_of(scenarios)
     checks = predict.held_out(observations, profiles)
@@ -280,6 +295,14 @@ def main() -> int:
         answer = advisor.predicted(advisor.parse_jobs(asked), runs)
         lines += [f"`pytest-gpucolloc advise <these runs> --jobs '{asked}'`:", "```", *answer["predicted_lines"],
                   "```", ""]
+    if args.new:
+        new_mixes = {o.mix for o in predict.observations_of(new_scenarios)}
+        fresh = [c for c in fitted_on(old, observations, profiles) if c.mix in new_mixes]
+        lines += [f"## 5. New mixes, measured after the model (`--new {args.new}`)", "",
+                  f"The model fitted on the {len(old)} scenarios measured before, never on these; the jobs' profiles "
+                  "alone from the new runs.", ""]
+        lines += summary(fresh, "New mixes", noise_of, gaps) if fresh else ["No new mix of profiled jobs.", ""]
+        lines += table(fresh) + [""]
     lines += ["## Every held-out prediction (leave one mix out)", "", "Errors above 15% in bold.", ""]
     lines += table(checks)
     text = "\n".join(lines) + "\n"

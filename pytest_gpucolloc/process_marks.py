@@ -19,6 +19,7 @@ is reached because the process that starts every worker, the fork server, is a c
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -31,7 +32,7 @@ _MEMFD = "/memfd:gpucolloc-mark:"  # what /proc/PID/fd/N links to: the memfd's n
 KILL_WAIT_S = 10.0  # SIGKILL is asynchronous: a process is gone only once the kernel has torn it down
 
 
-def _stat(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
     """The fields of /proc/PID/stat after the command name (state, parent, group, session, ...); None if gone."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -40,13 +41,13 @@ def _stat(pid: int) -> list[str] | None:
 
 
 def _start_time(pid: int) -> str | None:
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return fields[19] if fields else None
 
 
 def gone(pid: int) -> bool:
     """No such process, or only its zombie (dead, its exit status not yet collected by its parent)."""
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return fields is None or fields[0] == "Z"
 
 
@@ -96,28 +97,25 @@ def _kill(pids: list[int]) -> list[int]:
     for pid in pids:
         if pid == os.getpid():
             continue
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
-        except (ProcessLookupError, PermissionError):
-            pass
     deadline = time.monotonic() + KILL_WAIT_S
     while not all(gone(pid) for pid in killed) and time.monotonic() < deadline:
         time.sleep(0.005)
     return killed
 
 
-def _in_groups(groups: Collection[int]) -> list[int]:
-    if not groups:
-        return []
-    return [int(entry.name) for entry in Path("/proc").iterdir()
-            if entry.name.isdigit() and (fields := _stat(int(entry.name))) and int(fields[2]) in groups]
+def _where(field: int, values: Collection[int]) -> set[int]:
+    """The processes whose /proc/PID/stat field ``field`` (1: parent, 2: process group) is one of ``values``."""
+    return {int(entry.name) for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and (fields := stat_fields(int(entry.name))) and int(fields[field]) in values}
 
 
 def kill_marked(marks: set[str], groups: Collection[int] = frozenset()) -> list[int]:
     """SIGKILL every process carrying one of ``marks`` or in one of the process ``groups`` (a worker's, which
     its children join unless they leave it), and wait until they are gone; returns their pids."""
-    found = {pid for pid, mark in _marks().items() if mark in marks} | set(_in_groups(groups))
+    found = {pid for pid, mark in _marks().items() if mark in marks} | (_where(2, groups) if groups else set())
     return _kill(sorted(found))
 
 
@@ -156,24 +154,16 @@ def become_subreaper() -> bool:
         return False
 
 
-def _children() -> list[int]:
-    me = os.getpid()
-    return [int(entry.name) for entry in Path("/proc").iterdir()
-            if entry.name.isdigit() and (fields := _stat(int(entry.name))) and int(fields[1]) == me]
-
-
 def end_children(timeout_s: float = KILL_WAIT_S) -> list[int]:
     """SIGKILL every child of this process and reap it, until none is left: a subreaper's killed child hands it
     its own children, which are killed in turn. Returns the pids killed (waits at most ``timeout_s``)."""
     killed: list[int] = []
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for pid in _children():
-            try:
+        for pid in _where(1, {os.getpid()}):
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
-            except ProcessLookupError:
-                pass
         try:
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass

@@ -65,11 +65,8 @@ class _Worker:
             # started by the session's fork server (forked, or exec'd fresh), in a session of its own: Ctrl-C
             # reaches the controller only, and what the worker leaves orphaned becomes the server's to end
             with open(log_path, "wb") as log:
-                # a named image workload imports torchvision; on a GPU any job is taken to (a user's model usually
-                # does, and its start-up counts there); a user's job on the CPU imports what it needs itself
-                vision = spec.device != "cpu" or isinstance(slot.workload.shape, ModelShape)
                 try:
-                    self.process = forkserver.spawn(env, log.fileno(), write_fd, mark_fd, vision)
+                    self.process = forkserver.spawn(env, log.fileno(), write_fd, mark_fd, _uses_vision(spec))
                 except BaseException:
                     os.close(read_fd)
                     os.close(write_fd)
@@ -244,6 +241,12 @@ class WorkerPool:
         # and whatever they started, in their process groups or not (own sessions, orphans), is gone on return
         process_marks.kill_marked({worker.mark for worker in self.workers}, {worker.pid for worker in self.workers})
         _LIVE_POOLS.discard(self)
+
+
+def _uses_vision(spec: protocol.Spec) -> bool:
+    """Whether the worker imports torchvision: a named image workload does; on a GPU any job is taken to (a user's
+    model usually does, and its start-up counts there); a user's job on the CPU imports what it needs itself."""
+    return spec.device != "cpu" or isinstance(Workload.from_dict(spec.workload).shape, ModelShape)
 
 
 @atexit.register

@@ -1,21 +1,11 @@
 """Every process a worker starts carries a mark that the kernel shows, so that none escapes: not a child that
-starts its own session (out of the worker's process group), nor one orphaned when pytest itself was SIGKILLed.
+starts its own session, nor one orphaned when pytest itself was SIGKILLed (docs/reliability.md).
 
-The mark names the worker and the pytest process that owns it (pid and start time, so that a reused pid is
-not mistaken for its owner). Each worker carries it twice, because neither way reaches every process:
-
-- an open file descriptor, a memfd named after the mark (``/proc/PID/fd``): every fork inherits it, and so does
-  what is exec'd unless the exec closes it (``subprocess`` does by default);
-- a variable in the environment (``/proc/PID/environ``, the environment a program was exec'd with): what is
-  exec'd inherits it. A process forked without exec shows its exec'd ancestor's environment there: a worker
-  forked by the fork server shows the server's, without the mark.
-
-``kill_marked`` ends workers' processes when they stop; ``kill_orphans`` ends, at the start of the next run,
-those whose owner is gone (pytest and its fork server killed outright). A process that leaves its worker's process
-group, closes the descriptor and runs without the variable (exec'd with a cleared environment) carries no mark: it
-is reached because the process that starts every worker, the fork server, is a child subreaper
-(``become_subreaper``): such a process, orphaned, becomes the server's child, and the server ends its children
-(``end_children``) once no worker is left, and before it exits.
+The mark (``new_mark``) names the worker and its pytest process (pid and start time: a reused pid is not its
+owner). A worker carries it twice, as neither way reaches every process: an open memfd named after it, which every
+fork inherits, and a variable in the environment, which what is exec'd inherits. ``kill_marked`` ends a worker's
+processes when it stops; ``kill_orphans`` ends, at the next run, those whose owner is gone. A process with neither
+is reached through the fork server, a child subreaper (``become_subreaper``, ``end_children``).
 """
 from __future__ import annotations
 

@@ -10,12 +10,8 @@ A serving job (``Workload(..., rate=...)``) answers requests instead:
 
     obj.serve_step() -> None       # one request: a forward pass on `batch_size` samples, no gradients
 
-and is built by ``build_serving``; the worker drives both kinds through ``train_step`` (for a serving job, one
-request), so warm-up and CUDA graph capture are the same.
-
-``Workload(..., cuda_graph=True)`` opts in to CUDA graphs, for built-in and user workloads alike: after
-warm-up ``train_step`` is captured once as a CUDA graph and replayed (``GraphedStep``). A captured step must
-not synchronise with the host, change shapes or do CPU-side work; one that cannot be captured fails with why.
+The worker drives both kinds through ``train_step``; ``cuda_graph=True`` captures either once as a CUDA graph after
+warm-up (``GraphedStep``).
 """
 from __future__ import annotations
 

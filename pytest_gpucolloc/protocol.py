@@ -16,8 +16,7 @@ its messages leave as JSON lines on the file descriptor named by ``GPUCOLLOC_MSG
     <- Stop                          (or stdin closing): exit
     -> Error                         on any failure, then exit 1
 
-Every message the controller reads is checked here: a worker that writes anything else on the channel fails
-with ``ProtocolError`` naming what it sent, instead of breaking the controller.
+A worker that writes anything else on the channel fails with ``ProtocolError`` naming what it sent.
 """
 from __future__ import annotations
 

@@ -268,7 +268,6 @@ class Workload:
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        data["options"] = dict(self.options)
         if not self.uses_loader:  # a synthetic job is saved as it was before loaders existed
             del data["data"], data["loader_workers"]
         if not self.serves:  # a training job is saved as it was before serving jobs existed

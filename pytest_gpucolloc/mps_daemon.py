@@ -35,10 +35,8 @@ def control_binary() -> str | None:
 def check_pipe_directory(pipe_dir: Path) -> None:
     longest = len(str(pipe_dir)) + SOCKET_NAME_RESERVE
     if longest > SOCKET_PATH_LIMIT:
-        raise MpsError(
-            f"MPS pipe directory {str(pipe_dir)!r} is too long for a Unix socket path "
-            f"({longest} > {SOCKET_PATH_LIMIT} bytes); use a shorter base directory"
-        )
+        raise MpsError(f"MPS pipe directory {str(pipe_dir)!r} is too long for a Unix socket path "
+                       f"({longest} > {SOCKET_PATH_LIMIT} bytes); use a shorter base directory")
 
 
 def _proc_name(pid: int) -> str:

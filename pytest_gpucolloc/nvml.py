@@ -237,11 +237,6 @@ def gpm_metrics(first: GpmSample, second: GpmSample) -> dict[str, float | str]:
         request.metrics[i].metricId = metric_id
     with _gpm_lock:
         pynvml.nvmlGpmMetricsGet(request)
-    values: dict[str, float | str] = {}
-    for i, name in enumerate(GPM_METRICS):
-        metric = request.metrics[i]
-        if metric.nvmlReturn == pynvml.NVML_SUCCESS:
-            values[name] = float(metric.value)
-        else:
-            values[name] = f"unsupported (NVML return {metric.nvmlReturn})"
-    return values
+    metrics = [request.metrics[i] for i in range(len(GPM_METRICS))]
+    return {name: float(m.value) if m.nvmlReturn == pynvml.NVML_SUCCESS else f"unsupported (NVML return {m.nvmlReturn})"
+            for name, m in zip(GPM_METRICS, metrics)}

@@ -95,7 +95,6 @@ class Requests:
     def serve_one(self, spin: bool = False) -> float:
         arrival = self.next_arrival()
         self.wait_until(arrival, spin)
-
         self.step()
         self.sync()  # answered: the result is on the host's side of the device
         self.answered += 1

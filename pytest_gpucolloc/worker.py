@@ -255,23 +255,19 @@ def _train_until_told(step, channel: Channel, requests=None, restart: bool = Tru
     """Train (or serve requests at the job's rate: from now, or, ``restart=False``, on the schedule it keeps) until a
     command arrives. A service waiting for its next request waits for a command at the same time, so that a slow rate
     never makes a command late."""
-    command = None
     if requests is not None and restart:
         requests.restart(time.monotonic())
-    while command is None:
+    while True:
         if requests is None:
             step.train_step()
-            command = channel.poll()
-            continue
-        wait = requests.next_arrival() - time.monotonic()
-        if wait > requests.SPIN_S:
-            try:
-                return channel.commands.get(timeout=wait - requests.SPIN_S)
-            except queue.Empty:
-                pass
-        requests.serve_one()
-        command = channel.poll()
-    return command
+        else:
+            wait = requests.next_arrival() - time.monotonic()
+            if wait > requests.SPIN_S:
+                with contextlib.suppress(queue.Empty):
+                    return channel.commands.get(timeout=wait - requests.SPIN_S)
+            requests.serve_one()
+        if (command := channel.poll()) is not None:
+            return command
 
 
 def describe_error(exc: BaseException) -> protocol.Error:

@@ -159,9 +159,8 @@ class ScenarioResult:
 
 
 def counted(workers: list[MeasuredWorker]) -> list[MeasuredWorker]:
-    """The workers whose samples make a scenario's aggregate throughput and speedup: its training jobs; a serving
-    job beside them is judged by its latency instead (``ScenarioResult.serving``). Alone, a serving job's answered
-    samples are the aggregate."""
+    """The workers whose samples make a scenario's aggregate throughput: its training jobs (a serving job beside
+    them is judged by its latency), or a serving job alone."""
     training = [w for w in workers if not w.workload.serves]
     return training or workers
 

@@ -1,12 +1,9 @@
 """Level shifts in a series of run means (oldest first): where it moved to a new level and stayed there. Pure
 statistics over floats; ``history_shifts.py`` applies them to saved history.
 
-Candidates come from ``ruptures``: PELT over the runs' mean log throughput, a penalty scaled by the series' own run-
-to-run noise, run by its C implementation of the L2 cost (``KernelCPD`` with a linear kernel: the segmentation of
-``Pelt(model="l2")``, 20 ms for 1,000 runs where that took seconds), in overlapping blocks beyond ``BLOCK`` runs. A
-candidate is kept only where Welch's t-test between the runs since the previous kept level and the runs up to the
-next one says the levels differ (p < alpha) and keeps saying so with any one run left out. Each level must hold for
-``min_runs`` runs: a single outlier run is never a change point.
+Candidates come from ``ruptures``' PELT (its C L2 cost, ``KernelCPD`` with a linear kernel), in overlapping blocks
+beyond ``BLOCK`` runs; one is kept only where Welch's t-test says the levels on either side differ, with any one run
+left out. Each level must hold for ``min_runs`` runs: a single outlier run is never a change point.
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ explicitly, and recorded with every result.
 """
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 
@@ -43,10 +44,8 @@ def parse_cpu_policy(text: str) -> CpuPolicy:
                 else:
                     cores.add(int(part))
             except ValueError:
-                raise CpuListError(
-                    f"invalid CPU list {group!r} in {text!r}: expected 'auto', 'none' or core lists "
-                    "such as '0-3;4-7'"
-                ) from None
+                raise CpuListError(f"invalid CPU list {group!r} in {text!r}: expected 'auto', 'none' or core lists "
+                                   "such as '0-3;4-7'") from None
         if not cores or min(cores) < 0 or max(cores) > 4095:
             raise CpuListError(f"invalid CPU list {group!r}: cores must be between 0 and 4095")
         sets.append(tuple(sorted(cores)))
@@ -79,16 +78,12 @@ def assign_cpus(n_workers: int, policy: CpuPolicy, available: list[int] | None =
         return Assignment([None] * n_workers, "not pinned (--colloc-cpus=none)")
     if policy.kind == "explicit":
         if len(policy.explicit) < n_workers:
-            raise CpuListError(
-                f"--colloc-cpus gives {len(policy.explicit)} core lists for {n_workers} workers"
-            )
+            raise CpuListError(f"--colloc-cpus gives {len(policy.explicit)} core lists for {n_workers} workers")
         check_cores(policy, available)
         return Assignment(list(policy.explicit[:n_workers]), "explicit (--colloc-cpus)")
     if len(available) < n_workers:
-        return Assignment(
-            [None] * n_workers,
-            f"not pinned: {n_workers} workers but only {len(available)} cores (never two workers per core)",
-        )
+        return Assignment([None] * n_workers, f"not pinned: {n_workers} workers but only {len(available)} cores "
+                                              "(never two workers per core)")
     cores = available[1:] if len(available) > n_workers else available  # keep one core for the controller
     if len(set(wants)) == 1:  # alike jobs get alike shares (what is left over stays free)
         counts = [len(cores) // n_workers] * n_workers
@@ -96,11 +91,8 @@ def assign_cpus(n_workers: int, policy: CpuPolicy, available: list[int] | None =
         counts = [max(1, len(cores) * want // sum(wants)) for want in wants]
         while sum(counts) > len(cores):  # the floor of 1 overshot: take from the largest share
             counts[counts.index(max(counts))] -= 1
-    sets: list[tuple[int, ...] | None] = []
-    start = 0
-    for count in counts:
-        sets.append(tuple(cores[start:start + count]))
-        start += count
+    sets: list[tuple[int, ...] | None] = [tuple(cores[start:start + count])
+                                          for start, count in zip(itertools.accumulate(counts, initial=0), counts)]
     note = (f"auto: {counts[0]} core(s) per worker" if len(set(counts)) == 1
             else "auto: " + ", ".join(map(str, counts)) + " cores for the workers in order")
     if sum(wants) > len(cores):

@@ -1,26 +1,23 @@
 """A fork server for workers (``--colloc-spawn=forkserver``): one process per pytest session imports torch, the
 worker's code and (for the first job that uses it) torchvision once, never touches CUDA, and forks each worker on
-request. A forked worker skips the imports a fresh ``python -m pytest_gpucolloc.worker`` pays (about 3 s for torch
-and 2 s for torchvision on an H200 host); it is a real process of its own all the same, with its own environment,
-session, log and CUDA context. Under ``--colloc-spawn=fresh`` a server that imports nothing execs each worker as
-``python -m pytest_gpucolloc.worker`` instead: a fresh interpreter, started the same way.
+request, which spares each worker those imports (about 3 s for torch and 2 s for torchvision on an H200 host); each
+is still a process of its own, with its own environment, session, log and CUDA context. Under
+``--colloc-spawn=fresh`` a server that imports nothing execs each worker as ``python -m pytest_gpucolloc.worker``.
 
-The server is the workers' keeper: a child subreaper (``process_marks.become_subreaper``), so that whatever a
-workload starts and leaves orphaned, in its own session, without descriptors or environment (a double-forking
-daemon), becomes the server's child; when no worker is left, and before the server exits, it kills and reaps every
-child it has (``process_marks.end_children``). It exits, after that, when the controller does, even when the
-controller was SIGKILLed (its parent-death signal is SIGTERM, which it handles; the closed socket tells it too).
+The server is a child subreaper (``process_marks.become_subreaper``): whatever a workload leaves orphaned (a
+double-forking daemon) becomes its child, and it kills and reaps every child once no worker is left and before it
+exits. It exits when the controller does, even a SIGKILLed one (its parent-death signal is SIGTERM; the closed socket
+tells it too).
 
-Controller and server talk over a Unix socket pair (SOCK_SEQPACKET: one message per send). A request is
-``{"env": {...}, "cwd": ...}`` with four file descriptors (the worker's stdin, its log, its message channel, and the
-one that marks its processes: ``process_marks.py``); the server answers ``{"pid": N}``, and
-``{"exited": N, "status": S}`` (an ``os.waitpid`` status) once it has reaped the worker. The server is
-single-threaded: a thread in a process that forks could hold a lock its children would then wait on for ever. It
-dies with the controller, and its workers die with it.
+Controller and server talk over a SOCK_SEQPACKET socket pair: a request ``{"env", "cwd", "vision"}`` comes with four
+descriptors (the worker's stdin, log, message channel and mark: ``process_marks.py``); the server answers
+``{"pid": N}``, and ``{"exited": N, "status": S}`` (a ``waitpid`` status) once it has reaped the worker. The server is
+single-threaded: a thread in a process that forks could hold a lock its children would then wait on for ever.
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import json
 import math
@@ -143,19 +140,14 @@ class ForkServer:
 
     def status(self, pid: int) -> int | None:
         """The ``waitpid`` status of a worker that has ended, else None."""
-        try:
+        with contextlib.suppress(ForkServerError, OSError):  # the server gone: its workers died with it
             while pid not in self.exits and self._receive(0) is not None:
                 pass
-        except (ForkServerError, OSError):
-            pass  # the server is gone: its workers died with it
         if pid in self.exits:
             return self.exits[pid]
         if self.process.poll() is not None and process_marks.gone(pid):
             return signal.SIGKILL  # killed with the server (PR_SET_PDEATHSIG)
         return None
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
 
     def close(self) -> None:
         """Stop the server (it kills any worker still running) and remove its log."""
@@ -175,8 +167,7 @@ def shared(exec_workers: bool = False) -> ForkServer:
     """The session's fork server (``exec_workers``: the one for fresh workers), started on first use (again if it
     died)."""
     server = _SHARED.get(exec_workers)
-    if server is None or not server.alive():
-
+    if server is None or server.process.poll() is not None:
         if server is not None:
             server.close()
         if not _SHARED:
@@ -279,13 +270,11 @@ def _reap(workers: set[int]) -> list[tuple[int, int]]:
     """Collect every child that has ended: the workers among them (removed from ``workers``) with their statuses;
     an adopted orphan is only reaped."""
     exited = []
-    try:
+    with contextlib.suppress(ChildProcessError):  # no child at all
         while (ended := os.waitpid(-1, os.WNOHANG))[0]:
             if ended[0] in workers:
                 workers.discard(ended[0])
                 exited.append(ended)
-    except ChildProcessError:
-        pass  # no child at all
     return exited
 
 
@@ -302,10 +291,8 @@ def main() -> int:
     for name in () if exec_workers else PRELOAD:
         importlib.import_module(name)
     sock.send(json.dumps({"ready": True}).encode())
-    try:
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
         serve(sock, exec_workers)
-    except (BrokenPipeError, ConnectionResetError):
-        pass
     return 0
 
 

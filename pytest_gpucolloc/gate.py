@@ -1,31 +1,9 @@
-"""The regression decision: is this run's throughput lower than its history's, beyond noise?
+"""The regression decision: is this run's throughput lower than its history's, beyond noise? And a serving job's
+latency (lower is better), judged by the same method at each percentile on each round's 1/latency.
 
-Method (all in log throughput, so changes are ratios):
-- each run is summarised by the mean of its rounds' log aggregate throughput (all rounds are used);
-- the baseline is the scenario's current level: its comparable runs (same jobs, same GPU model and configuration,
-  not throttled; the same physical GPU when it has enough history, else the model's other GPUs with each GPU's
-  level estimated from scenarios both ran) since the last level shift (``changepoints``), at most ``runs``;
-- disturbed runs are left out and named: a round spread far above the scenario's usual one, a power-cap share far
-  below the others' (both blind to the run's level, so leaving them out does not bias the spread), and run levels
-  that the other runs' own spread cannot explain (each run's externally studentised residual, Bonferroni);
-- the spread of the kept runs' means carries both noise sources that matter: round-to-round noise
-  *and* run-to-run noise (on the H200 machine runs of one job differed by 18% while rounds differed by 5-7%);
-- the current run is a regression when it falls below the one-sided (1 - alpha) *prediction bound* of the
-  kept runs (Student t, K - 1 degrees of freedom: an A/A run fails with probability alpha, checked by simulation
-  with disturbed runs injected: tests/doubles/gatesim.py) **and** the drop is at least the threshold (minimum
-  effect size);
-- the minimum detectable effect (MDE) at ``power`` follows from the same spread; when it exceeds the
-  threshold the verdict says so, and what would help (more rounds, or more baseline runs, or neither when
-  run-to-run noise alone is too large).
-A current run with a disturbed signature is named (``Verdict.disturbed``): the pytest gate measures it again.
-
-A serving job's latency (lower is better) is judged by the same method at p50 and p99, beside its training
-neighbours and alone at the same rate (its own yardstick: "it got slower" apart from "it suffers more from its
-neighbours"), on each round's 1/latency (``history.latency_sample_of``): a rise beyond the noise and by at least the
-threshold is a regression. The verdicts (``Verdict.latency`` of the scenario's) say it in ms and as changes of the
-percentile (``Terms``). A saturated service is not judged on latency: it measured a queue that grew with the run's
-length. A change the runs cannot resolve (the smallest one caught would be a halving of the throughput, a doubling
-of a latency) is said to be so, not given as a number.
+In log throughput, so changes are ratios: a run is regressed when it falls below the one-sided (1 - alpha)
+prediction bound of its baseline runs (``baseline.py``: comparable, at the current level, disturbed runs left out)
+**and** by at least the threshold. The method and how it was checked: docs/gate.md.
 """
 from __future__ import annotations
 
@@ -49,11 +27,8 @@ from .verdict import Policy, RunSample, Terms, Verdict, terms_of, variance_of
 
 def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy(), references=()) -> Verdict:
     """``references``: pairs of (another scenario's run on the current GPU, that scenario's history), from which
-    this GPU's level is estimated when it has too little history of its own (``machine_levels``).
-
-    A latency sample (``current.latency``) is judged on its 1/latency with the threshold a rise of the latency by
-    ``policy.threshold`` (a drop of 1/latency by threshold / (1 + threshold)); the verdict is said in ms and as
-    changes of the latency."""
+    this GPU's level is estimated when it has too little history of its own (``machine_levels``). A latency sample is
+    judged on its 1/latency, and its verdict said in ms and as changes of the latency."""
     terms = terms_of(current)
     result = Verdict(verdict="unchanged", threshold=policy.threshold, current=current.throughput, metric=terms.metric)
     served = [r for r in comparable(current, history)[0] if r.gpu_uuid == current.gpu_uuid] \
@@ -130,24 +105,20 @@ def _decide(result: Verdict, current: RunSample, history: list[RunSample], polic
                             + "; ".join(f"{run} ({why})" for run, why in result.left_out.items()))
     result.baseline_runs = [r.run_id for r in baseline]
     needed = max(policy.min_runs, 2)  # a spread needs two runs at least
-    if placement is None:  # identical GPUs differ by up to 15% (H200s): a level from other GPUs decides nothing
-        own = sum(r.gpu_uuid == current.gpu_uuid for r in history)
-        result.verdict = "no baseline"
+    own = sum(r.gpu_uuid == current.gpu_uuid for r in history)
+    if placement is None and terms.inverse:  # no other scenario's latency places this GPU (references: throughput)
+        result.reason = (f"{own} comparable run(s) on this GPU (the gate needs {needed}); latency is judged "
+                         "against runs on this GPU only (GPUs of one model differ): save runs on this GPU")
+    elif placement is None:  # identical GPUs differ by up to 15% (H200s): a level from other GPUs decides nothing
         result.reason = (f"{own} comparable run(s) on this GPU (the gate needs {needed}) and fewer than "
                          f"{MIN_SHARED} scenarios measured both here and on the other GPUs of this model whose runs "
                          f"are saved, so this GPU's level is unknown: gate {MIN_SHARED} or more scenarios that ran "
                          "on them earlier in the same session (their levels place this GPU), or save runs on this GPU")
-        if terms.inverse:  # no other scenario's latency places this GPU (``references`` are of throughput)
-            result.reason = (f"{own} comparable run(s) on this GPU (the gate needs {needed}); latency is judged "
-                             "against runs on this GPU only (GPUs of one model differ): save runs on this GPU")
-        if baseline:
-            result.baseline = math.exp(statistics.fmean(r.log_mean for r in baseline))
-            result.change = current.throughput / result.baseline - 1
-        return
-    if len(baseline) < needed:
-        result.verdict = "no baseline"
+    elif len(baseline) < needed:
         result.reason = (f"{len(baseline)} comparable run(s) in the history; the gate needs {needed} "
                          "to know the run-to-run spread")
+    if placement is None or len(baseline) < needed:
+        result.verdict = "no baseline"
         if baseline:
             result.baseline = math.exp(statistics.fmean(r.log_mean for r in baseline))
             result.change = current.throughput / result.baseline - 1

@@ -60,11 +60,9 @@ class LoaderFeed:
     this is the time the data loader held the GPU back (zero while batches are ready ahead of the step)."""
 
     def __init__(self, crop: int, num_classes: int, batch_size: int, workers: int, device: torch.device):
-        self.device = device
-        pin = device.type == "cuda"
         loader = DataLoader(JpegImages(crop, num_classes), batch_size=batch_size, num_workers=workers,
                             sampler=RandomSampler(range(IMAGES), replacement=True, num_samples=1 << 62),
-                            pin_memory=pin, drop_last=True, persistent_workers=workers > 0)
+                            pin_memory=device.type == "cuda", drop_last=True, persistent_workers=workers > 0)
         self.batches = iter(loader)  # one endless epoch: no pipeline drain at epoch ends
         self.wait_s = 0.0
 

@@ -2,11 +2,8 @@
 the same scenarios at the same time, and the ``ab`` controller decides when each arm's workers train.
 
 For each block of a scenario (a fresh set of worker processes) the arm asks the controller before it starts its
-workers (the two arms warm up one at a time, each on a GPU the other leaves alone), says when they are warm and
-idle, then measures one short window whenever told to, the other arm's workers idling meanwhile. The controller
-alternates the arms in random order, so drift over the job touches both alike and a pair of windows costs seconds.
-When the controller has enough, it says whether it wants another block (new processes: the noise between
-processes is measured, not assumed away).
+workers, says when they are warm and idle, then measures one short window whenever told to, the other arm's workers
+idling meanwhile (docs/ab.md).
 
 Messages are JSON lines on a Unix socket named by ``GPUCOLLOC_AB_SOCKET``:
 

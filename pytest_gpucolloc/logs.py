@@ -5,6 +5,7 @@ so a failure report stays small whatever was printed.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 TAIL_BYTES = 64 * 1024
@@ -15,9 +16,7 @@ def tail(path: Path, lines: int = 30) -> str:
     """The last ``lines`` lines of a log file, each cut to LINE_CHARS; empty if it cannot be read."""
     try:
         with open(path, "rb") as log:
-            log.seek(0, 2)
-            size = log.tell()
-            log.seek(max(0, size - TAIL_BYTES))
+            log.seek(max(0, log.seek(0, os.SEEK_END) - TAIL_BYTES))
             text = log.read().decode(errors="replace")
     except OSError:
         return ""

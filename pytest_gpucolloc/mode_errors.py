@@ -1,9 +1,5 @@
-"""The two ways a sharing mode's setup goes wrong, as the test sees them: a skip or a failure.
-
-Each mode's own errors (``mps_daemon.MpsError``, ``mig.provision.MigUnavailable``/``MigError``) subclass one of
-these, so the fixture turns any mode's error into an outcome without knowing the mode. A leaf module: the mode
-helpers below ``modes/`` import it without importing the registry.
-"""
+"""The two ways a sharing mode's setup goes wrong, as the test sees them: a skip or a failure. Each mode's own errors
+subclass one; a leaf module, so that the mode helpers import it without importing the registry."""
 from __future__ import annotations
 
 

@@ -10,12 +10,8 @@ A serving job (``Workload(..., rate=...)``) answers requests instead:
 
     obj.serve_step() -> None       # one request: a forward pass on `batch_size` samples, no gradients
 
-and is built by ``build_serving``; the worker drives both kinds through ``train_step`` (for a serving job, one
-request), so warm-up and CUDA graph capture are the same.
-
-``Workload(..., cuda_graph=True)`` opts in to CUDA graphs, for built-in and user workloads alike: after
-warm-up ``train_step`` is captured once as a CUDA graph and replayed (``GraphedStep``). A captured step must
-not synchronise with the host, change shapes or do CPU-side work; one that cannot be captured fails with why.
+The worker drives both kinds through ``train_step``; ``cuda_graph=True`` captures either once as a CUDA graph after
+warm-up (``GraphedStep``).
 """
 from __future__ import annotations
 
@@ -31,14 +27,9 @@ from .workloads import NAMED_WORKLOADS, SMOKE_SEQ_LEN, LanguageModelShape, Workl
 def build_network(arch: str, num_classes: int) -> nn.Module:
     from torchvision.models import resnet
 
-    if arch == "resnet26":
-        # Bottleneck ResNet with [2, 2, 2, 2] blocks: 1 + 3*8 + 1 = 26 layers.
+    if arch == "resnet26":  # Bottleneck ResNet with [2, 2, 2, 2] blocks: 1 + 3*8 + 1 = 26 layers
         return resnet.ResNet(resnet.Bottleneck, [2, 2, 2, 2], num_classes=num_classes)
-    if arch == "resnet50":
-        return resnet.resnet50(num_classes=num_classes)
-    if arch == "resnet152":
-        return resnet.resnet152(num_classes=num_classes)
-    raise ValueError(f"unknown architecture {arch!r}")
+    return getattr(resnet, arch)(num_classes=num_classes)  # resnet50, resnet152
 
 
 class TrainingStep:
@@ -47,9 +38,16 @@ class TrainingStep:
 
     extra_step_every: int | None = None
     steps = 0
+    device: torch.device
+    bf16 = False
+    graph_safe = False  # autocast's weight cache must be off inside a CUDA graph capture
 
     def _step(self) -> None:
         raise NotImplementedError
+
+    def autocast(self) -> torch.autocast:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16,
+                              cache_enabled=False if self.graph_safe else None)
 
     def train_step(self) -> None:
         self._step()
@@ -65,12 +63,10 @@ class SupervisedStep(TrainingStep):
     def __init__(self, model: nn.Module, batch_size: int, image_size: int, num_classes: int,
                  device: torch.device, precision: str, extra_step_every: int | None = None,
                  graph_safe: bool = False, loader=None):
-        self.device = device
+        self.device, self.graph_safe, self.extra_step_every = device, graph_safe, extra_step_every
         self.loader = loader  # image_data.LoaderFeed, or None: one synthetic batch stays on the device
-        self.graph_safe = graph_safe  # autocast's weight cache must be off inside a CUDA graph capture
-        self.extra_step_every = extra_step_every
         self.samples_per_step = batch_size
-        self.autocast = precision == "bf16"
+        self.bf16 = precision == "bf16"
         memory_format = torch.channels_last if device.type == "cuda" else torch.contiguous_format
         self.model = model.to(device).to(memory_format=memory_format).train()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
@@ -86,8 +82,7 @@ class SupervisedStep(TrainingStep):
 
     def compute(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast,
-                            cache_enabled=False if self.graph_safe else None):
+        with self.autocast():
             loss = self.loss(self.model(self.images), self.labels)
         loss.backward()
         self.optimizer.step()
@@ -139,7 +134,7 @@ class LanguageModelStep(TrainingStep):
                  precision: str, extra_step_every: int | None = None, graph_safe: bool = False):
         self.device, self.graph_safe, self.extra_step_every = device, graph_safe, extra_step_every
         self.samples_per_step = batch_size
-        self.autocast = precision == "bf16"
+        self.bf16 = precision == "bf16"
         self.model = LanguageModel(shape, seq_len).to(device).train()
         # capturable: AdamW's step counter stays on the device, so the step can be captured as a CUDA graph
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4,
@@ -151,8 +146,7 @@ class LanguageModelStep(TrainingStep):
 
     def _step(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast,
-                            cache_enabled=False if self.graph_safe else None):
+        with self.autocast():
             logits = self.model(self.inputs)
             loss = nn.functional.cross_entropy(logits.view(-1, self.vocab), self.targets.view(-1))
         loss.backward()
@@ -216,8 +210,6 @@ class GraphedStep:
 
 def build_named(workload: Workload, device: torch.device, image_size: int | None = None):
     shape = NAMED_WORKLOADS[workload.model]
-    if device.type == "cuda":  # one job per process: the flag is the job's
-        torch.backends.cudnn.benchmark = workload.options.get("cudnn_autotune", True)
     extra = None if workload.cuda_graph else workload.options.get("extra_step_every")
     step: LanguageModelStep | SupervisedStep
     if isinstance(shape, LanguageModelShape):
@@ -252,17 +244,13 @@ class ServingStep(TrainingStep):
     def __init__(self, model: nn.Module, inputs: torch.Tensor, device: torch.device, precision: str,
                  graph_safe: bool = False, extra_step_every: int | None = None):
         self.model, self.inputs, self.device = model.to(device).eval(), inputs, device
-        self.autocast, self.graph_safe = precision == "bf16", graph_safe
+        self.bf16, self.graph_safe = precision == "bf16", graph_safe
         self.samples_per_step = inputs.shape[0]
         self.extra_step_every = extra_step_every
 
-    def forward(self) -> None:
-        with torch.inference_mode(), torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast,
-                                                    cache_enabled=False if self.graph_safe else None):
-            self.model(self.inputs)
-
     def _step(self) -> None:
-        self.forward()
+        with torch.inference_mode(), self.autocast():
+            self.model(self.inputs)
 
 
 class UserServingStep:
@@ -279,8 +267,6 @@ def build_serving(workload: Workload, device: torch.device, image_size: int | No
     """The serving object of a serving job (``Workload(..., rate=...)``): one request per ``train_step``."""
     if workload.is_named:
         shape = workload.shape
-        if device.type == "cuda":  # one job per process: the flag is the job's
-            torch.backends.cudnn.benchmark = workload.options.get("cudnn_autotune", True)
         every = workload.options.get("extra_step_every")
         generator = torch.Generator(device="cpu").manual_seed(0)
         if isinstance(shape, LanguageModelShape):
@@ -298,13 +284,10 @@ def build_serving(workload: Workload, device: torch.device, image_size: int | No
             step = ServingStep(model, images.to(device=device, memory_format=memory_format), device,
                                workload.precision, workload.cuda_graph, None if workload.cuda_graph else every)
         if workload.cuda_graph:
-            return GraphedStep(step.forward, step.samples_per_step, every)
+            return GraphedStep(step._step, step.samples_per_step, every)
         return step
-    obj = load_factory(workload.model)(
-        batch_size=workload.batch_size, device=device, precision=workload.precision, **workload.options)
-    if not callable(getattr(obj, "serve_step", None)):
-        raise TypeError(f"{workload.model} returned {type(obj).__name__}, which has no serve_step() (a serving job, "
-                        "rate=..., answers one request per serve_step())")
+    obj = _user_object(workload, device, "serve_step", " (a serving job, rate=..., answers one request per "
+                                                        "serve_step())")
     samples = getattr(obj, "samples_per_step", workload.batch_size)
     if workload.cuda_graph:
         return GraphedStep(obj.serve_step, samples)
@@ -319,13 +302,18 @@ def data_wait_s(step) -> float | None:
     return loader.wait_s if isinstance(loader, LoaderFeed) else None
 
 
-def load_factory(path: str):
-    module_name, _, attr = path.partition(":")
+def _user_object(workload: Workload, device: torch.device, method: str, why: str = "") -> Any:
+    """What a user's factory (``"package.module:factory"``) returns for ``workload``, which must have ``method``."""
+    module_name, _, attr = workload.model.partition(":")
     module = importlib.import_module(module_name)
     try:
-        return getattr(module, attr)
+        factory = getattr(module, attr)
     except AttributeError:
         raise ImportError(f"module {module_name!r} has no attribute {attr!r}") from None
+    obj = factory(batch_size=workload.batch_size, device=device, precision=workload.precision, **workload.options)
+    if not callable(getattr(obj, method, None)):
+        raise TypeError(f"{workload.model} returned {type(obj).__name__}, which has no {method}(){why}")
+    return obj
 
 
 def build(workload: Workload, device: torch.device, image_size: int | None = None) -> Any:
@@ -333,15 +321,13 @@ def build(workload: Workload, device: torch.device, image_size: int | None = Non
     step still has to be captured (``GraphedStep.capture``) before it trains."""
     if workload.cuda_graph and device.type != "cuda":
         raise RuntimeError(f"cuda_graph=True needs a CUDA device; this worker trains on {device.type}")
+    if workload.is_named and device.type == "cuda":  # one job per process: the flag is the job's
+        torch.backends.cudnn.benchmark = workload.options.get("cudnn_autotune", True)
     if workload.serves:
         return build_serving(workload, device, image_size)
     if workload.is_named:
         return build_named(workload, device, image_size)
-    step = load_factory(workload.model)(
-        batch_size=workload.batch_size, device=device, precision=workload.precision, **workload.options
-    )
-    if not callable(getattr(step, "train_step", None)):
-        raise TypeError(f"{workload.model} returned {type(step).__name__}, which has no train_step()")
+    step = _user_object(workload, device, "train_step")
     if workload.cuda_graph:
         return GraphedStep(step.train_step, getattr(step, "samples_per_step", workload.batch_size))
     return step

@@ -5,6 +5,7 @@ at the default /tmp/nvidia-mps, and clients reach it only through ``client_env()
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -12,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from . import process_marks
 from .logs import tail
 from .mode_errors import ModeFailed
 
@@ -33,10 +35,8 @@ def control_binary() -> str | None:
 def check_pipe_directory(pipe_dir: Path) -> None:
     longest = len(str(pipe_dir)) + SOCKET_NAME_RESERVE
     if longest > SOCKET_PATH_LIMIT:
-        raise MpsError(
-            f"MPS pipe directory {str(pipe_dir)!r} is too long for a Unix socket path "
-            f"({longest} > {SOCKET_PATH_LIMIT} bytes); use a shorter base directory"
-        )
+        raise MpsError(f"MPS pipe directory {str(pipe_dir)!r} is too long for a Unix socket path "
+                       f"({longest} > {SOCKET_PATH_LIMIT} bytes); use a shorter base directory")
 
 
 def _proc_name(pid: int) -> str:
@@ -47,13 +47,6 @@ def _proc_name(pid: int) -> str:
     except OSError:
         return ""
     return Path(argv0.decode(errors="replace")).name
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _proc_env(pid: int) -> dict[str, str] | None:
@@ -76,7 +69,8 @@ def mps_processes() -> dict[int, dict]:
         if name.startswith("nvidia-cuda-mps"):
             env = _proc_env(int(entry.name))
             pipe = None if env is None else env.get("CUDA_MPS_PIPE_DIRECTORY")
-            found[int(entry.name)] = {"name": name, "pipe_dir": pipe, "parent": _parent(int(entry.name))}
+            fields = process_marks.stat_fields(int(entry.name))
+            found[int(entry.name)] = {"name": name, "pipe_dir": pipe, "parent": int(fields[1]) if fields else None}
     for info in found.values():
         if info["pipe_dir"] is None and info["parent"] in found:
             info["pipe_dir"] = found[info["parent"]]["pipe_dir"]
@@ -94,7 +88,6 @@ class MpsDaemon:
         self.pipe_dir = self.root / "pipe"
         self.log_dir = self.root / "log"
         self.gpu_uuid = gpu_uuid
-        self.defaults: dict[str, str] = {}
         self.running = False
         check_pipe_directory(self.pipe_dir)
 
@@ -109,8 +102,7 @@ class MpsDaemon:
             env["CUDA_VISIBLE_DEVICES"] = self.gpu_uuid
         return env
 
-    def start(self, active_thread_percentage: float | None = None,
-              pinned_mem_limit_mb: int | None = None) -> MpsDaemon:
+    def start(self) -> MpsDaemon:
         binary = control_binary()
         if binary is None:
             raise MpsError(f"{CONTROL} is not on PATH (it ships with the NVIDIA driver's CUDA utilities)")
@@ -123,16 +115,11 @@ class MpsDaemon:
             said = started.stderr.strip() or started.stdout.strip()
             raise MpsError(f"{CONTROL} -d failed ({started.returncode}): {said}\n{self.log_tail()}")
         self.running = True
-        # Defaults apply to servers started later, and the server starts at the first client: set them now.
-        if active_thread_percentage is not None:
-            self.set_default("set_default_active_thread_percentage", f"{active_thread_percentage:g}")
-        if pinned_mem_limit_mb is not None:
-            self.set_default("set_default_device_pinned_mem_limit", f"0 {pinned_mem_limit_mb}M")
         return self
 
     def set_default(self, command: str, value: str) -> None:
+        """Defaults apply to servers started later (the server starts at the first client)."""
         self.control(f"{command} {value}")
-        self.defaults[command] = value
 
     def control(self, command: str, timeout: float = 15.0) -> str:
         """Send one command to the daemon and return its answer."""
@@ -179,10 +166,8 @@ class MpsDaemon:
                 if _wait_gone(pids, timeout):
                     break
         for pid in self.daemon_pids():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         _wait_gone(pids, 5.0)
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -196,22 +181,10 @@ class MpsDaemon:
 def _wait_gone(pids: list[int], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = []
         for pid in pids:
-            try:  # reap it if it is our child (the daemon's launcher can leave a zombie)
+            with contextlib.suppress(ChildProcessError):  # reap it if it is our child (the launcher can leave a zombie)
                 os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            if Path(f"/proc/{pid}").exists() and _proc_name(pid) and not _is_zombie(pid):
-                alive.append(pid)
-        if not alive:
+        if all(process_marks.gone(pid) or not _proc_name(pid) for pid in pids):
             return True
         time.sleep(0.05)
     return False
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True

@@ -5,6 +5,7 @@ backend (``mig/nvml_backend.py``) receives the module from ``library()``, so tes
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,9 +14,6 @@ try:
     import pynvml
 except ImportError:  # nvidia-ml-py is a dependency, but a broken install must still give a reason
     pynvml = None
-
-_lock = threading.Lock()
-_state: dict[str, Any] = {"initialised": False, "error": None}
 
 GPM_METRICS = {  # NVML_GPM_METRIC_* ids
     "sm_activity_pct": 2,
@@ -41,23 +39,16 @@ def as_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+@functools.cache
 def init() -> str | None:
     """Initialise NVML once; returns None when usable, else the reason it is not."""
-    with _lock:
-        if _state["initialised"]:
-            return None
-        if _state["error"]:
-            return _state["error"]
-        if pynvml is None:
-            _state["error"] = "nvidia-ml-py (module pynvml) is not installed"
-            return _state["error"]
-        try:
-            pynvml.nvmlInit()
-        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-            _state["error"] = f"NVML is not available ({exc})"
-            return _state["error"]
-        _state["initialised"] = True
-        return None
+    if pynvml is None:
+        return "nvidia-ml-py (module pynvml) is not installed"
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return f"NVML is not available ({exc})"
+    return None
 
 
 def _require() -> None:
@@ -104,11 +95,9 @@ def device_count() -> int:
     return pynvml.nvmlDeviceGetCount()
 
 
-def _handle(uuid_or_index: str | int):
+def _handle(uuid: str):
     _require()
-    if isinstance(uuid_or_index, int):
-        return pynvml.nvmlDeviceGetHandleByIndex(uuid_or_index)
-    return pynvml.nvmlDeviceGetHandleByUUID(uuid_or_index.encode() if isinstance(uuid_or_index, str) else uuid_or_index)
+    return pynvml.nvmlDeviceGetHandleByUUID(uuid.encode())
 
 
 def gpus() -> list[GpuInfo]:
@@ -248,11 +237,6 @@ def gpm_metrics(first: GpmSample, second: GpmSample) -> dict[str, float | str]:
         request.metrics[i].metricId = metric_id
     with _gpm_lock:
         pynvml.nvmlGpmMetricsGet(request)
-    values: dict[str, float | str] = {}
-    for i, name in enumerate(GPM_METRICS):
-        metric = request.metrics[i]
-        if metric.nvmlReturn == pynvml.NVML_SUCCESS:
-            values[name] = float(metric.value)
-        else:
-            values[name] = f"unsupported (NVML return {metric.nvmlReturn})"
-    return values
+    metrics = [request.metrics[i] for i in range(len(GPM_METRICS))]
+    return {name: float(m.value) if m.nvmlReturn == pynvml.NVML_SUCCESS else f"unsupported (NVML return {m.nvmlReturn})"
+            for name, m in zip(GPM_METRICS, metrics)}

@@ -4,6 +4,7 @@ What is said to a worker and what it answers is ``protocol.py``."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -53,9 +54,7 @@ class _Worker:
     def __init__(self, label: str, slot: WorkerSlot, spec: protocol.Spec, log_path: Path, forkserver: ForkServer):
         self.label, self.slot, self.log_path = label, slot, log_path
         read_fd, write_fd = os.pipe()
-        env = base_environment()
-        env.update(slot.env)
-        env[MSG_FD_ENV] = str(write_fd)
+        env = {**base_environment(), **slot.env, MSG_FD_ENV: str(write_fd)}
         self.mark = process_marks.new_mark(f"{label}-{next(_WORKER_NUMBERS)}")
         env[process_marks.MARK_ENV] = self.mark  # inherited by whatever the worker execs
         if slot.cpus:
@@ -76,9 +75,7 @@ class _Worker:
             os.close(mark_fd)
         os.close(write_fd)
         self.messages_fd = read_fd  # -1 once closed
-        stdin = self.process.stdin
-        assert stdin is not None  # a pipe: the fork server's
-        self.stdin = stdin
+        self.stdin = self.process.stdin  # a pipe: the fork server's
         self._buffer = b""
         self.send(spec)
 
@@ -111,19 +108,16 @@ class _Worker:
             code = self.process.wait(timeout=1 if summary else 5 if error else 10)
         except subprocess.TimeoutExpired:
             code = None
-        if summary is not None:
-            pass
-        elif error is not None:
+        if summary is None and error is not None:
             summary = f"{error.type}: {error.message}"
-        elif code is None:
-            summary = "closed its message pipe but kept running"
-        else:
-            summary = f"exited with code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
+        elif summary is None:
+            summary = ("closed its message pipe but kept running" if code is None else f"exited with code {code}"
+                       if code >= 0 else f"killed by {signal.Signals(-code).name}")
         return WorkerFailed(self.label, summary, tail(self.log_path), error)
 
     def stop(self, grace_s: float) -> None:
-        if self.process.poll() is None:
-            self.send(protocol.Stop())
+        """After a Stop command (``WorkerPool.close`` sends every worker one first): grace, then SIGTERM, then
+        SIGKILL to its process group."""
         for sig, wait_s in ((None, grace_s), (signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
             if sig is not None:
                 try:
@@ -135,10 +129,8 @@ class _Worker:
                 break
             except subprocess.TimeoutExpired:
                 continue
-        try:
+        with contextlib.suppress(OSError):
             self.stdin.close()
-        except OSError:
-            pass
         if self.messages_fd >= 0:
             os.close(self.messages_fd)
             self.messages_fd = -1

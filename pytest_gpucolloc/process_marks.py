@@ -1,24 +1,15 @@
 """Every process a worker starts carries a mark that the kernel shows, so that none escapes: not a child that
-starts its own session (out of the worker's process group), nor one orphaned when pytest itself was SIGKILLed.
+starts its own session, nor one orphaned when pytest itself was SIGKILLed (docs/reliability.md).
 
-The mark names the worker and the pytest process that owns it (pid and start time, so that a reused pid is
-not mistaken for its owner). Each worker carries it twice, because neither way reaches every process:
-
-- an open file descriptor, a memfd named after the mark (``/proc/PID/fd``): every fork inherits it, and so does
-  what is exec'd unless the exec closes it (``subprocess`` does by default);
-- a variable in the environment (``/proc/PID/environ``, the environment a program was exec'd with): what is
-  exec'd inherits it. A process forked without exec shows its exec'd ancestor's environment there: a worker
-  forked by the fork server shows the server's, without the mark.
-
-``kill_marked`` ends workers' processes when they stop; ``kill_orphans`` ends, at the start of the next run,
-those whose owner is gone (pytest and its fork server killed outright). A process that leaves its worker's process
-group, closes the descriptor and runs without the variable (exec'd with a cleared environment) carries no mark: it
-is reached because the process that starts every worker, the fork server, is a child subreaper
-(``become_subreaper``): such a process, orphaned, becomes the server's child, and the server ends its children
-(``end_children``) once no worker is left, and before it exits.
+The mark (``new_mark``) names the worker and its pytest process (pid and start time: a reused pid is not its
+owner). A worker carries it twice, as neither way reaches every process: an open memfd named after it, which every
+fork inherits, and a variable in the environment, which what is exec'd inherits. ``kill_marked`` ends a worker's
+processes when it stops; ``kill_orphans`` ends, at the next run, those whose owner is gone. A process with neither
+is reached through the fork server, a child subreaper (``become_subreaper``, ``end_children``).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -31,7 +22,7 @@ _MEMFD = "/memfd:gpucolloc-mark:"  # what /proc/PID/fd/N links to: the memfd's n
 KILL_WAIT_S = 10.0  # SIGKILL is asynchronous: a process is gone only once the kernel has torn it down
 
 
-def _stat(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
     """The fields of /proc/PID/stat after the command name (state, parent, group, session, ...); None if gone."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -40,13 +31,13 @@ def _stat(pid: int) -> list[str] | None:
 
 
 def _start_time(pid: int) -> str | None:
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return fields[19] if fields else None
 
 
 def gone(pid: int) -> bool:
     """No such process, or only its zombie (dead, its exit status not yet collected by its parent)."""
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return fields is None or fields[0] == "Z"
 
 
@@ -96,28 +87,25 @@ def _kill(pids: list[int]) -> list[int]:
     for pid in pids:
         if pid == os.getpid():
             continue
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
-        except (ProcessLookupError, PermissionError):
-            pass
     deadline = time.monotonic() + KILL_WAIT_S
     while not all(gone(pid) for pid in killed) and time.monotonic() < deadline:
         time.sleep(0.005)
     return killed
 
 
-def _in_groups(groups: Collection[int]) -> list[int]:
-    if not groups:
-        return []
-    return [int(entry.name) for entry in Path("/proc").iterdir()
-            if entry.name.isdigit() and (fields := _stat(int(entry.name))) and int(fields[2]) in groups]
+def _where(field: int, values: Collection[int]) -> set[int]:
+    """The processes whose /proc/PID/stat field ``field`` (1: parent, 2: process group) is one of ``values``."""
+    return {int(entry.name) for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and (fields := stat_fields(int(entry.name))) and int(fields[field]) in values}
 
 
 def kill_marked(marks: set[str], groups: Collection[int] = frozenset()) -> list[int]:
     """SIGKILL every process carrying one of ``marks`` or in one of the process ``groups`` (a worker's, which
     its children join unless they leave it), and wait until they are gone; returns their pids."""
-    found = {pid for pid, mark in _marks().items() if mark in marks} | set(_in_groups(groups))
+    found = {pid for pid, mark in _marks().items() if mark in marks} | (_where(2, groups) if groups else set())
     return _kill(sorted(found))
 
 
@@ -156,24 +144,16 @@ def become_subreaper() -> bool:
         return False
 
 
-def _children() -> list[int]:
-    me = os.getpid()
-    return [int(entry.name) for entry in Path("/proc").iterdir()
-            if entry.name.isdigit() and (fields := _stat(int(entry.name))) and int(fields[1]) == me]
-
-
 def end_children(timeout_s: float = KILL_WAIT_S) -> list[int]:
     """SIGKILL every child of this process and reap it, until none is left: a subreaper's killed child hands it
     its own children, which are killed in turn. Returns the pids killed (waits at most ``timeout_s``)."""
     killed: list[int] = []
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for pid in _children():
-            try:
+        for pid in _where(1, {os.getpid()}):
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
-            except ProcessLookupError:
-                pass
         try:
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass

@@ -16,8 +16,7 @@ its messages leave as JSON lines on the file descriptor named by ``GPUCOLLOC_MSG
     <- Stop                          (or stdin closing): exit
     -> Error                         on any failure, then exit 1
 
-Every message the controller reads is checked here: a worker that writes anything else on the channel fails
-with ``ProtocolError`` naming what it sent, instead of breaking the controller.
+A worker that writes anything else on the channel fails with ``ProtocolError`` naming what it sent.
 """
 from __future__ import annotations
 
@@ -76,8 +75,7 @@ def encode_command(command: Command) -> bytes:
 
 def decode_command(line: str) -> Command:
     data = json.loads(line)
-    kind = _COMMANDS[data.pop("cmd")]
-    return kind(**data)
+    return _COMMANDS[data.pop("cmd")](**data)
 
 
 # --- worker -> controller --------------------------------------------------------------------------------
@@ -186,8 +184,7 @@ def decode_event(line: bytes) -> Ready | Result | Error:
         raise ProtocolError(f"a message of {len(line):,} bytes (at most {MAX_MESSAGE_BYTES:,})")
     try:
         data = json.loads(line)
-        kind = _EVENTS[data.pop("event")]
-        event = kind(**data)
+        event = _EVENTS[data.pop("event")](**data)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ProtocolError(f"not a protocol message ({type(error).__name__}): {line[:120]!r}") from None
     _check(event)

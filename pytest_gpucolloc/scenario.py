@@ -38,17 +38,16 @@ class Settings:
     cudnn: str = "autotune"  # how named convolutional workloads whose options do not say choose their algorithms
 
     def adapt(self, workload: Workload) -> Workload:
+        options = dict(workload.options)
+        if self.batch_cap and (workload.tokens_per_sample or 0) > SMOKE_SEQ_LEN:  # CPU smoke mode
+            options["seq_len"] = SMOKE_SEQ_LEN
+        if self.cudnn == "heuristics" and isinstance(workload.shape, ModelShape):
+            options.setdefault("cudnn_autotune", False)
+        if self.extra_step_every and workload.is_named:
+            options["extra_step_every"] = self.extra_step_every
         if self.batch_cap and workload.batch_size > self.batch_cap:
             workload = workload.with_batch_size(self.batch_cap)
-        if self.batch_cap and (workload.tokens_per_sample or 0) > SMOKE_SEQ_LEN:  # CPU smoke mode
-            workload = dataclasses.replace(workload, options={**workload.options, "seq_len": SMOKE_SEQ_LEN})
-        if self.cudnn == "heuristics" and isinstance(workload.shape, ModelShape) \
-                and "cudnn_autotune" not in workload.options:
-            workload = dataclasses.replace(workload, options={**workload.options, "cudnn_autotune": False})
-        if self.extra_step_every and workload.is_named:
-            workload = dataclasses.replace(workload, options={**workload.options,
-                                                              "extra_step_every": self.extra_step_every})
-        return workload
+        return workload if options == workload.options else dataclasses.replace(workload, options=options)
 
 
 @dataclass
@@ -160,9 +159,8 @@ class ScenarioResult:
 
 
 def counted(workers: list[MeasuredWorker]) -> list[MeasuredWorker]:
-    """The workers whose samples make a scenario's aggregate throughput and speedup: its training jobs; a serving
-    job beside them is judged by its latency instead (``ScenarioResult.serving``). Alone, a serving job's answered
-    samples are the aggregate."""
+    """The workers whose samples make a scenario's aggregate throughput: its training jobs (a serving job beside
+    them is judged by its latency), or a serving job alone."""
     training = [w for w in workers if not w.workload.serves]
     return training or workers
 
@@ -300,16 +298,15 @@ def measure_until_precise(pool: WorkerPool, start: float, settings: Settings, se
     batch = settings.rounds if settings.precision > 0 else longest
     merged: list[protocol.Result] = []
     while True:
-        phases.rounds(start, settings.round_s, len(merged[0].rounds) + 1 if merged else 1,
-                        (len(merged[0].rounds) if merged else 0) + batch, longest)
+        done = len(merged[0].rounds) if merged else 0
+        phases.rounds(start, settings.round_s, done + 1, done + batch, longest)
         results = pool.measure(start, settings.round_s, batch, timeout_s=batch * settings.round_s + settings.timeout_s)
         merged = results if not merged else [protocol.joined(old, new) for old, new in zip(merged, results)]
         aggregate = measure.counted_aggregate([list(r.rounds) for r in merged], serves or [False] * len(merged))
         stopped, needed = measure.enough_rounds(aggregate, settings.precision, longest)
         if stopped:
             return merged, stopped
-        done = len(aggregate)
-        batch = min(needed, longest) - done
+        batch = min(needed, longest) - len(aggregate)
         start = time.monotonic() + START_LEAD_S
 
 

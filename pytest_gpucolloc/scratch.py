@@ -1,6 +1,7 @@
 """Private scratch directories (MPS pipes and logs, worker logs) and what killed runs left of them."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -66,10 +67,8 @@ def clean_stale_scratch() -> list[str]:
         killed |= bool(process_marks.kill_started_in(path))
         for pid, info in mps_processes().items():
             if info["pipe_dir"] and info["pipe_dir"].startswith(str(path) + "/"):
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(pid, 9)
-                except OSError:
-                    pass
         repositories = _worktrees_in(path)
         shutil.rmtree(path, ignore_errors=True)
         for git_dir in repositories:  # the worktree's registration, now that its folder is gone

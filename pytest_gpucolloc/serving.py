@@ -1,16 +1,9 @@
-"""A serving job's requests and their latencies (``Workload(..., rate=...)``).
+"""A serving job's requests and their latencies (``Workload(..., rate=...)``); how it measures: docs/serving.md.
 
-Worker side (``Requests``, ``serve_rounds``): requests arrive every 1/rate seconds on a fixed schedule (or, with
-``arrivals="poisson"``, at gaps drawn from a seeded Poisson process: the same gaps in every run), open loop: an
-arrival never waits for an answer, so when the job falls behind a queue builds and shows in the latency, which is
-counted from each request's *scheduled* arrival to its answer (a device synchronisation), not from when the job got
-to it (the coordinated-omission trap). ``rate="max"`` sends each request when the one before it is answered. Every
-latency goes into an HDR histogram (``hdrhistogram``: 1 us to an hour, 3 significant digits, nothing dropped), one per
-round, sent to the controller encoded. Requests still queued when the measurement ends are counted at the wait they
-had so far (a lower bound), never left out.
-
-Controller side (``summary``): the rounds' histograms merged into the job's percentiles, achieved rate, queue, and
-whether the rate was more than the job could serve (``saturated``: the queue grew instead of draining).
+Worker side (``Requests``, ``serve_rounds``): open loop, requests arrive on a fixed (or seeded Poisson) schedule and
+each latency counts from the request's *scheduled* arrival to its answer (no coordinated omission), into one HDR
+histogram per round; requests still queued at the end count at the wait they had so far. Controller side
+(``summary``): the job's percentiles, achieved rate, queue, and whether it was ``saturated``.
 """
 from __future__ import annotations
 
@@ -102,7 +95,6 @@ class Requests:
     def serve_one(self, spin: bool = False) -> float:
         arrival = self.next_arrival()
         self.wait_until(arrival, spin)
-
         self.step()
         self.sync()  # answered: the result is on the host's side of the device
         self.answered += 1

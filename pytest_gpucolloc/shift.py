@@ -1,22 +1,10 @@
 """A paired shift judged by signs: how much a latency percentile moved between two arms, robust to a disturbed unit.
 
-Each unit (a block of fresh processes in ``ab``) gives one log-ratio d = log(candidate / baseline) of a percentile,
-each arm's percentile computed from every request of the unit. Latencies are heavy-tailed and so are their ratios: one
-block whose service stalled moves a mean and a standard deviation by tens of percent, and a t test on them says
-nothing (seen on an H200: 8 of 10 blocks above 1 and the verdict ``inconclusive``). Even signed ranks give that block
-the largest rank (one contrary block among 12 leaves Wilcoxon's p at 0.017). Signs alone are not moved by it: a
-stalled block costs exactly one sign.
-
-- the change is the median of the units' d (the typical block's change);
-- its p value the exact one-sided sign test (``scipy.stats.binomtest``), no distribution assumed;
-- its (1 - 2 alpha) interval the distribution-free one for the median: the k-th smallest and largest d, k from the
-  binomial (Hollander & Wolfe). With few units no such interval exists at this alpha (n units give at best p = 2^-n):
-  the change is then "not resolvable with n blocks" rather than a number. At alpha 0.005: 8 units at least, and
-  12 units tolerate one contrary unit (p 0.0032).
-
-Verdicts, lower is better (a latency): ``regressed`` when p < alpha and the median rise is at least the threshold,
-``improved`` likewise, ``unchanged`` when the interval lies within +-threshold, otherwise ``inconclusive``.
-Pure functions over numbers: no histograms, files or processes (``serving`` turns histograms into percentiles).
+Each unit (a block of fresh processes in ``ab``) gives one log-ratio d = log(candidate / baseline) of a percentile.
+Latencies are heavy-tailed: one stalled block moves a mean (and even a signed rank) far, but costs exactly one sign.
+The change is the median d, its p value the exact one-sided sign test, its (1 - 2 alpha) interval the
+distribution-free one for the median; with too few units there is none (n units give at best p = 2^-n). Why, and
+the verdicts: docs/ab.md. Pure functions over numbers.
 """
 from __future__ import annotations
 

@@ -30,9 +30,7 @@ CLOCK_FLOOR = 0.75
 
 def decode_throttle(bits: int | None) -> list[str]:
     """Names of the clock-event reasons set in ``bits`` (power cap, thermal, ...)."""
-    if not bits:
-        return []
-    return [name for bit, name in nvml.THROTTLE_REASONS.items() if bits & bit]
+    return [name for bit, name in nvml.THROTTLE_REASONS.items() if (bits or 0) & bit]
 
 
 def energy_joules(first_mj: int | None, last_mj: int | None) -> float | None:
@@ -68,20 +66,16 @@ def summarise(instant: Sequence[dict], window_s: float, max_sm_clock_mhz: float 
         result["energy_unavailable"] = "NVML total-energy counter unsupported; power averaged from readings"
     clocks = [s["sm_clock_mhz"] for s in instant if s.get("sm_clock_mhz") is not None]
     if clocks:
-        result["sm_clock_mhz_median"] = statistics.median(clocks)
-        result["sm_clock_mhz_mean"] = statistics.fmean(clocks)
-        result["sm_clock_mhz_min"] = min(clocks)
+        result.update(sm_clock_mhz_median=statistics.median(clocks), sm_clock_mhz_mean=statistics.fmean(clocks),
+                      sm_clock_mhz_min=min(clocks))
     read = [decode_throttle(s["clock_event_reasons"]) for s in instant if s.get("clock_event_reasons") is not None]
     share = {name: sum(name in names for names in read) / len(read) for name in sorted({n for r in read for n in r})}
-    result["throttle_reasons"] = sorted(share)
-    result["throttle_share"] = share
-    result["power_capped_share"] = share.get("sw_power_cap", 0.0) if read else None
     below = _clock_below_floor(instant, max_sm_clock_mhz)
-    result["clock_below_floor_share"] = below
-    result["max_sm_clock_mhz"] = max_sm_clock_mhz
-    result["throttled_why"] = throttled_why(share, below, max_sm_clock_mhz)
-    result["throttled"] = bool(result["throttled_why"])
-    return result
+    why = throttled_why(share, below, max_sm_clock_mhz)
+    return result | {"throttle_reasons": sorted(share), "throttle_share": share,
+                     "power_capped_share": share.get("sw_power_cap", 0.0) if read else None,
+                     "clock_below_floor_share": below, "max_sm_clock_mhz": max_sm_clock_mhz, "throttled_why": why,
+                     "throttled": bool(why)}
 
 
 def throttled_why(share: dict[str, float], below_floor: float | None, max_sm_clock_mhz: float | None) -> list[str]:
@@ -97,9 +91,7 @@ def throttled_why(share: dict[str, float], below_floor: float | None, max_sm_clo
 def fallback_utilisation(instant: Sequence[dict]) -> dict:
     """Older GPUs have no GPM: NVML's coarse utilisation rate (percent of time a kernel ran)."""
     values = [s["utilization_gpu_pct"] for s in instant if s.get("utilization_gpu_pct") is not None]
-    if not values:
-        return {"gpu_utilization_pct": "unsupported on this GPU"}
-    return {"gpu_utilization_pct": statistics.fmean(values)}
+    return {"gpu_utilization_pct": statistics.fmean(values) if values else "unsupported on this GPU"}
 
 
 class Sampler:
@@ -134,16 +126,14 @@ class Sampler:
         return not self._stop.wait(max(0.0, instant - time.monotonic()))
 
     def _sample(self) -> None:
-        reading = nvml.instant_sample(self.uuid)
-        reading["t"] = time.monotonic()
-        self.instant.append(reading)
+        self.instant.append({**nvml.instant_sample(self.uuid), "t": time.monotonic()})
 
     def _sample_memory(self) -> None:
         for pid, info in nvml.gpu_processes(self.uuid).items():
             if pid in self.pids:
                 if info["memory_bytes"] is not None:
                     self.memory[pid] = max(self.memory.get(pid, 0), info["memory_bytes"])
-            elif not is_mps_server(pid):
+            elif not _proc_name(pid).startswith("nvidia-cuda-mps"):  # MPS servers hold the clients' contexts
                 self.foreign.add(pid)  # someone else computed on this GPU during the measurement
 
     def _run(self) -> None:
@@ -182,20 +172,15 @@ class Sampler:
 
     def summary(self) -> dict:
         result = summarise(self.instant, self.end - self.start, self.max_sm_clock_mhz)
-        result.update(self.gpm or fallback_utilisation(self.instant))
-        result["metrics_source"] = "nvml-gpm" if self.gpm else "nvml-utilization-rates"
-        result["memory_bytes_by_pid"] = {str(pid): mem for pid, mem in self.memory.items()}
-        result["foreign_pids"] = sorted(self.foreign)
+        result.update(self.gpm or fallback_utilisation(self.instant),
+                      metrics_source="nvml-gpm" if self.gpm else "nvml-utilization-rates",
+                      memory_bytes_by_pid={str(pid): mem for pid, mem in self.memory.items()},
+                      foreign_pids=sorted(self.foreign))
         if self.per_instance:
             result["per_gpu_instance"] = {str(gi): values for gi, values in self.per_instance.items()}
         if self.error:
             result["error"] = self.error
         return result
-
-
-def is_mps_server(pid: int) -> bool:
-    """MPS servers hold the clients' contexts; they are part of the mode, not contamination."""
-    return _proc_name(pid).startswith("nvidia-cuda-mps")
 
 
 def sampler_factory(gpu: nvml.GpuInfo):

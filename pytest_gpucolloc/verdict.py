@@ -108,13 +108,11 @@ class Terms:
 THROUGHPUT = Terms("throughput", "slower", "faster", "drops", "the noise alone", inverse=False)
 
 
-def latency_terms(metric: str) -> Terms:
+def terms_of(sample: RunSample) -> Terms:
+    if not (metric := sample.latency):
+        return THROUGHPUT
     return Terms(metric, f"higher {metric} latency", f"lower {metric} latency", f"{metric} rises",
                  f"the {metric} latency's own noise", inverse=True)
-
-
-def terms_of(sample: RunSample) -> Terms:
-    return latency_terms(sample.latency) if sample.latency else THROUGHPUT
 
 
 @dataclass(kw_only=True)

@@ -6,6 +6,7 @@ synchronises the device once, so every sample counted in a round has really comp
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import faulthandler
 import importlib.metadata
@@ -23,11 +24,8 @@ from .workloads import BACK_TO_BACK, Workload
 
 def _die_with_parent(sig: int = signal.SIGKILL) -> None:
     """Ask Linux to send ``sig`` to this process if its parent dies, so no worker can be orphaned."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, sig)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
 
 
 class Channel:
@@ -218,14 +216,14 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
     rate = job.rate
     if isinstance(rate, str) and rate != BACK_TO_BACK:
         raise ValueError(f"a serving job's rate {rate!r} reached the worker unresolved")
+    cuda = device.type == "cuda"
     requests = None
-    if rate is not None:  # a serving job (hdrhistogram is loaded only here)
+    if rate is not None:  # a serving job
         from . import serving  # hdrhistogram only where a worker serves
 
         # spinning on cores of its own takes nothing from others; in CPU smoke mode those cores do the work itself
         requests = serving.Requests(step.train_step, sync, rate if isinstance(rate, (int, float)) else None,
-                                    spin=bool(spec.cpus) and device.type == "cuda", arrivals=job.arrivals)
-    cuda = device.type == "cuda"
+                                    spin=bool(spec.cpus) and cuda, arrivals=job.arrivals)
     command = _train_until_told(step, channel, requests)  # all workers stay under load until told when to measure
     continuing = False  # the next Measure adds rounds to the last one (a service's schedule and queue go on)
     while not isinstance(command, protocol.Stop):
@@ -236,13 +234,10 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
             continue
         if not isinstance(command, protocol.Measure):
             raise protocol.ProtocolError(f"unexpected command {command!r}")
-        latency = None
+        latency = waits = None
         if requests is not None:
-            from . import serving  # hdrhistogram only where a worker serves
-
             rounds, latency = serving.serve_rounds(requests, command.start, command.round_s, command.rounds,
                                                    ready.samples_per_step, fresh=not continuing)
-            waits = None
         else:
             rounds, waits = measure_rounds(step, sync, command, ready.samples_per_step,
                                            lambda: models.data_wait_s(step))
@@ -260,23 +255,19 @@ def _train_until_told(step, channel: Channel, requests=None, restart: bool = Tru
     """Train (or serve requests at the job's rate: from now, or, ``restart=False``, on the schedule it keeps) until a
     command arrives. A service waiting for its next request waits for a command at the same time, so that a slow rate
     never makes a command late."""
-    command = None
     if requests is not None and restart:
         requests.restart(time.monotonic())
-    while command is None:
+    while True:
         if requests is None:
             step.train_step()
-            command = channel.poll()
-            continue
-        wait = requests.next_arrival() - time.monotonic()
-        if wait > requests.SPIN_S:
-            try:
-                return channel.commands.get(timeout=wait - requests.SPIN_S)
-            except queue.Empty:
-                pass
-        requests.serve_one()
-        command = channel.poll()
-    return command
+        else:
+            wait = requests.next_arrival() - time.monotonic()
+            if wait > requests.SPIN_S:
+                with contextlib.suppress(queue.Empty):
+                    return channel.commands.get(timeout=wait - requests.SPIN_S)
+            requests.serve_one()
+        if (command := channel.poll()) is not None:
+            return command
 
 
 def describe_error(exc: BaseException) -> protocol.Error:

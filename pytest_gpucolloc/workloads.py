@@ -87,21 +87,13 @@ def known_workloads() -> list[str]:
 
 @dataclass(frozen=True)
 class Workload:
-    """One training process of a scenario.
+    """One training process of a scenario (README.md lists every field).
 
-    ``model`` is a named workload (``known_workloads()``) or a user factory ``"package.module:factory"``.
-    ``sm_percent`` / ``memory_limit_mb`` are per-client MPS limits (``mps-partitioned``), ``mig`` a MIG
-    profile (``"1g.18gb"`` or ``"1g"``); ``options`` go to a user factory as keyword arguments.
-    ``cuda_graph=True`` captures the whole training step once, after warm-up, as a CUDA graph and replays it:
-    the CPU no longer issues every kernel, which removes launch-bound jobs' noise at its source.
-    ``rate`` makes it a serving job instead of a training one: inference requests of ``batch_size`` samples
-    (the model's forward pass, no gradients) arrive at ``rate`` requests per second, open loop (an arrival never
-    waits for an answer, so a queue shows in the latency, counted from each request's scheduled arrival);
-    ``rate="max"`` sends each request when the one before it is answered; ``rate="80%"`` is that share of the
-    rate the job sustains back to back alone on this GPU (measured once per session). See ``serving.py``.
-    ``data="loader"`` (built-in image workloads) feeds every step from a ``torch.utils.data.DataLoader`` with
-    ``loader_workers`` processes decoding and augmenting JPEG images on the CPU, instead of one synthetic batch
-    resident on the device.
+    ``model`` is a named workload (``known_workloads()``) or a user factory ``"package.module:factory"``, which gets
+    ``options`` as keyword arguments. ``sm_percent`` / ``memory_limit_mb`` are per-client MPS limits, ``mig`` a MIG
+    profile (``"1g.18gb"`` or ``"1g"``). ``rate`` makes it a serving job (``serving.py``): requests of
+    ``batch_size`` samples at ``rate`` per second, open loop; ``"max"`` back to back, ``"80%"`` that share of the
+    rate it sustains alone. ``data="loader"`` feeds a built-in image workload from a DataLoader decoding JPEGs.
     """
 
     model: str
@@ -268,7 +260,6 @@ class Workload:
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        data["options"] = dict(self.options)
         if not self.uses_loader:  # a synthetic job is saved as it was before loaders existed
             del data["data"], data["loader_workers"]
         if not self.serves:  # a training job is saved as it was before serving jobs existed

@@ -1,9 +1,5 @@
-"""``MigBackend`` on a real GPU, through NVML.
-
-The NVML library is injected: ``nvml.library()`` (pynvml) on a GPU, ``FakePynvml`` in tests (tests/doubles/), so
-this module's own calls run in CI against the simulator's rules. Every NVML error becomes a
-``MigBackendError`` with a code.
-"""
+"""``MigBackend`` on a real GPU, through NVML: ``nvml.library()``, or in tests a fake one (tests/doubles/) whose
+simulator enforces the rules. Every NVML error becomes a ``MigBackendError`` with a code."""
 from __future__ import annotations
 
 import ctypes
@@ -17,17 +13,10 @@ ERROR_CODES = {2: "invalid_argument", 3: "not_supported", 4: "no_permission", 6:
                19: "in_use", 23: "insufficient_resources"}
 
 
-def _library(lib):
-    if lib is not None:
-        return lib
-
-    return nvml.library()
-
-
 def read_profiles(gpu_uuid: str, lib=None) -> list[dict]:
     """GPU-instance profiles with their possible placements, as ``profiles.table_from_dict`` wants them.
     Read-only queries: they answer with MIG mode off too."""
-    lib = _library(lib)
+    lib = lib or nvml.library()
     h = lib.nvmlDeviceGetHandleByUUID(gpu_uuid.encode())
     profiles = []
     for index in range(MAX_PROFILE_INDEX):
@@ -63,7 +52,7 @@ class NvmlMigBackend:
     """Reads and changes MIG instances of one GPU (used only with --mig-reconfigure, or to read a layout)."""
 
     def __init__(self, gpu_uuid: str, lib=None):
-        self.lib = _library(lib)
+        self.lib = lib or nvml.library()
         self.uuid = gpu_uuid
         self._h = self.lib.nvmlDeviceGetHandleByUUID(gpu_uuid.encode())
         self._profiles = {p["profile_id"]: p for p in read_profiles(gpu_uuid, self.lib)}
@@ -144,12 +133,9 @@ class NvmlMigBackend:
         return self._call(self.lib.nvmlDeviceGetGpuInstanceById, self._h, gi_id)
 
     def _mig_devices(self) -> list:
-        devices = []
-        for index in range(self._call(self.lib.nvmlDeviceGetMaxMigDeviceCount, self._h)):
-            device = try_call(self.lib.nvmlDeviceGetMigDeviceHandleByIndex, self._h, index)  # sparse: gaps are normal
-            if device is not None:
-                devices.append(device)
-        return devices
+        devices = (try_call(self.lib.nvmlDeviceGetMigDeviceHandleByIndex, self._h, index)  # sparse: gaps are normal
+                   for index in range(self._call(self.lib.nvmlDeviceGetMaxMigDeviceCount, self._h)))
+        return [device for device in devices if device is not None]
 
     def device_uuid(self, gi_id: int) -> str:
         for device in self._mig_devices():

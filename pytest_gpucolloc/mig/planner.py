@@ -60,7 +60,6 @@ class Placement:
 @dataclass
 class Plan:
     gpu: str
-    requested: list[str]
     placements: list[Placement] = field(default_factory=list)  # in request order; empty if infeasible
     reasons: list[str] = field(default_factory=list)
     alternative: list[str] | None = None
@@ -80,24 +79,21 @@ class Plan:
 
 
 def plan(table: ProfileTable, layout: list[str]) -> Plan:
-    result = Plan(table.gpu, list(layout))
-    profiles: list[Profile] = []
-    for item in layout:
-        profile = table.resolve(item)
-        if profile is None:
-            result.reasons.append(f"profile {item!r} is unknown on this GPU (it offers {', '.join(table.names())})")
-        else:
-            profiles.append(profile)
+    result = Plan(table.gpu)
+    resolved = [(item, table.resolve(item)) for item in layout]
+    result.reasons = [f"profile {item!r} is unknown on this GPU (it offers {', '.join(table.names())})"
+                      for item, profile in resolved if profile is None]
     if result.reasons:
         return result
-    result.reasons += _budget_reasons(table, profiles)
-    if not result.reasons:
-        found = _place(table, profiles)
-        if found is None:
-            result.reasons.append(_memory_reason(table, profiles))
-        else:
-            result.placements = found
-    if result.reasons:
+    profiles = [profile for _, profile in resolved if profile is not None]
+    result.reasons = _budget_reasons(table, profiles)
+    found = None if result.reasons else _place(table, profiles)
+    if found is not None:
+        result.placements = found
+    else:
+        if not result.reasons:
+            result.reasons.append("no placement keeps their memory slices apart (" + ", ".join(
+                f"{p.name} may start at {list(p.starts)} and spans {p.size}" for p in dict.fromkeys(profiles)) + ")")
         result.alternative = _alternative(table, profiles)
     return result
 
@@ -115,12 +111,6 @@ def _budget_reasons(table: ProfileTable, profiles: list[Profile]) -> list[str]:
     if memory > table.memory_slices:
         reasons.append(f"they occupy {memory} memory slices of {table.memory_slices}")
     return reasons
-
-
-def _memory_reason(table: ProfileTable, profiles: list[Profile]) -> str:
-    return ("no placement keeps their memory slices apart (" +
-            ", ".join(f"{p.name} may start at {list(p.starts)} and spans {p.size}" for p in dict.fromkeys(profiles))
-            + ")")
 
 
 def _place(table: ProfileTable, profiles: list[Profile]) -> list[Placement] | None:

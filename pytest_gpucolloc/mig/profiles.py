@@ -3,7 +3,7 @@ shipped in ``tables/`` (the captured H200 table and NVIDIA's MIG user guide for 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .nvml_backend import read_profiles
@@ -60,14 +60,11 @@ class ProfileTable:
         return min(candidates, key=lambda p: (p.memory_mb, p.size), default=None)
 
     def to_dict(self) -> dict:
-        return {
-            "gpu": self.gpu, "source": self.source, "memory_slices": self.memory_slices,
-            "compute_slices": self.compute_slices,
-            "profiles": [{"name": p.name, "profile_id": p.profile_id, "nvml_index": p.nvml_index,
-                          "slice_count": p.slice_count, "instance_count": p.instance_count,
-                          "memory_mb": p.memory_mb, "multiprocessor_count": p.multiprocessor_count,
-                          "placements": {"starts": list(p.starts), "size": p.size}} for p in self.profiles],
-        }
+        """As ``table_from_dict`` reads it."""
+        return {"gpu": self.gpu, "source": self.source, "memory_slices": self.memory_slices,
+                "compute_slices": self.compute_slices,
+                "profiles": [{**{k: v for k, v in asdict(p).items() if k not in ("starts", "size")},
+                              "placements": {"starts": list(p.starts), "size": p.size}} for p in self.profiles]}
 
 
 def table_from_dict(data: dict) -> ProfileTable:

@@ -1,9 +1,5 @@
-"""MIG state as plain data, and the small backend interface that reads and changes it.
-
-Two backends implement ``MigBackend``: ``nvml_backend.NvmlMigBackend`` (a real GPU, or the simulator behind
-``FakePynvml`` in tests) and ``SimulatedMig`` (tests; it enforces NVIDIA's rules); the test doubles live in
-tests/doubles/. The provisioner only ever talks to this interface.
-"""
+"""MIG state as plain data, and the backend interface that reads and changes it (``nvml_backend.NvmlMigBackend``;
+tests/doubles/ simulate NVIDIA's rules). The provisioner only ever talks to this interface."""
 from __future__ import annotations
 
 import json
@@ -38,10 +34,6 @@ class GpuInstance:
     start: int  # first memory slice
     size: int  # memory slices
     compute_instances: tuple[ComputeInstance, ...] = ()
-
-    @property
-    def placement(self) -> tuple[int, int, int]:
-        return (self.profile_id, self.start, self.size)
 
 
 class MigBackend(Protocol):

@@ -113,15 +113,13 @@ def isolated_from_mps(target: Target) -> dict[str, str]:
     CUDA_MPS_PIPE_DIRECTORY, so point it at an empty private directory (never the default /tmp/nvidia-mps)."""
     empty = target.scratch / "no-mps"
     empty.mkdir(mode=0o700, exist_ok=True)
-    env = {"CUDA_MPS_PIPE_DIRECTORY": str(empty), "CUDA_MPS_LOG_DIRECTORY": str(empty)}
-    env["CUDA_VISIBLE_DEVICES"] = target.gpu.uuid if target.gpu else ""
-    return env
+    return {"CUDA_MPS_PIPE_DIRECTORY": str(empty), "CUDA_MPS_LOG_DIRECTORY": str(empty),
+            "CUDA_VISIBLE_DEVICES": target.gpu.uuid if target.gpu else ""}
 
 
 def check_not_mps_clients(target: Target, ready: list[protocol.Ready]) -> None:
     if target.gpu is None:
         return
-
     processes = nvml.gpu_processes(target.gpu.uuid)
     attached = [r.pid for r in ready if processes.get(r.pid, {}).get("mps")]
     if attached:

@@ -64,15 +64,12 @@ class MigMode(SharingMode):
             raise ModeConfigError(f"MIG layout {text!r} has {len(layout)} instances for {len(workloads)} workloads")
         return layout
 
-    def plan(self, workloads, target: Target) -> planner.Plan:
-        return planner.plan(self.table(target), self.layout(workloads, target))
-
     def validate(self, workloads, target: Target) -> None:
         self.layout(workloads, target)
 
     @contextlib.contextmanager
     def provision(self, workloads, target: Target) -> Iterator[Provision]:
-        plan = self.plan(workloads, target)
+        plan = planner.plan(self.table(target), self.layout(workloads, target))
         backend = target.mig_backend or NvmlMigBackend(target.cuda_gpu.uuid)
         provisioner = MigProvisioner(
             backend, self.table(target), target.cuda_gpu.uuid, target.cuda_gpu.index,
@@ -80,9 +77,6 @@ class MigMode(SharingMode):
             checkpoint_dir=Path(target.options.mig_checkpoint_dir or DEFAULT_CHECKPOINT_DIR),
         )
         with provisioner.provision(plan) as instances:
-            slots = []
-            for workload, instance in zip(workloads, instances):
-                env = isolated_from_mps(target)
-                env["CUDA_VISIBLE_DEVICES"] = instance.uuid
-                slots.append(WorkerSlot(workload, env, mode_facts=instance.to_dict()))
+            slots = [WorkerSlot(workload, {**isolated_from_mps(target), "CUDA_VISIBLE_DEVICES": instance.uuid},
+                                mode_facts=instance.to_dict()) for workload, instance in zip(workloads, instances)]
             yield _MigProvision([slots], {"mig_layout": [i.to_dict() for i in instances]})

@@ -34,11 +34,9 @@ class _DaemonProvision(Provision):
                 "they would have run without MPS"
             )
         for slot, report in zip(slots, ready):
-            slot.mode_facts["mps_client_verified"] = True
-            limit = slot.mode_facts.get("sm_percent")
-            seen = report.sm_count
-            slot.mode_facts["sm_count_seen"] = seen
-            slot.mode_facts["device_memory_seen_bytes"] = report.total_memory
+            limit, seen = slot.mode_facts.get("sm_percent"), report.sm_count
+            slot.mode_facts.update(mps_client_verified=True, sm_count_seen=seen,
+                                   device_memory_seen_bytes=report.total_memory)
             if limit is None or not self.gpu_sm_count or seen is None:
                 continue
             expected = self.gpu_sm_count * limit / 100
@@ -133,15 +131,10 @@ class PartitionedMpsMode(MpsMode):
     def limits(self, workloads, target: Target) -> list[dict]:
         total_mb = target.cuda_gpu.memory_total_bytes // 2**20 if target.gpu else None
         oversubscribe = target.options.mps_oversubscribe
-        given_sm = [w.sm_percent for w in workloads]
-        given_mem = [w.memory_limit_mb for w in workloads]
-        sm = _fill_shares(given_sm, 100.0, "sm_percent", "percent of SMs", oversubscribe)
-        mem = _fill_shares(given_mem, total_mb, "memory_limit_mb", "MB of device memory", oversubscribe) \
-            if total_mb else [None] * len(workloads)
-        return [
-            {"sm_percent": s, **({"memory_limit_mb": int(m)} if m else {})}
-            for s, m in zip(sm, mem)
-        ]
+        sm = _fill_shares([w.sm_percent for w in workloads], 100.0, "sm_percent", "percent of SMs", oversubscribe)
+        mem = _fill_shares([w.memory_limit_mb for w in workloads], total_mb, "memory_limit_mb", "MB of device memory",
+                           oversubscribe) if total_mb else [None] * len(workloads)
+        return [{"sm_percent": s, **({"memory_limit_mb": int(m)} if m else {})} for s, m in zip(sm, mem)]
 
 
 def _fill_shares(given: list, total: float, name: str, unit: str, oversubscribe: bool) -> list[float]:

@@ -9,10 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import median
 
-from tabulate import tabulate
-
 from .record import ScenarioRecord, describe_workers, jobs, sm_reserved
-from .table_fit import WIDE, fitted
+from .table_fit import fitted_table
 from .words import count
 
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
@@ -173,22 +171,8 @@ def table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple", so
     body = rows(entries)
     if fmt == "simple":
         body = [[_span(cell) if index in PER_WORKER else cell for index, cell in enumerate(row)] for row in body]
-
-    def render(names: list[str]) -> tuple[str, list[str]]:
-        keep = [COLUMNS.index(name) for name in names]
-        cells, headers = [[row[i] for i in keep] for row in body], [HEADERS[i] for i in keep]
-        notes: list[str] = []
-        if fmt == "simple" and "flags" in names:
-            flags = names.index("flags")
-            for row in cells:
-                if len(row[flags]) > WIDE:
-                    notes.append(f"[{len(notes) + 1}] {row[0]}: flags: {row[flags]}")
-                    row[flags] = f"[{len(notes)}]"
-        if sources is not None:
-            cells, headers = [[source, *row] for source, row in zip(sources, cells)], ["run", *headers]
-        return tabulate(cells, headers=headers, tablefmt=fmt, disable_numparse=True), notes
-
-    return fitted(render, shown, COLUMNS, DROP_ORDER, fmt, width, ask)
+    return fitted_table(body, COLUMNS, HEADERS, DROP_ORDER, fmt, width, ask, shown, ("flags",),
+                        lambda _, row, __: f"{row[0]}: flags", None if sources is None else ("run", sources))
 
 
 @dataclass
@@ -329,12 +313,4 @@ def serving_table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "sim
     """The serving table, or None when no scenario has a serving job; with a ``width``, its least important columns
     left out until it fits, in a line saying so and where they are all shown (``ask``: the report page)."""
     body = serving_rows(entries)
-    if not body:
-        return None
-
-    def render(names: list[str]) -> tuple[str, list[str]]:
-        keep = [SERVING_HEADERS.index(name) for name in names]
-        return tabulate([[row[i] for i in keep] for row in body], headers=names, tablefmt=fmt,
-                        disable_numparse=True), []
-
-    return fitted(render, None, SERVING_HEADERS, SERVING_DROP_ORDER, fmt, width, ask)
+    return fitted_table(body, SERVING_HEADERS, SERVING_HEADERS, SERVING_DROP_ORDER, fmt, width, ask) if body else None

@@ -205,10 +205,9 @@ def cmd_history(args) -> int:
     if points and terminal:  # as wide as the terminal: short headers, the least needed columns left out first
         brief = {"starts at run": "starts at", f"before {unit}": f"before, {unit}", f"after {unit}": "after",
                  "runs before/after": "runs"}
-        print(table_fit.fitted(lambda names: (tabular([[row[headers.index(n)] for n in names] for row in rows],
-                                                      [brief.get(n, n) for n in names], "table"), []),
-                               None, headers, ["driver", "p", "commit", "date", "GPU"], "simple", terminal_width(),
-                               "the Markdown or JSON: --format markdown"))
+        print(table_fit.fitted_table(rows, headers, [brief.get(n, n) for n in headers],
+                                     ["driver", "p", "commit", "date", "GPU"], "simple", terminal_width(),
+                                     "the Markdown or JSON: --format markdown"))
     elif points:
         print(tabular(rows, headers, args.format))
     print(tabular([[short_name(s), g[:16], f"{n:,}", "; ".join(

@@ -74,13 +74,14 @@ def cmd_compare(args) -> int:
                            "two different commits, groups or runs", USAGE)
     said = args.commits or [a, b]  # in the order given, as typed (HEAD~1) and the commit it names
     found = " -> ".join(typed if typed == label else f"{typed} ({label[:10]})" for typed, label in zip(said, (a, b)))
-    for run, why in compare.named_left_out(loaded, before + after) if loaded else ():  # asked for: compared, said
-        note(f"note: {run.run_id} is compared as named, though {why}")
+    for run, why in loaded.left_out if loaded else ():  # asked for: compared, said
+        if any(run is chosen for chosen in before + after):
+            note(f"note: {run.run_id} is compared as named, though {why}")
     rows = compare.compare(before, after, policy_of(args))
     title = (f"compare {found} ({count(len(before), 'run')} -> {count(len(after), 'run')}; a change is {said[1]} "
              f"against {said[0]})")
     print(compare.render(rows, args.format, wrapped(title, prose_width(args.format)), terminal_width()))
-    return NEGATIVE if any(r.verdict["verdict"] == "regressed" for r in rows) else OK
+    return NEGATIVE if any(verdict["verdict"] == "regressed" for _, verdict in rows) else OK
 
 
 def cmd_gate(args) -> int:

@@ -81,7 +81,4 @@ def add(root: Path, paths: list[Path], reason: str = "", file: str = FILE) -> li
 
 
 def undo(root: Path, keys: list[str], file: str = FILE) -> None:
-    entries = read(root, file)
-    for key in keys:
-        entries.pop(key, None)
-    _write(root, entries, file)
+    _write(root, {key: listed for key, listed in read(root, file).items() if key not in keys}, file)

@@ -71,10 +71,8 @@ GATE_DROP_ORDER = ["lever", "noise", "runs", "interval", "baseline", "current", 
 
 def table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple", columns: list[str] | None = None,
                width: int | None = None, ask: str = "--columns") -> str:
-    """The verdicts' table. On a terminal (``simple``) every cell stays short: a longer one (a reason, a lever) is
-    numbered and said in full below the table, with its scenario and verdict; Markdown keeps it in the cell. With a
-    ``width`` and no columns asked for, the least important columns are left out until the table fits, in a line
-    naming them and ``ask``."""
+    """The verdicts' table, fitted (``table_fit.fitted_table``): in a terminal a long reason or lever is numbered and
+    said in full below the table, with its scenario and verdict, and the noise is its dominant level."""
     body = rows(verdicts)
     if fmt == "simple":
         for row in body:

@@ -217,9 +217,6 @@ class History:
         runs = [run for run in self.runs if since is None or run.datetime >= since]
         return runs[-last:] if last else runs
 
-    def find(self, wanted: str) -> SavedRun | None:
-        return next((run for run in self.runs if run.matches(wanted)), None)
-
     def named(self, wanted: str) -> list[SavedRun]:
         """The runs ``wanted`` names (a run id or its NNNN number), those left out included where it names no run of
         the history: named, they are asked for (but ``0002`` never adds an A/B arm's 0002 to an ordinary 0002)."""

@@ -145,10 +145,8 @@ def columns(text: str, names: list[str], option: str = "--columns") -> list[str]
 
 def table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple", sources: list[str] | None = None,
           shown: list[str] | None = None, width: int | None = None, ask: str = "--columns") -> str:
-    """The summary table; ``sources`` (one per entry) adds a first column saying which run each row is from;
-    ``shown``: the columns (``COLUMNS``' names). In a terminal (``simple``) per-worker lists of many workers are
-    shortened to their range, and long flags are numbered and said below the table; with a ``width`` and no columns
-    asked for, the least important columns are left out until the table fits, in a line naming them and ``ask``."""
+    """The summary table, fitted (``table_fit.fitted_table``; long flags numbered below); ``sources`` (one per entry)
+    adds a first column saying which run each row is from; in a terminal per-worker lists are shortened (``_span``)."""
     body = rows(entries)
     if fmt == "simple":
         body = [[_span(cell) if index in PER_WORKER else cell for index, cell in enumerate(row)] for row in body]

@@ -84,9 +84,7 @@ class ScenarioRecord:
         if not self.gate or not self.gate.get("verdict"):
             return None
         latency = [*(self.gate.get("latency") or {}).values(), self.gate.get("p99") or {}]
-        if any(v.get("verdict") == "regressed" for v in latency):
-            return "regressed"
-        return self.gate["verdict"]
+        return "regressed" if any(v.get("verdict") == "regressed" for v in latency) else self.gate["verdict"]
 
     @property
     def config(self) -> dict:

@@ -26,12 +26,11 @@ def cmd_info(args) -> int:
     reason = nvml.init()
     info: dict = {"modes": {name: mode.summary for name, mode in MODES.items()}}
     if reason:
-        info["gpus"] = []
-        info["note"] = reason
+        info.update(gpus=[], note=reason)
     else:
-        info["driver"] = nvml.driver()
-        info["gpus"] = [{"index": g.index, "uuid": g.uuid, "name": g.name, "memory_total_bytes": g.memory_total_bytes,
-                         "mig_mode": g.mig_mode, **g.extra} for g in nvml.gpus()]
+        info.update(driver=nvml.driver(), gpus=[{"index": g.index, "uuid": g.uuid, "name": g.name,
+                                                 "memory_total_bytes": g.memory_total_bytes, "mig_mode": g.mig_mode,
+                                                 **g.extra} for g in nvml.gpus()])
     print(json.dumps(info, indent=2))
     return 0
 

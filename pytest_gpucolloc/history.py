@@ -87,8 +87,7 @@ class SavedRun:
 
     def level(self, fullname: str, metric: str = "throughput") -> float | None:
         """The scenario's level in its series (log throughput, or log ms of a latency), None where it is not part of
-        one: not in this run, throttled, shared the GPU with foreign processes, or (of a latency) a saturated
-        service."""
+        one (not in this run, or not comparable)."""
         key = (fullname, metric)
         if key not in self.levels:
             sample = self.sample(fullname, metric)
@@ -191,8 +190,7 @@ class History:
 
     def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput",
                 last: int | None = None) -> list[RunSample]:
-        """The scenario's samples, oldest first; ``last``: only the newest this many (the newer runs alone are
-        read)."""
+        """The scenario's samples, oldest first; ``last``: only the newest this many (the newer runs alone are read)."""
         found: list[RunSample] = []
         for run in reversed(self.runs):
             if last is not None and len(found) >= last:

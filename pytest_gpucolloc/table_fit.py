@@ -39,9 +39,8 @@ def wrapped(text: str, width: int | None, indent: str = "  ") -> str:
 
 
 def fit(render: Render, names: list[str], drop_order: list[str], width: int) -> tuple[str, list[str], list[str]]:
-    """``render(names)`` with the columns of ``drop_order`` (least important first) left out, one at a time, until its
-    table is at most ``width`` characters wide (or none of them is left). The table, its footnotes, the columns left
-    out (in ``names``' order)."""
+    """``render`` with the columns of ``drop_order`` (least important first) left out one at a time until the table
+    fits ``width``: the table, its footnotes, the columns left out."""
     shown = list(names)
     table, notes = render(shown)
     for name in drop_order:

@@ -143,7 +143,7 @@ def build(runs: list[SavedRun], loaded: History | None, out: Path, recent: list[
         body.append(f"<p class=answer>{prefix}{_e(report.answer(rows, cpu))}</p>")
         if rows:  # with, per row's (jobs, mixed) as ``report.summary`` groups them, its scenarios with run warnings
             tables.append((kind, rows, Counter((record.jobs(s), not s.homogeneous) for _, s in entries if s.warnings)))
-    regressed = sum(s.verdict == "regressed" for entries in kinds.values() for _, s in entries)
+    regressed = sum(plots.regressed(s) for entries in kinds.values() for _, s in entries)
     gate_table, regressed_now = _gate_history(loaded, recent) if loaded is not None else ("", 0)
     if regressed or regressed_now:
         body.append(f"<p class=alert>The gate judged {regressed + regressed_now} regressed: "

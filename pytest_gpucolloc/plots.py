@@ -71,6 +71,10 @@ def by_kind(runs: list[SavedRun]) -> dict[str, Entries]:
     return dict(sorted(kinds.items()))
 
 
+def regressed(scenario: ScenarioRecord) -> bool:
+    return scenario.verdict == "regressed"
+
+
 def _alone(mode: str) -> bool:
     """The mode's scenarios are the jobs alone (the baseline): nothing shared to show."""
     return mode in MODES and MODES[mode].alone
@@ -130,8 +134,7 @@ def scaling(kind: str, entries: Entries) -> list[Figure]:
             continue
         label = scenario.workloads[0]
         spread = statistics.stdev(scenario.rounds) if len(scenario.rounds) > 1 else 0.0
-        curves[label][scenario.mode].append((scenario.n_workers, scenario.throughput, spread,
-                                             scenario.verdict == "regressed"))
+        curves[label][scenario.mode].append((scenario.n_workers, scenario.throughput, spread, regressed(scenario)))
         alone = scenario.alone_of(0)
         if alone:
             alone_runs[label].append(alone)

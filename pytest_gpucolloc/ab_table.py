@@ -2,9 +2,7 @@
 and said below) and the least important columns left out until it fits, as the gate's and compare's tables do."""
 from __future__ import annotations
 
-from tabulate import tabulate
-
-from .table_fit import WIDE, fitted
+from .table_fit import fitted_table
 
 COLUMNS = ["scenario", "measure", "verdict", "blocks", "pairs", "change", "interval", "p", "detectable", "why"]
 HEADERS = ["scenario", "measure", "verdict", "blocks", "pairs", "change (candidate vs baseline)", "interval",
@@ -33,19 +31,5 @@ def rows(judgements) -> list[list[str]]:
 def table(judgements, fmt: str = "simple", columns: list[str] | None = None, width: int | None = None) -> str:
     """The verdicts (``fmt``: a tabulate format; ``simple`` is a terminal's): ``columns`` as asked (``--columns``),
     else every column that fits ``width``."""
-    body = rows(judgements)
-    headers = TERMINAL_HEADERS if fmt == "simple" else HEADERS
-
-    def render(names: list[str]) -> tuple[str, list[str]]:
-        keep = [COLUMNS.index(name) for name in names]
-        cells = [[row[i] for i in keep] for row in body]
-        notes: list[str] = []
-        if fmt == "simple" and "why" in names:
-            why = names.index("why")
-            for row, full in zip(cells, body):
-                if len(row[why]) > WIDE:
-                    notes.append(f"[{len(notes) + 1}] {full[0]} {full[1]} {full[2]}: {full[-1]}")
-                    row[why] = f"[{len(notes)}]"
-        return tabulate(cells, headers=[headers[i] for i in keep], tablefmt=fmt, disable_numparse=True), notes
-
-    return fitted(render, columns, COLUMNS, DROP_ORDER, fmt, width, "--columns")
+    return fitted_table(rows(judgements), COLUMNS, TERMINAL_HEADERS if fmt == "simple" else HEADERS, DROP_ORDER, fmt,
+                        width, "--columns", columns, ("why",), lambda full, _, __: " ".join(full[:3]))

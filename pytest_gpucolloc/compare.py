@@ -8,7 +8,6 @@ import io
 import json
 import math
 import statistics
-from dataclasses import dataclass
 
 from . import gate, gate_table, shift
 from .history import LATENCY, History, SavedRun, short_name
@@ -57,7 +56,7 @@ def select(history: History, *, runs: list[str] | None = None, commits: list[str
 
 def alike(sets: list[list[SavedRun]], labels: list[str]) -> None:
     """SelectionError unless both sides are runs of one kind: CPU smoke runs are never compared with GPU runs."""
-    kinds = [{_kind(run) for run in chosen} for chosen in sets]
+    kinds = [{"CPU smoke" if run.machine.get("device") == "cpu" else "GPU" for run in chosen} for chosen in sets]
     if len(kinds[0] | kinds[1]) > 1:
         raise SelectionError(f"{labels[0]} has {' and '.join(sorted(kinds[0]))} runs and {labels[1]} "
                              f"{' and '.join(sorted(kinds[1]))} runs: CPU smoke runs (small batches on the CPU) "
@@ -73,19 +72,7 @@ def _named(history: History, wanted: str) -> list[SavedRun]:
     return found
 
 
-def named_left_out(history: History, runs: list[SavedRun]) -> list[tuple[SavedRun, str]]:
-    """Those of ``runs`` left out of the history, and why."""
-    return [(run, why) for run, why in history.left_out if any(run is chosen for chosen in runs)]
-
-
-def _kind(run: SavedRun) -> str:
-    return "CPU smoke" if run.machine.get("device") == "cpu" else "GPU"
-
-
-@dataclass
-class Row:
-    scenario: str
-    verdict: dict
+Row = tuple[str, dict]  # a scenario and its verdict (``Verdict.to_dict()``)
 
 
 def alternating(before: list[SavedRun], after: list[SavedRun]) -> list[tuple[int, SavedRun]] | None:
@@ -108,7 +95,7 @@ def paired(timeline: list[tuple[int, SavedRun]], policy: gate.Policy) -> list[Ro
         for metric in LATENCY:
             if any(run.sample(name, metric) is not None for _, run in timeline):
                 with_latency(verdict, _paired(timeline, name, metric, policy))
-        rows.append(Row(name, verdict.to_dict()))
+        rows.append((name, verdict.to_dict()))
     return rows
 
 
@@ -125,24 +112,21 @@ def _paired(timeline: list[tuple[int, SavedRun]], name: str, metric: str, policy
         elif side == 0 and sample is not None:
             befores.append(sample.log_mean)
     reason = f"paired: {count(len(ratios), 'run')}, each against the runs on either side of it (alternating sessions)"
-    runs = [run.run_id for side, run in timeline if side == 0]
-    if metric != "throughput":  # a latency sample holds 1/latency: its log-ratios turned round, judged by signs
-        found = shift.judge([-d for d in ratios], policy.threshold, policy.alpha)
+    sign = 1 if metric == "throughput" else -1  # a latency sample holds 1/latency: its log-ratios turned round
+    judged: shift.Shift | ab_judge.Judgement
+    if metric != "throughput":  # judged by signs
+        judged = found = shift.judge([-d for d in ratios], policy.threshold, policy.alpha)
         reason += f", {found.above} of {found.units} slower"
         if found.ci is None:
             reason += f" (a latency is judged by signs: {shift.units_needed(policy.alpha)} pairs needed at this alpha)"
-        return gate.Verdict(verdict=found.verdict, reason=reason,
-                            baseline=math.exp(-statistics.fmean(befores)) if befores else None,
-                            current=math.exp(-statistics.fmean(afters)) if afters else None,
-                            change=found.change, ci=found.ci, mde=found.detectable, threshold=policy.threshold,
-                            baseline_runs=runs, metric=metric)
-    judged = ab_judge.judge(name, ratios, policy.threshold, policy.alpha)
-    reason += "" if judged.p_slower is None else f", p(slower)={judged.p_slower:.2g}"
+    else:
+        judged = by_pairs = ab_judge.judge(name, ratios, policy.threshold, policy.alpha)
+        reason += "" if by_pairs.p_slower is None else f", p(slower)={by_pairs.p_slower:.2g}"
     return gate.Verdict(verdict=judged.verdict, reason=reason,
-                        baseline=math.exp(statistics.fmean(befores)) if befores else None,
-                        current=math.exp(statistics.fmean(afters)) if afters else None,
+                        baseline=math.exp(sign * statistics.fmean(befores)) if befores else None,
+                        current=math.exp(sign * statistics.fmean(afters)) if afters else None,
                         change=judged.change, ci=judged.ci, mde=judged.detectable, threshold=policy.threshold,
-                        baseline_runs=runs)
+                        baseline_runs=[run.run_id for side, run in timeline if side == 0], metric=metric)
 
 
 def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) -> list[Row]:
@@ -164,35 +148,29 @@ def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) 
                                                                is not None], wide))
         verdict = judged.to_dict()
         if verdict["verdict"] == "no baseline" and verdict["baseline_runs"]:
-            _say_the_change(verdict, current, [s for s in baseline if s.run_id in verdict["baseline_runs"]],
-                            max(policy.min_runs, 2))
-        rows.append(Row(name, verdict))
+            # too few runs for a verdict (one against one): the change is still worth saying, as a change only, and
+            # what a verdict needs (not the gate's words on a history: these runs were named)
+            used = [s for s in baseline if s.run_id in verdict["baseline_runs"]]
+            if verdict["change"] is None:
+                verdict["baseline"] = math.exp(statistics.fmean(s.log_mean for s in used))
+                verdict["current"] = current.throughput
+                verdict["change"] = current.throughput / verdict["baseline"] - 1
+            verdict["reason"] = (f"changed {verdict['change']:+.1%} ({len(used)} run(s) before, 1 after), not a "
+                                 f"verdict: a verdict needs {max(policy.min_runs, 2)} runs before (their run-to-run "
+                                 "spread); save more runs on each side, or run pytest-gpucolloc ab (paired, in one "
+                                 "job)")
+        rows.append((name, verdict))
     return rows
 
 
-def _say_the_change(verdict: dict, current: gate.RunSample, baseline: list[gate.RunSample], needed: int) -> None:
-    """Too few runs for a verdict (e.g. one against one): the change is still worth saying, as a change only, and
-    what a verdict needs (not the gate's words on a history: these runs were named)."""
-    if verdict["change"] is None:
-        verdict["baseline"] = math.exp(statistics.fmean(s.log_mean for s in baseline))
-        verdict["current"] = current.throughput
-        verdict["change"] = current.throughput / verdict["baseline"] - 1
-    verdict["reason"] = (f"changed {verdict['change']:+.1%} ({len(baseline)} run(s) before, 1 after), not a verdict: "
-                         f"a verdict needs {needed} runs before (their run-to-run spread); save more runs on each "
-                         "side, or run pytest-gpucolloc ab (paired, in one job)")
-
-
-def render(rows: list[Row], fmt: str, title: str = "", width: int | None = None) -> str:
-    entries = [(row.scenario, row.verdict) for row in rows]
+def render(rows: list[Row], fmt: str, title: str, width: int | None = None) -> str:
     if fmt == "json":
-        return json.dumps([{"scenario": r.scenario, **r.verdict} for r in rows], indent=2)
+        return json.dumps([{"scenario": name, **verdict} for name, verdict in rows], indent=2)
     if fmt == "csv":
         out = io.StringIO()
-        writer = csv.writer(out)
-        writer.writerow(gate_table.GATE_HEADERS)
-        writer.writerows(gate_table.rows(entries))
+        csv.writer(out).writerows([gate_table.GATE_HEADERS, *gate_table.rows(rows)])
         return out.getvalue()
     if fmt == "markdown":
-        return (f"### {title}\n\n" if title else "") + gate_table.table(entries, "github")
-    entries = [(short_name(name), verdict) for name, verdict in entries]  # as gate's table: the test's name
-    return (f"{title}\n" if title else "") + gate_table.table(entries, width=width)
+        return f"### {title}\n\n" + gate_table.table(rows, "github")
+    shown = [(short_name(name), verdict) for name, verdict in rows]  # as gate's table: the test's name
+    return f"{title}\n" + gate_table.table(shown, width=width)

@@ -38,12 +38,9 @@ def read(root: Path, file: str = FILE) -> dict[str, tuple[str, str]]:
         text = (Path(root) / file).read_text()
     except FileNotFoundError:
         return {}
-    listed = {}
-    for line in text.splitlines():
-        if line.strip() and not line.startswith("#"):
-            key, when, why = (line.split("\t") + ["", ""])[:3]
-            listed[key] = (when, why)
-    return listed
+    rows = [(line.split("\t") + ["", ""])[:3] for line in text.splitlines()
+            if line.strip() and not line.startswith("#")]
+    return {key: (when, why) for key, when, why in rows}
 
 
 def entry(entries: dict[str, tuple[str, str]], root: Path, path: Path) -> tuple[str, str] | None:
@@ -53,10 +50,9 @@ def entry(entries: dict[str, tuple[str, str]], root: Path, path: Path) -> tuple[
 
 def why(forgotten: dict[str, tuple[str, str]], root: Path, path: Path) -> str | None:
     """Why the run at ``path`` is left out of the history, or None when it is not."""
-    listed = entry(forgotten, root, path)
-    if listed is None:
+    when, reason = entry(forgotten, root, path) or (None, "")
+    if when is None:
         return None
-    when, reason = listed
     return f"set aside with `pytest-gpucolloc forget` on {when}" + (f": {reason}" if reason else "")
 
 
@@ -81,7 +77,4 @@ def add(root: Path, paths: list[Path], reason: str = "", file: str = FILE) -> li
 
 
 def undo(root: Path, keys: list[str], file: str = FILE) -> None:
-    entries = read(root, file)
-    for key in keys:
-        entries.pop(key, None)
-    _write(root, entries, file)
+    _write(root, {key: listed for key, listed in read(root, file).items() if key not in keys}, file)

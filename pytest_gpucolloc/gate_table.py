@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tabulate import tabulate
-
 from .report import ms, rate
-from .table_fit import WIDE, fitted
+from .table_fit import fitted_table
 
 
 def _bound(value: float) -> str:
@@ -73,28 +71,12 @@ GATE_DROP_ORDER = ["lever", "noise", "runs", "interval", "baseline", "current", 
 
 def table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple", columns: list[str] | None = None,
                width: int | None = None, ask: str = "--columns") -> str:
-    """The verdicts' table. On a terminal (``simple``) every cell stays short: a longer one (a reason, a lever) is
-    numbered and said in full below the table, with its scenario and verdict; Markdown keeps it in the cell. With a
-    ``width`` and no columns asked for, the least important columns are left out until the table fits, in a line
-    naming them and ``ask``."""
+    """The verdicts' table, fitted (``table_fit.fitted_table``): in a terminal a long reason or lever is numbered and
+    said in full below the table, with its scenario and verdict, and the noise is its dominant level."""
     body = rows(verdicts)
     if fmt == "simple":
         for row in body:
             row[GATE_COLUMNS.index("noise")] = row[GATE_COLUMNS.index("noise")].split(", ")[0]  # the dominant level
-    headers = GATE_HEADERS if fmt != "simple" else TERMINAL_HEADERS  # a terminal's: short
-
-    def render(names: list[str]) -> tuple[str, list[str]]:
-        keep = [GATE_COLUMNS.index(name) for name in names]
-        cells = [[row[i] for i in keep] for row in body]
-        notes: list[str] = []
-        if fmt == "simple":
-            for row, full in zip(cells, body):
-                for name in ("lever", "why"):
-                    if name in names and len(row[names.index(name)]) > WIDE:  # a hidden column's: not said below
-                        index = GATE_COLUMNS.index(name)
-                        notes.append(f"[{len(notes) + 1}] {full[0]} {full[1]}: {GATE_HEADERS[index]}: {full[index]}")
-                        row[names.index(name)] = f"[{len(notes)}]"
-        return tabulate(cells, headers=[headers[GATE_COLUMNS.index(name)] for name in names], tablefmt=fmt,
-                        disable_numparse=True), notes
-
-    return fitted(render, columns, GATE_COLUMNS, GATE_DROP_ORDER, fmt, width, ask)
+    return fitted_table(body, GATE_COLUMNS, GATE_HEADERS if fmt != "simple" else TERMINAL_HEADERS, GATE_DROP_ORDER,
+                        fmt, width, ask, columns, ("lever", "why"),
+                        lambda full, _, name: f"{full[0]} {full[1]}: {GATE_HEADERS[GATE_COLUMNS.index(name)]}")

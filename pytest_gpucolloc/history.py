@@ -10,13 +10,14 @@ are left out of it, and named.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import forget, index, machine, record
+from . import forget, index, machine, record, record_checks
 from .baseline import power_cap_share
 from .verdict import RunSample
 
@@ -69,7 +70,9 @@ class SavedRun:
         key = (fullname, metric)
         if self.stored is not None:
             try:
-                self.samples.update(_stored_samples(self, json.loads(self.stored)))
+                self.samples.update({(name, each): _stored_sample(self, saved)
+                                     for name, kept in json.loads(self.stored).items()
+                                     for each, saved in zip(METRICS, kept, strict=True)})
             except (ValueError, TypeError, KeyError, AttributeError):  # a row of another shape: never trusted
                 self.samples.clear()  # made from the records instead
             self.stored = None
@@ -84,21 +87,20 @@ class SavedRun:
 
     def level(self, fullname: str, metric: str = "throughput") -> float | None:
         """The scenario's level in its series (log throughput, or log ms of a latency), None where it is not part of
-        one: not in this run, throttled, shared the GPU with foreign processes, or (of a latency) a saturated
-        service."""
+        one (not in this run, or not comparable)."""
         key = (fullname, metric)
         if key not in self.levels:
             sample = self.sample(fullname, metric)
-            if sample is None or sample.throttled or sample.contaminated or sample.saturated:
-                self.levels[key] = None
-            else:
-                self.levels[key] = -sample.log_mean if sample.latency else sample.log_mean  # it holds 1/latency
+            self.levels[key] = None if sample is None or sample.throttled or sample.contaminated or sample.saturated \
+                else -sample.log_mean if sample.latency else sample.log_mean  # a latency's holds 1/latency
         return self.levels[key]
 
     def gpu(self, fullname: str) -> str:
-        """The physical GPU the scenario ran on (``series_gpu``)."""
+        """The physical GPU the scenario ran on (its history is kept per GPU), or "CPU smoke"."""
         if fullname not in self.gpus:
-            self.gpus[fullname] = series_gpu(self, self.scenarios[fullname])
+            scenario = self.scenarios[fullname]
+            uuid = (scenario.gpu or {}).get("uuid") or self.machine.get("gpu_uuid")
+            self.gpus[fullname] = uuid or ("CPU smoke" if scenario.device == "cpu" else "unknown GPU")
         return self.gpus[fullname]
 
 
@@ -121,7 +123,6 @@ def why_left_out(root: Path, run: SavedRun, forgotten: dict | None = None) -> st
     """Why the saved ``run`` under the storage ``root`` is not a run of its history (None: it is): an experiment,
     or a run the user set aside. ``forgotten``: ``forget.read(root)``, when already read."""
     return experiment(run) or forget.why(forget.read(root) if forgotten is None else forgotten, root, run.path)
-
 
 
 def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | None = None, datetime: str = "",
@@ -175,12 +176,6 @@ def latency_sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine:
                                repeats=tuple(inverse) if len(inverse) > 1 else (), latency=metric, saturated=saturated)
 
 
-def series_gpu(run: SavedRun, scenario: record.ScenarioRecord) -> str:
-    """The physical GPU a saved scenario ran on (its history is kept per GPU), or "CPU smoke"."""
-    uuid = (scenario.gpu or {}).get("uuid") or run.machine.get("gpu_uuid")
-    return uuid or ("CPU smoke" if scenario.device == "cpu" else "unknown GPU")
-
-
 def short_name(fullname: str) -> str:
     """The test's name as pytest-benchmark shows it: ``test_x[naive-2]`` of ``benchmarks/f.py::test_x[naive-2]``."""
     return fullname.split("::")[-1]
@@ -195,8 +190,7 @@ class History:
 
     def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput",
                 last: int | None = None) -> list[RunSample]:
-        """The scenario's samples, oldest first; ``last``: only the newest this many (the newer runs alone are
-        read)."""
+        """The scenario's samples, oldest first; ``last``: only the newest this many (the newer runs alone are read)."""
         found: list[RunSample] = []
         for run in reversed(self.runs):
             if last is not None and len(found) >= last:
@@ -220,9 +214,6 @@ class History:
         """The newest ``last`` runs (None or 0: all) saved at or after ``since`` (ISO date or time, UTC)."""
         runs = [run for run in self.runs if since is None or run.datetime >= since]
         return runs[-last:] if last else runs
-
-    def find(self, wanted: str) -> SavedRun | None:
-        return next((run for run in self.runs if run.matches(wanted)), None)
 
     def named(self, wanted: str) -> list[SavedRun]:
         """The runs ``wanted`` names (a run id or its NNNN number), those left out included where it names no run of
@@ -259,7 +250,7 @@ def read_run(path: Path) -> SavedRun:
             continue  # another plugin's benchmark
         name = bench.get("fullname") or bench.get("name")
         try:
-            scenarios[record.read_name(name)] = record.read(info)
+            scenarios[record_checks.text(name, "the benchmark's name")] = record.read(info)
         except record.RecordError as error:
             problems.append(f"{path}: scenario {name[:200] if isinstance(name, str) else '?'} skipped ({error})")
     when, commit, identity = record.read_run_fields(data)  # RecordError is a ValueError: the file is skipped
@@ -321,9 +312,7 @@ def _summary(run: SavedRun) -> tuple[str, str, str]:
             fields["repeats"] = []  # one set: the rounds themselves
         return fields
 
-    def text(value) -> str:
-        return json.dumps(value, separators=(",", ":"))
-
+    text = functools.partial(json.dumps, separators=(",", ":"))
     levels = [[run.level(name, metric) for metric in METRICS] for name in run.scenarios]
     shared = {"machine": run.machine, "gpus": {name: run.gpu(name) for name in run.scenarios}}
     samples = {name: [saved(run.sample(name, metric)) for metric in METRICS] for name in run.scenarios}
@@ -341,11 +330,6 @@ def _stored_sample(run: SavedRun, saved: dict | None) -> RunSample | None:
     if not sample.rounds or not all(type(x) is float and math.isfinite(x) and x > 0 for x in numbers):
         raise ValueError("rounds of another shape")
     return sample
-
-
-def _stored_samples(run: SavedRun, stored: dict) -> dict[tuple[str, str], RunSample | None]:
-    return {(name, metric): _stored_sample(run, saved) for name, kept in stored.items()
-            for metric, saved in zip(METRICS, kept, strict=True)}
 
 
 def _indexed(file: index.Found, row: index.Row, shared: dict[str, tuple[dict, list[str], dict[str, str]]]

@@ -1,17 +1,11 @@
-"""A storage's saved files: found without recursion and within limits, and what reading each gave, kept in an
-index beside them so that thousands of saved runs are read in a second, not parsed again at every command.
+"""A storage's saved files: found without recursion and within limits (``walk``; links to folders are not followed:
+a loop would never end), and what reading each gave, kept in an index beside them so that thousands of saved runs are
+read in a second, not parsed again at every command.
 
-``walk`` lists every ``*.json`` under the storage (pytest-benchmark saves ``<storage>/<machine>/NNNN_*.json``) with
-an explicit stack: a tree of any depth is walked without recursion; a folder deeper than ``MAX_DEPTH`` and files
-beyond ``MAX_FILES`` are skipped and named. Symbolic links to folders are not followed (a loop would never end).
-
-``Index``: an SQLite file in the storage (``NAME``), one row per saved file, keyed by its path, size and
-modification time (ns), holding what ``history`` made of it (JSON texts: the run, what it shares with other runs,
-its samples). The JSON files stay the source of truth and pytest-benchmark keeps reading them: a file whose size or
-time changed is read again, a removed file's row is dropped, a file that cannot be read is never kept. Concurrent
-writers (CI jobs sharing a storage) wait for each other on SQLite's lock; an index still locked after ``BUSY_S``, or
-on read-only storage, is not used this time; one SQLite cannot read (corrupt, truncated, another schema) is deleted
-and built again.
+``Index``: an SQLite file in the storage, one row per saved file, keyed by its path, size and modification time. The
+JSON files stay the source of truth and pytest-benchmark keeps reading them: a file whose size or time changed is read
+again, a removed file's row is dropped, a file that cannot be read is never kept. Concurrent writers (CI jobs sharing
+a storage) wait for each other on SQLite's lock; an index SQLite cannot read is deleted and built again.
 """
 from __future__ import annotations
 
@@ -19,7 +13,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 NAME = ".gpucolloc-index.sqlite3"
@@ -78,15 +72,13 @@ def walk(root: Path) -> tuple[list[Found], list[str]]:
     return found, skipped
 
 
+@dataclass
 class Index:
     """One storage's index: its rows as read when opened (``known``), and ``update`` to store what was read since.
     Without a usable index (no connection) it knows nothing and keeps nothing: the caller reads every file."""
-
-    def __init__(self, connection: sqlite3.Connection | None = None,
-                 known: dict[str, Row] | None = None, problem: str | None = None):
-        self.connection = connection
-        self.known = known or {}  # path -> Row
-        self.problem = problem  # why the index could not be used, when it could not
+    connection: sqlite3.Connection | None = None
+    known: dict[str, Row] = field(default_factory=dict)  # path -> Row
+    problem: str | None = None  # why the index could not be used, when it could not
 
     def update(self, fresh: dict[str, Row], keep: set[str]) -> None:
         """Store the rows read now and drop every row not in ``keep`` (files removed, changed or unreadable)."""

@@ -84,9 +84,7 @@ class ScenarioRecord:
         if not self.gate or not self.gate.get("verdict"):
             return None
         latency = [*(self.gate.get("latency") or {}).values(), self.gate.get("p99") or {}]
-        if any(v.get("verdict") == "regressed" for v in latency):
-            return "regressed"
-        return self.gate["verdict"]
+        return "regressed" if any(v.get("verdict") == "regressed" for v in latency) else self.gate["verdict"]
 
     @property
     def config(self) -> dict:
@@ -234,19 +232,12 @@ def is_record(info: Any) -> bool:
     return isinstance(info, dict) and bool(info.get(MARKER))
 
 
-def read_name(name: Any) -> str:
-    """A saved scenario's benchmark name (its test id)."""
-    return check.text(name, "the benchmark's name")
-
-
 def read_run_fields(data: dict) -> tuple[str, str | None, dict]:
     """A saved file's own fields that readers use, checked: its datetime, commit and machine identity."""
     when = check.text(data.get("datetime") or "", "datetime")
-    commit_info = data.get("commit_info")
-    commit_info = commit_info if isinstance(commit_info, dict) else {}
+    commit_info = data["commit_info"] if isinstance(data.get("commit_info"), dict) else {}
     commit = None if commit_info.get("id") is None else check.text(commit_info["id"], "commit_info.id")
-    machine_info = data.get("machine_info")
-    machine_info = machine_info if isinstance(machine_info, dict) else {}
+    machine_info = data["machine_info"] if isinstance(data.get("machine_info"), dict) else {}
     identity = machine_info.get("gpucolloc") if isinstance(machine_info.get("gpucolloc"), dict) else {}
     if too_deep(identity):
         raise RecordError(f"machine_info is nested more than {MAX_DEPTH} lists or objects deep")
@@ -276,24 +267,17 @@ def _read_worker(data: Any, version: int, index: int) -> WorkerRecord:
         raise RecordError(f"{what} is not an object")
     workload = check.text(data.get("workload"), f"{what}'s workload label")
     checked = check.fields_of(data, check.WORKER, f"{what}'s ")
-    if version == 1:  # the mode's facts stood beside the fields
-        facts = {k: v for k, v in data.items() if k not in _WORKER_FIELDS}
-    else:
-        facts = check.object_of()(data.get("mode_facts") or {}, f"{what}'s mode_facts")
+    facts = {k: v for k, v in data.items() if k not in _WORKER_FIELDS} if version == 1 \
+        else check.object_of()(data.get("mode_facts") or {}, f"{what}'s mode_facts")  # version 1: beside the fields
     return WorkerRecord(
         workload=workload,
-        throughput=check.finite(data.get("throughput"), f"{what}'s throughput", positive=True),
+        throughput=check.positive_finite(data.get("throughput"), f"{what}'s throughput"),
         round_throughputs=tuple(checked["round_throughputs"] or ()),
         params=checked["params"] or {},
-        cv=checked["cv"],
-        device_memory_bytes=checked["device_memory_bytes"],
-        peak_memory_bytes=checked["peak_memory_bytes"],
-        startup_s=checked["startup_s"],
-        alone_throughput=checked["alone_throughput"],
-        tokens_per_s=checked["tokens_per_s"],
-        data_wait_share=checked["data_wait_share"],
         mode_facts=facts,
         other={k: checked.get(k, data[k]) for k in _WORKER_FIELDS if k in data},
+        **{k: checked[k] for k in ("cv", "device_memory_bytes", "peak_memory_bytes", "startup_s", "alone_throughput",
+                                   "tokens_per_s", "data_wait_share")},
     )
 
 
@@ -303,10 +287,8 @@ def read(info: Any) -> ScenarioRecord:
     if not is_record(info):
         raise RecordError("not a pytest-gpucolloc scenario")
     version = info[MARKER]
-    if isinstance(version, bool) or not isinstance(version, int):
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise RecordError(f"record version {check.short(version)} is not a version number")
-    if version < 1:
-        raise RecordError(f"record version {version} is not a version number")
     if version not in (1, 2):
         raise RecordError(f"record version {version} is newer than this pytest-gpucolloc reads "
                           f"(1-{VERSION}); upgrade pytest-gpucolloc")
@@ -323,17 +305,13 @@ def read(info: Any) -> ScenarioRecord:
         raise RecordError(f"{len(workers)} workers for {len(workloads)} workloads")
     mode = check.text(info.get("mode"), "mode")
     checked = check.fields_of(info, check.SCENARIO, "")
-    repeats = info.get("repeats") if version >= 2 else None
-    if repeats is None:
-        repeats = [list(rounds)]
+    repeats = info["repeats"] if version >= 2 and info.get("repeats") is not None else [list(rounds)]
     repeats = check.list_of(check.list_of(lambda v, what: positive(v, "a repeat's round throughput"), nonempty=True))(
         repeats, "repeats")
     if sorted(x for r in repeats for x in r) != sorted(rounds):
         raise RecordError("repeats must split aggregate_round_throughputs into non-empty lists")
-    if version == 1:
-        facts = {k: v for k, v in info.items() if k not in _SCENARIO_FIELDS and k not in ("cpu_placement", MARKER)}
-    else:
-        facts = info.get("mode_facts") or {}
+    facts = {k: v for k, v in info.items() if k not in (*_SCENARIO_FIELDS, "cpu_placement", MARKER)} if version == 1 \
+        else info.get("mode_facts") or {}
     telemetry = checked["telemetry"] or []
     gpu = checked["gpu"]
     return ScenarioRecord(
@@ -347,17 +325,13 @@ def read(info: Any) -> ScenarioRecord:
         gpu=gpu,
         cv=checked["aggregate_cv"],
         speedup=checked["speedup_vs_sequential"],
-        ideal_throughput=checked["ideal_throughput"],
-        efficiency=checked["efficiency"],
-        samples_per_joule=checked["samples_per_joule"],
         throttled=_throttled(checked["throttled"], telemetry),
         foreign_pids=tuple(checked["foreign_pids"] or ()),
         telemetry=tuple(telemetry),
         cpu_affinity=checked["cpu_affinity"] or checked["cpu_placement"] or "",
-        gate=checked["gate"],
         mode_facts=check.MODE_FACTS(facts, "mode_facts"),
         measurement=checked["measurement"] or {},
         warnings=tuple(checked["warnings"] or ()),
-        serving=checked["serving"],
-        gate_by=checked["gate_by"],
+        **{name: checked[name] for name in ("ideal_throughput", "efficiency", "samples_per_joule", "gate", "serving",
+                                            "gate_by")},
     )

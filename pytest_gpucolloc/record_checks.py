@@ -31,17 +31,13 @@ def short(value: Any) -> str:
     return repr(value)[:40] if not isinstance(value, (dict, list)) else type(value).__name__
 
 
-def number(value: Any, what: str, low: float | None = 0.0, positive: bool = False) -> float:
+def finite(value: Any, what: str, positive: bool = False, low: float | None = 0.0) -> float:
     """A finite number (not a bool, not a string of digits), at least ``low``; positive: above 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or (low is not None and value < low) or (positive and value <= 0):
         kind = "positive" if positive else "non-negative" if low == 0 else "any"
         raise RecordError(f"{what} must be a finite {kind} number, got {short(value)}")
     return float(value)
-
-
-def finite(value: Any, what: str, positive: bool = False) -> float:
-    return number(value, what, positive=positive)
 
 
 def positive_finite(value: Any, what: str) -> float:
@@ -54,14 +50,14 @@ LATENCY_MS = (0.001, 7_200_000.0)
 
 
 def latency(value: Any, what: str) -> float:
-    ms = number(value, what)
+    ms = finite(value, what)
     if not LATENCY_MS[0] <= ms <= LATENCY_MS[1]:
         raise RecordError(f"{what} must be a latency from {LATENCY_MS[0]:g} to {LATENCY_MS[1]:,.0f} ms, got {ms:g}")
     return ms
 
 
 def real(value: Any, what: str) -> float:  # a change or an interval bound: negative too
-    return number(value, what, low=None)
+    return finite(value, what, low=None)
 
 
 def count(value: Any, what: str) -> int:

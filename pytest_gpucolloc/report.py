@@ -9,10 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import median
 
-from tabulate import tabulate
-
 from .record import ScenarioRecord, describe_workers, jobs, sm_reserved
-from .table_fit import WIDE, fitted
+from .table_fit import fitted_table
 from .words import count
 
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
@@ -35,17 +33,6 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _gb(value: int | None) -> str:
-    return "-" if value is None else f"{value / 1e9:.1f}"
-
-
-def _sm_activity(phases: Iterable[dict]) -> str:
-    values = [p.get("sm_activity_pct") for p in phases]
-    if not values or not all(isinstance(v, (int, float)) for v in values):
-        return "-"
-    return ", ".join(f"{v:.0f}%" for v in values)
-
-
 def _flags(scenario: ScenarioRecord) -> str:
     """What makes a result incomparable (throttling, other processes on the GPU), and the power cap, which
     does not: it is how a GPU-bound job normally runs."""
@@ -61,12 +48,6 @@ def _flags(scenario: ScenarioRecord) -> str:
     return "; ".join(flags + notes)
 
 
-def _start_up(scenario: ScenarioRecord) -> str:
-    """Spawn to every worker warm; '= alone' or '= mps' where the scenario records a measurement taken once."""
-    same_as = scenario.measurement.get("same_as")
-    return f"= {same_as}" if same_as else _num(scenario.measurement.get("fixed_cost_s"), 1)
-
-
 def _tokens(scenario: ScenarioRecord) -> str:
     """Language models: the aggregate in tokens/s as well."""
     tokens = [w.tokens_per_s or 0.0 for w in scenario.workers]
@@ -77,26 +58,27 @@ def _tokens(scenario: ScenarioRecord) -> str:
     return f" ({total / 1e6:,.2f}M tokens/s)"
 
 
-def _data_wait(scenario: ScenarioRecord) -> str:
-    """Per worker, the share of the time it waited for its data loader ('-': no loader)."""
-    shares = [w.data_wait_share for w in scenario.workers]
-    return "-" if all(v is None for v in shares) else ", ".join(_pct(v) for v in shares)
-
-
 def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
-    """One row per scenario from (test name, record) pairs."""
-    return [[name, scenario.mode, describe_workers(list(scenario.workloads)),
-             ", ".join(rate(w.throughput) for w in scenario.workers),
-             rate(scenario.throughput) + _tokens(scenario), _pct(scenario.cv),
-             "-" if scenario.speedup is None else f"{scenario.speedup:.2f}x",
-             _pct(scenario.efficiency),
-             _sm_activity(scenario.telemetry),
-             ", ".join(_gb(w.device_memory_bytes) for w in scenario.workers),
-             _data_wait(scenario),
-             _num(scenario.samples_per_joule, 1),
-             str(scenario.measurement.get("rounds", len(scenario.rounds))),
-             _start_up(scenario),
-             _flags(scenario)] for name, scenario in entries]
+    """One row per scenario from (test name, record) pairs, in HEADERS' order."""
+    found = []
+    for name, scenario in entries:
+        workers, measured = scenario.workers, scenario.measurement
+        activity = [phase.get("sm_activity_pct") for phase in scenario.telemetry]
+        waits = [w.data_wait_share for w in workers]  # the share of its time a worker waited for its data loader
+        found.append([
+            name, scenario.mode, describe_workers(list(scenario.workloads)),
+            ", ".join(rate(w.throughput) for w in workers), rate(scenario.throughput) + _tokens(scenario),
+            _pct(scenario.cv), "-" if scenario.speedup is None else f"{scenario.speedup:.2f}x",
+            _pct(scenario.efficiency),
+            ", ".join(f"{v:.0f}%" for v in activity) if activity and all(isinstance(v, (int, float)) for v in activity)
+            else "-",
+            ", ".join("-" if w.device_memory_bytes is None else f"{w.device_memory_bytes / 1e9:.1f}" for w in workers),
+            "-" if all(v is None for v in waits) else ", ".join(map(_pct, waits)),
+            _num(scenario.samples_per_joule, 1), str(measured.get("rounds", len(scenario.rounds))),
+            # spawn to every worker warm; "= alone" or "= mps" where the scenario records a measurement taken once
+            f"= {measured['same_as']}" if measured.get("same_as") else _num(measured.get("fixed_cost_s"), 1),
+            _flags(scenario)])
+    return found
 
 
 def time_spent(records: Iterable[ScenarioRecord], round_s: float) -> str | None:
@@ -106,14 +88,11 @@ def time_spent(records: Iterable[ScenarioRecord], round_s: float) -> str | None:
     taken = [r for r in records if "wall_s" in r.measurement and "same_as" not in r.measurement]
     if not taken:
         return None
-    measured = [r.measurement for r in taken]
-    wall = sum(m["wall_s"] for m in measured)
-    start_up = sum(m.get("fixed_cost_s", 0.0) for m in measured)
-    first_steps = sum(_first_step_s(r) for r in taken)
-    rounds = sum(m.get("rounds", 0) for m in measured)
+    wall, start_up, rounds = (sum(r.measurement.get(key, 0) for r in taken) for key in ("wall_s", "fixed_cost_s",
+                                                                                          "rounds"))
     reused = sum("same_as" in r.measurement for r in records)
-    return (f"time: {count(len(measured), 'measurement')} took {duration(wall)}: start-up {duration(start_up)} "
-            f"(first training steps {duration(first_steps)}), "
+    return (f"time: {count(len(taken), 'measurement')} took {duration(wall)}: start-up {duration(start_up)} "
+            f"(first training steps {duration(sum(_first_step_s(r) for r in taken))}), "
             f"{rounds} rounds of {round_s:g} s, the rest (set-up, the first one's including the worker fork server's "
             f"start; tear-down; between rounds) "
             f"{duration(max(wall - start_up - rounds * round_s, 0.0))}"
@@ -166,29 +145,13 @@ def columns(text: str, names: list[str], option: str = "--columns") -> list[str]
 
 def table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple", sources: list[str] | None = None,
           shown: list[str] | None = None, width: int | None = None, ask: str = "--columns") -> str:
-    """The summary table; ``sources`` (one per entry) adds a first column saying which run each row is from;
-    ``shown``: the columns (``COLUMNS``' names). In a terminal (``simple``) per-worker lists of many workers are
-    shortened to their range, and long flags are numbered and said below the table; with a ``width`` and no columns
-    asked for, the least important columns are left out until the table fits, in a line naming them and ``ask``."""
+    """The summary table, fitted (``table_fit.fitted_table``; long flags numbered below); ``sources`` (one per entry)
+    adds a first column saying which run each row is from; in a terminal per-worker lists are shortened (``_span``)."""
     body = rows(entries)
     if fmt == "simple":
         body = [[_span(cell) if index in PER_WORKER else cell for index, cell in enumerate(row)] for row in body]
-
-    def render(names: list[str]) -> tuple[str, list[str]]:
-        keep = [COLUMNS.index(name) for name in names]
-        cells, headers = [[row[i] for i in keep] for row in body], [HEADERS[i] for i in keep]
-        notes: list[str] = []
-        if fmt == "simple" and "flags" in names:
-            flags = names.index("flags")
-            for row in cells:
-                if len(row[flags]) > WIDE:
-                    notes.append(f"[{len(notes) + 1}] {row[0]}: flags: {row[flags]}")
-                    row[flags] = f"[{len(notes)}]"
-        if sources is not None:
-            cells, headers = [[source, *row] for source, row in zip(sources, cells)], ["run", *headers]
-        return tabulate(cells, headers=headers, tablefmt=fmt, disable_numparse=True), notes
-
-    return fitted(render, shown, COLUMNS, DROP_ORDER, fmt, width, ask)
+    return fitted_table(body, COLUMNS, HEADERS, DROP_ORDER, fmt, width, ask, shown, ("flags",),
+                        lambda _, row, __: f"{row[0]}: flags", None if sources is None else ("run", sources))
 
 
 @dataclass
@@ -329,12 +292,4 @@ def serving_table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "sim
     """The serving table, or None when no scenario has a serving job; with a ``width``, its least important columns
     left out until it fits, in a line saying so and where they are all shown (``ask``: the report page)."""
     body = serving_rows(entries)
-    if not body:
-        return None
-
-    def render(names: list[str]) -> tuple[str, list[str]]:
-        keep = [SERVING_HEADERS.index(name) for name in names]
-        return tabulate([[row[i] for i in keep] for row in body], headers=names, tablefmt=fmt,
-                        disable_numparse=True), []
-
-    return fitted(render, None, SERVING_HEADERS, SERVING_DROP_ORDER, fmt, width, ask)
+    return fitted_table(body, SERVING_HEADERS, SERVING_HEADERS, SERVING_DROP_ORDER, fmt, width, ask) if body else None

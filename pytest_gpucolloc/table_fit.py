@@ -6,6 +6,8 @@ import shutil
 import textwrap
 from collections.abc import Callable
 
+from tabulate import tabulate
+
 LOG_WIDTH = 120  # no terminal (a CI log) and no COLUMNS: what a log viewer shows without wrapping
 MIN_WIDTH = 40  # narrower is a bogus size (as pytest's terminal writer takes it): the log's width instead
 WIDE = 40  # a terminal's cell longer than this is numbered, and said in full below the table
@@ -37,9 +39,8 @@ def wrapped(text: str, width: int | None, indent: str = "  ") -> str:
 
 
 def fit(render: Render, names: list[str], drop_order: list[str], width: int) -> tuple[str, list[str], list[str]]:
-    """``render(names)`` with the columns of ``drop_order`` (least important first) left out, one at a time, until its
-    table is at most ``width`` characters wide (or none of them is left). The table, its footnotes, the columns left
-    out (in ``names``' order)."""
+    """``render`` with the columns of ``drop_order`` (least important first) left out one at a time until the table
+    fits ``width``: the table, its footnotes, the columns left out."""
     shown = list(names)
     table, notes = render(shown)
     for name in drop_order:
@@ -70,3 +71,27 @@ def fitted(render: Render, asked: list[str] | None, names: list[str], drop_order
     text, notes, dropped = fit(render, names, drop_order, width)
     below = [*([left_out_line(dropped, width, ask, names)] if dropped else []), *notes]
     return "\n".join([text, *(wrapped(line, width) for note in below for line in note.splitlines())])
+
+
+def fitted_table(body: list[list[str]], names: list[str], headers: list[str], drop_order: list[str], fmt: str,
+                 width: int | None, ask: str, asked: list[str] | None = None, long: tuple[str, ...] = (),
+                 label: Callable[[list[str], list[str], str], str] = lambda full, shown, column: column,
+                 lead: tuple[str, list[str]] | None = None) -> str:
+    """``fitted`` of ``body``'s rows, a cell per one of ``names`` (headed by ``headers``). In a terminal a cell of a
+    ``long`` column longer than WIDE is numbered and said below, after ``label(row, row as shown, column)``; ``lead``:
+    a first column (header, cells) that is always shown."""
+    def render(shown: list[str]) -> tuple[str, list[str]]:
+        keep = [names.index(name) for name in shown]
+        cells = [[row[i] for i in keep] for row in body]
+        notes: list[str] = []
+        for full, row in zip(body, cells):
+            for column in (name for name in long if name in shown and fmt == "simple"):
+                if len(row[shown.index(column)]) > WIDE:
+                    notes.append(f"[{len(notes) + 1}] {label(full, row, column)}: {row[shown.index(column)]}")
+                    row[shown.index(column)] = f"[{len(notes)}]"
+        heads = [headers[i] for i in keep]
+        if lead is not None:
+            cells, heads = [[cell, *row] for cell, row in zip(lead[1], cells)], [lead[0], *heads]
+        return tabulate(cells, headers=heads, tablefmt=fmt, disable_numparse=True), notes
+
+    return fitted(render, asked, names, drop_order, fmt, width, ask)

@@ -74,13 +74,14 @@ def cmd_compare(args) -> int:
                            "two different commits, groups or runs", USAGE)
     said = args.commits or [a, b]  # in the order given, as typed (HEAD~1) and the commit it names
     found = " -> ".join(typed if typed == label else f"{typed} ({label[:10]})" for typed, label in zip(said, (a, b)))
-    for run, why in compare.named_left_out(loaded, before + after) if loaded else ():  # asked for: compared, said
-        note(f"note: {run.run_id} is compared as named, though {why}")
+    for run, why in loaded.left_out if loaded else ():  # asked for: compared, said
+        if any(run is chosen for chosen in before + after):
+            note(f"note: {run.run_id} is compared as named, though {why}")
     rows = compare.compare(before, after, policy_of(args))
     title = (f"compare {found} ({count(len(before), 'run')} -> {count(len(after), 'run')}; a change is {said[1]} "
              f"against {said[0]})")
     print(compare.render(rows, args.format, wrapped(title, prose_width(args.format)), terminal_width()))
-    return NEGATIVE if any(r.verdict["verdict"] == "regressed" for r in rows) else OK
+    return NEGATIVE if any(verdict["verdict"] == "regressed" for _, verdict in rows) else OK
 
 
 def cmd_gate(args) -> int:
@@ -140,9 +141,8 @@ def cmd_gate(args) -> int:
                       "(`pytest-gpucolloc accept`): its regression is intended, not a failure", width), file=prose)
         return OK
     if failed:
-        hint = (f"a regressed run stays out of later baselines until accepted: if the change is intended, "
-                f"`pytest-gpucolloc accept {run_number(run.run_id)}` makes it the new level")
-        print(wrapped(hint, width), file=prose)
+        print(wrapped(f"a regressed run stays out of later baselines until accepted: if the change is intended, "
+                      f"`pytest-gpucolloc accept {run_number(run.run_id)}` makes it the new level", width), file=prose)
     return NEGATIVE if failed else OK
 
 
@@ -205,10 +205,9 @@ def cmd_history(args) -> int:
     if points and terminal:  # as wide as the terminal: short headers, the least needed columns left out first
         brief = {"starts at run": "starts at", f"before {unit}": f"before, {unit}", f"after {unit}": "after",
                  "runs before/after": "runs"}
-        print(table_fit.fitted(lambda names: (tabular([[row[headers.index(n)] for n in names] for row in rows],
-                                                      [brief.get(n, n) for n in names], "table"), []),
-                               None, headers, ["driver", "p", "commit", "date", "GPU"], "simple", terminal_width(),
-                               "the Markdown or JSON: --format markdown"))
+        print(table_fit.fitted_table(rows, headers, [brief.get(n, n) for n in headers],
+                                     ["driver", "p", "commit", "date", "GPU"], "simple", terminal_width(),
+                                     "the Markdown or JSON: --format markdown"))
     elif points:
         print(tabular(rows, headers, args.format))
     print(tabular([[short_name(s), g[:16], f"{n:,}", "; ".join(

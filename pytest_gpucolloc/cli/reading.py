@@ -26,12 +26,11 @@ def cmd_info(args) -> int:
     reason = nvml.init()
     info: dict = {"modes": {name: mode.summary for name, mode in MODES.items()}}
     if reason:
-        info["gpus"] = []
-        info["note"] = reason
+        info.update(gpus=[], note=reason)
     else:
-        info["driver"] = nvml.driver()
-        info["gpus"] = [{"index": g.index, "uuid": g.uuid, "name": g.name, "memory_total_bytes": g.memory_total_bytes,
-                         "mig_mode": g.mig_mode, **g.extra} for g in nvml.gpus()]
+        info.update(driver=nvml.driver(), gpus=[{"index": g.index, "uuid": g.uuid, "name": g.name,
+                                                 "memory_total_bytes": g.memory_total_bytes, "mig_mode": g.mig_mode,
+                                                 **g.extra} for g in nvml.gpus()])
     print(json.dumps(info, indent=2))
     return 0
 
@@ -161,7 +160,7 @@ def cmd_plot(args) -> int:
     from .. import history_plot, latency_plot, plots  # matplotlib loads only for a figure
 
     loaded = load_history(args.storage)
-    run = loaded.find(args.run) if args.run else loaded.runs[-1]
+    run = next((run for run in loaded.runs if run.matches(args.run)), None) if args.run else loaded.runs[-1]
     if run is None:
         raise CommandError(f"no saved run {args.run!r} under {args.storage}", USAGE)
     out = out_folder(args.out)

@@ -29,13 +29,8 @@ class Profile:
     params: dict
     throughput: float
     sm_activity: float  # fraction of the SMs' time busy (GPM), 0-1
-    sm_occupancy: float | None
     dram_bandwidth: float | None  # fraction of the peak
-    tensor_activity: float | None
     memory_bytes: int | None
-    power_w: float | None
-    step_time_s: float | None
-    data_wait_share: float | None
 
     @property
     def graphed(self) -> bool:
@@ -56,11 +51,7 @@ class Observation:
 
     @property
     def mix(self) -> tuple:
-        return mix_key(self.jobs)
-
-
-def mix_key(jobs: Iterable[str]) -> tuple:
-    return tuple(sorted(Counter(jobs).items()))
+        return tuple(sorted(Counter(self.jobs).items()))
 
 
 def _phase_of(scenario: ScenarioRecord, index: int) -> dict | None:
@@ -74,7 +65,7 @@ def _usable(scenario: ScenarioRecord) -> bool:
     return scenario.device == "cuda" and not scenario.serving and not scenario.throttled
 
 
-def _median(values: list) -> float | None:
+def median_of_known(values: list) -> float | None:
     known = [v for v in values if isinstance(v, (int, float))]
     return statistics.median(known) if known else None
 
@@ -94,19 +85,12 @@ def profiles_of(scenarios: Iterable[ScenarioRecord]) -> dict[str, Profile]:
                 params[worker.workload] = worker.params
     profiles = {}
     for label, seen in found.items():
-        def pct(key: str, seen=seen) -> float | None:
-            value = _median([phase.get(key) for phase, _ in seen])
-            return None if value is None else value / 100
-
-        def of_job(key: str, seen=seen) -> float | None:
-            return _median([w.get(key) for _, w in seen])
-
-        memory = of_job("device_memory_bytes")
+        sm = statistics.median(phase["sm_activity_pct"] for phase, _ in seen)
+        dram = median_of_known([phase.get("dram_bw_util_pct") for phase, _ in seen])
+        memory = median_of_known([w.get("device_memory_bytes") for _, w in seen])
         profiles[label] = Profile(
-            label, params[label], of_job("throughput") or 0.0, pct("sm_activity_pct") or 0.0, pct("sm_occupancy_pct"),
-            pct("dram_bw_util_pct"), pct("tensor_activity_pct"), None if memory is None else int(memory),
-            _median([phase.get("avg_power_w") for phase, _ in seen]), of_job("step_time_median_s"),
-            of_job("data_wait_share"))
+            label, params[label], median_of_known([w["throughput"] for _, w in seen]) or 0.0, sm / 100,
+            None if dram is None else dram / 100, None if memory is None else int(memory))
     return profiles
 
 

@@ -54,18 +54,15 @@ def record_rounds(benchmark, seconds_per_sample: list[float]) -> None:
     benchmark._mode = MODE
 
 
-def mark_recorded_by_controller(benchmark) -> None:
-    benchmark._mode = f"{MODE} (recorded by the xdist controller)"
+def mark_used(benchmark, how: str) -> None:
+    """The fixture ran although nothing is recorded here: not pytest-benchmark's "fixture was not used"."""
+    benchmark._mode = f"{MODE} ({how})"
 
 
 def disabled_by_user(config) -> bool:
     """``--benchmark-disable`` as given (pytest-benchmark also turns itself off under xdist, where the controller
     records the workers' scenarios)."""
     return bool(config.getoption("benchmark_disable", False)) and not config.getoption("benchmark_enable", False)
-
-
-def mark_not_recorded(benchmark) -> None:
-    benchmark._mode = f"{MODE} (--benchmark-disable: not recorded)"
 
 
 # Fields of pytest-benchmark's own machine_info that change from run to run on one machine.
@@ -108,8 +105,7 @@ def add_to_session(config, entry: dict) -> None:
 
 def file_storage(config):
     """pytest-benchmark's storage of this session, or None (not set up, or pytest-benchmark is off)."""
-    benchmarks = getattr(config, "_benchmarksession", None)
-    return getattr(benchmarks, "storage", None) if benchmarks is not None else None
+    return getattr(getattr(config, "_benchmarksession", None), "storage", None)
 
 
 def guard_saving(storage, problems: list[str], saved: list[Path]) -> None:

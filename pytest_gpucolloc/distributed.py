@@ -19,9 +19,7 @@ OUTPUT_KEY = "gpucolloc"
 def xdist_index(config) -> int | None:
     """0 for xdist worker gw0, ...; None in the controller or without xdist."""
     workerinput = getattr(config, "workerinput", None)
-    if not workerinput:
-        return None
-    return int(str(workerinput["workerid"]).removeprefix("gw"))
+    return int(str(workerinput["workerid"]).removeprefix("gw")) if workerinput else None
 
 
 def is_controller_of_workers(config) -> bool:
@@ -42,12 +40,8 @@ def check_workers_per_gpu(n_workers: int, gpus: list[nvml.GpuInfo]) -> None:
 def forwarded_entry(benchmark, seconds_per_sample: list[float]) -> dict:
     """What a worker sends for one scenario: enough to rebuild pytest-benchmark's record."""
     return {"name": benchmark.name, "fullname": benchmark.fullname, "group": benchmark.group,
-            "param": benchmark.param, "params": _jsonable(benchmark.params), "extra_info": benchmark.extra_info,
-            "data": seconds_per_sample}
-
-
-def _jsonable(value):
-    return json.loads(json.dumps(value, default=repr))
+            "param": benchmark.param, "params": json.loads(json.dumps(benchmark.params, default=repr)),
+            "extra_info": benchmark.extra_info, "data": seconds_per_sample}
 
 
 def publish(config, entries: list[dict]) -> None:

@@ -1,8 +1,5 @@
-"""Command-line / ini options: declared once, each value parsed by a small ``parse_*`` function.
-
-Every parser raises ValueError with a message naming the option, so bad input becomes a pytest usage
-error before any process is started or any GPU state is touched.
-"""
+"""Command-line / ini options: declared once, each value parsed by a small function that raises ValueError naming
+the option, so bad input is a pytest usage error before any process starts or any GPU state is touched."""
 from __future__ import annotations
 
 import math
@@ -285,8 +282,8 @@ def any_given(config) -> bool:
 
 @dataclass(frozen=True)
 class Config:
-    """The options, parsed once (``read_options``) and read as typed attributes. Those whose default depends on
-    the device (GPU or CPU smoke mode) are None here unless given: ``for_device`` fills them once it is known."""
+    """The options, parsed once (``read_options``). Those whose default depends on the device are None here unless
+    given: ``for_device`` fills them once it is known."""
 
     gpu_mode: list[str] | None
     colloc_device: str
@@ -358,14 +355,11 @@ class DeviceConfig:
 
 
 def read_options(config) -> Config:
-    """Parsed values: command line first, then ini, then the default. Options whose default depends on the
-    device (GPU or CPU smoke mode) are None when not given: ``Config.for_device`` fills them in."""
+    """Parsed values: command line first, then ini, then the default."""
     values: dict[str, Any] = {}
     for option in OPTIONS:
         raw = config.getoption(option.name)  # an explicit empty value on the command line is an error
         if raw is None:
-            raw = config.getini(option.name) or None
-        if raw is None:
-            raw = option.default
+            raw = config.getini(option.name) or option.default
         values[option.name] = None if raw is None else _parse(option, raw)
     return Config(**values)

@@ -107,7 +107,7 @@ def collocate(request, gpu_mode, benchmark, tmp_path) -> Iterator[CollocateFixtu
     fixture = CollocateFixture(request.config.stash[session_key], request.node, gpu_mode, benchmark, tmp_path)
     yield fixture
     if fixture.used and benchmark_api.disabled_by_user(request.config):
-        benchmark_api.mark_not_recorded(benchmark)  # it ran as asked: not pytest-benchmark's "fixture was not used"
+        benchmark_api.mark_used(benchmark, "--benchmark-disable: not recorded")
 
 
 @pytest.hookimpl(trylast=True)

@@ -11,8 +11,9 @@ from .words import count
 SCENARIO_OVERHEAD_S = 5.0  # start-up before warm-up (spawn, import torch, CUDA context, build), for time estimates
 
 
-def machine_warmup_line(gpu: bool, limit: float) -> str:
-    if not gpu:
+def machine_warmup_line(s) -> str:
+    limit = s.machine_warmup_limit()
+    if s.device().gpu is None:
         return "gpucolloc: machine warm-up: none on the CPU (nothing to warm)"
     if not limit:
         return "gpucolloc: machine warm-up: off (--colloc-machine-warmup)"
@@ -27,7 +28,7 @@ def header_lines(s, config) -> list[str]:
         where = str(exc)
     lines = [f"gpucolloc: modes {', '.join(s.modes)}; {where}"]
     try:
-        lines.append(s.machine_warmup_line())
+        lines.append(machine_warmup_line(s))
     except DeviceUnavailable:
         pass
     if s.autosaved:

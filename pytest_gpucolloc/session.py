@@ -1,6 +1,5 @@
-"""One pytest session's collocation state, registered as a plugin by ``plugin.py``: where scenarios run, their
-settings (options read once), the alone baselines measured so far, verdicts and results; and the hooks that
-act on the whole run (history, ordering, GPU marker, xdist hand-over, machine identity, summary)."""
+"""One pytest session's collocation state (device, settings, baselines, verdicts, results), registered as a plugin
+by ``plugin.py``, and the hooks that act on the whole run."""
 from __future__ import annotations
 
 import dataclasses
@@ -99,16 +98,13 @@ class CollocSession:
     # --- set-up and tear-down (called from plugin.py) ------------------------------------------------
     def invite(self, before_running: bool = True) -> None:
         """The plugin acts only where invited: by one of its options, or by a test that uses its fixtures or
-        markers. Until then it adds nothing to the session. An xdist controller is invited by its workers'
-        scenarios, after they ran: then there is nothing left to check beforehand."""
+        markers. An xdist controller is invited by its workers' scenarios, after they ran."""
         if not self.invited:
             self.invited = True
             self.start(before_running)
 
     def start(self, before_running: bool = True) -> None:
-        """Check what can be checked before anything runs (usage errors), clean up after killed runs, and
-        make saving safe."""
-        config = self.config
+        """Usage errors, clean-up after killed runs, and safe saving, before anything runs."""
         if self.xdist_index is None:  # the controller cleans up; xdist workers start after it
             self.orphans_killed = process_marks.kill_orphans()  # first: named as such, not as in a scratch folder
             self.stale_removed = clean_stale_scratch()
@@ -117,7 +113,7 @@ class CollocSession:
         if self.xdist_index is None:
             if before_running:
                 self._check_writable()
-            storage = benchmark_api.file_storage(config)
+            storage = benchmark_api.file_storage(self.config)
             if storage is not None:
                 benchmark_api.guard_saving(storage, self.save_problems, self.saved)
         try:
@@ -126,15 +122,14 @@ class CollocSession:
             pass
 
     def save_when_gated(self) -> None:
-        """A gated run is saved (as ``--benchmark-autosave``): the gate judges against saved runs, so a user's first
-        gated runs are the history of the next ones. Called before pytest-benchmark reads its options."""
+        """A gated run is saved (as ``--benchmark-autosave``): it is the history of the next ones. Called before
+        pytest-benchmark reads its options."""
         if self.options.colloc_gate and self.xdist_index is None:
             self.autosaved = benchmark_api.autosave(self.config)
 
     def check_storage(self, invited: bool) -> None:
-        """The gate reads only pytest-benchmark's file storage; its elasticsearch backend, where its client library is
-        missing, ends pytest-benchmark's own set-up in an internal error. Where the plugin is invited, either is a
-        usage error first, saying what is supported. Called before pytest-benchmark reads its options."""
+        """The gate reads only pytest-benchmark's file storage, and its elasticsearch backend without its client
+        library ends pytest-benchmark's set-up in an internal error: usage errors first, before it reads its options."""
         given = self.config.getoption("benchmark_storage", None)
         if benchmark_api.storage_path(given) is not None:
             return
@@ -150,14 +145,12 @@ class CollocSession:
                                     f"'pytest-benchmark[elasticsearch]'; {supported}")
 
     def compare_with_history(self) -> None:
-        """``--benchmark-compare`` without a run compares with pytest-benchmark's latest saved run: not an A/B arm's
-        or a run set aside (``history.why_left_out``), but the latest run of the history. Called before
-        pytest-benchmark reads the option."""
+        """``--benchmark-compare`` without a run compares with the latest run of the history, not an A/B arm's or one
+        set aside (``history.why_left_out``). Called before pytest-benchmark reads the option."""
         config = self.config
         root = benchmark_api.storage_path(config.getoption("benchmark_storage", None))
         if config.getoption("benchmark_compare", None) is not True or root is None:
             return
-
         for path in reversed(benchmark_api.latest_saved(root)):
             try:
                 left_out = history.why_left_out(root, history.read_run(path))
@@ -286,18 +279,11 @@ class CollocSession:
         if gpu is not None and self.machine_warmup is None and self.machine_warmup_limit() > 0:
             self.machine_warmup = machine_warmup.run(gpu.uuid, self.machine_warmup_limit())
 
-    def machine_warmup_line(self) -> str:
-        return preamble.machine_warmup_line(self.device().gpu is not None, self.machine_warmup_limit())
-
     # --- hooks ---------------------------------------------------------------------------------------
     def pytest_sessionstart(self, session):
-        if not self.options.colloc_gate:
-            return
-
         root = benchmark_api.storage_path(self.config.getoption("benchmark_storage", None))
-        if root is None:  # refused before (check_storage)
-            return
-        self.history = history.load(root)  # before this run saves anything
+        if self.options.colloc_gate and root is not None:  # None: refused before (check_storage)
+            self.history = history.load(root)  # before this run saves anything
 
     def pytest_report_header(self, config):
         return preamble.header_lines(self, config) if self.invited else None  # invited by a test only
@@ -346,9 +332,8 @@ class CollocSession:
             return
         if self.xdist_index is not None:
             distributed.publish(session.config, self.forward)
-        else:
-            if self.seconds:  # scenarios ran: the device and settings are known
-                timings.remember(session.config, self.machine_kind(), self.settings(), self.seconds)
+        elif self.seconds:  # scenarios ran: the device and settings are known
+            timings.remember(session.config, self.machine_kind(), self.settings(), self.seconds)
         failed = self.save_problems or any(v.failed for _, v in self.verdicts)
         if failed and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -356,8 +341,7 @@ class CollocSession:
             session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
     def nothing_gated(self) -> bool:
-        """A gated run (xdist: its controller) that judged no scenario: everything skipped (no GPU), deselected
-        or left to paired A/B. Its exit code is pytest's 5, as for a run that collected nothing: not a pass."""
+        """A gated run (xdist: its controller) that judged no scenario: its exit code is pytest's 5, not a pass."""
         return self.history is not None and self.xdist_index is None and not self.verdicts
 
     @pytest.hookimpl(optionalhook=True)
@@ -372,10 +356,9 @@ class CollocSession:
 
     @pytest.hookimpl(optionalhook=True, wrapper=True)
     def pytest_benchmark_compare_machine_info(self, config, benchmarksession, machine_info, compared_benchmark):
-        """pytest-benchmark compares machine info while it configures, before this plugin is invited, and warns
-        with both dictionaries whole (thousands of characters; an INTERNALERROR when the storage is outside the
-        working directory) whenever anything differs, volatile fields included. A run this plugin saved is
-        compared here instead, in a few words on what matters; pytest-benchmark's comparison sees no difference."""
+        """pytest-benchmark warns with both machine infos whole (thousands of characters; an INTERNALERROR when the
+        storage is outside the working directory) whenever anything differs, volatile fields included. A run this
+        plugin saved is compared here instead, in a few words; pytest-benchmark's comparison sees no difference."""
         saved = compared_benchmark.get("machine_info")
         if not (isinstance(saved, dict) and isinstance(saved.get("gpucolloc"), dict)):
             return (yield)  # not a run of this plugin: pytest-benchmark's comparison as it is

@@ -16,7 +16,6 @@ from . import machine, nvml
 from .scratch import private_scratch
 
 # What may differ between two interpreters' runs: the stack is the change being compared.
-
 STACK_KEYS = {"python", "torch", "torchvision", "cuda_runtime", "cudnn", "plugin_version"}
 
 

@@ -74,9 +74,6 @@ def judge(scenario: str, ratios: list[float], threshold: float, alpha: float,
                      log_ratios=ratios, reason=reason)
 
 
-ONE_BLOCK = "one block of processes: the noise between processes is not known yet"
-
-
 def judge_blocks(scenario: str, blocks: list[list[float]], threshold: float, alpha: float) -> Judgement:
     """Windows paired within blocks of fresh processes: each block's mean log-ratio is one unit, so that a
     difference between two arms' processes is noise, not a verdict."""
@@ -85,7 +82,7 @@ def judge_blocks(scenario: str, blocks: list[list[float]], threshold: float, alp
     judged.pairs, judged.blocks = sum(map(len, blocks)), len(blocks)
     judged.log_ratios = [x for block in blocks for x in block]
     if len(blocks) < 2:
-        judged.reason = ONE_BLOCK
+        judged.reason = "one block of processes: the noise between processes is not known yet"
     return judged
 
 
@@ -155,8 +152,6 @@ def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tu
                              f"(signs need {shift.units_needed(alpha)}); {found.above} of {len(ratios)} rose")
         judgements.append(judged)
     return judgements
-
-
 
 
 def in_words(judgements: list[Judgement]) -> list[str]:

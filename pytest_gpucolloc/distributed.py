@@ -1,12 +1,6 @@
-"""pytest-xdist: one xdist worker per GPU, and every worker's scenarios recorded by the controller.
-
-pytest-benchmark switches itself off under xdist (nothing is measured or saved). Here each worker owns one
-selected GPU for the whole session; its scenarios go back to the controller through xdist's
-``workeroutput`` channel and are added to the controller's pytest-benchmark session
-(``benchmark_api.add_to_session``), so autosave, JSON, compare, compare-fail, the summary and the gate see them
-exactly as in a single-process run. (Here "worker" means an xdist worker; the training processes a scenario
-starts are ``pool.py``'s.)
-"""
+"""pytest-xdist: one xdist worker per GPU. pytest-benchmark is off under xdist, so each worker's scenarios go back
+to the controller (xdist's ``workeroutput``) and are added to its pytest-benchmark session, where saving, comparing
+and the gate see them as in a single-process run. ("Worker" here is an xdist worker, not ``pool.py``'s.)"""
 from __future__ import annotations
 
 import json

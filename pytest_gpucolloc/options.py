@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .cpu_affinity import CpuListError, CpuPolicy, parse_cpu_policy
+from .cpu_affinity import CpuPolicy, parse_cpu_policy
 from .machine_warmup import MAX_LIMIT_S
-from .mig.planner import LayoutError, parse_layout
+from .mig.planner import parse_layout
 from .modes import MODES, parse_modes
 from .verdict import DEFAULT_ALPHA, DEFAULT_MIN_RUNS, DEFAULT_REMEASURE, DEFAULT_RUNS, DEFAULT_THRESHOLD
 
@@ -34,17 +34,10 @@ def number_option(name: str, low: float, high: float, integer: bool = False) -> 
     return parse
 
 
-def _optional_int(name: str, low: int, high: int) -> Callable[[str], int | None]:
+def parse_extra_step_every(text: str) -> int | None:
     """0 means off."""
-    parse = number_option(name, 0, high, integer=True)
-
-    def optional(text: str) -> int | None:
-        value = parse(text)
-        if value and value < low:
-            raise ValueError(f"{name} must be 0 (off) or at least {low}, got {text!r}")
-        return value or None
-
-    return optional
+    value = number_option("--colloc-extra-step-every", 0, 10**6, integer=True)(text)
+    return value or None
 
 
 def parse_machine_warmup(text: str) -> float | None:
@@ -97,21 +90,10 @@ def parse_gpu_list(text: str) -> list[str | int] | None:
     return gpus
 
 
-def parse_cpus(text: str) -> CpuPolicy:
-    try:
-        return parse_cpu_policy(text)
-    except CpuListError as exc:
-        raise ValueError(f"--colloc-cpus: {exc}") from None
-
-
 def parse_mig_layout(text: str) -> str | None:
-    if not text:
-        return None
-    try:
-        parse_layout(text)
-    except LayoutError as exc:
-        raise ValueError(f"--mig-layout: {exc}") from None
-    return text
+    if text:
+        parse_layout(text)  # a LayoutError (ValueError) says what is wrong
+    return text or None
 
 
 def _names(text: str) -> str | None:
@@ -229,7 +211,7 @@ class Config:
         "(default 1; per scenario: @pytest.mark.gpucolloc_repeats(K))",
         number_option("--colloc-repeats", 1, 1000, integer=True), "1")
     colloc_cpus: CpuPolicy = option("CPU cores per worker: auto (disjoint cores per worker), none, or explicit lists "
-        "'0-3;4-7' (one per worker)", parse_cpus, "auto")
+        "'0-3;4-7' (one per worker)", parse_cpu_policy, "auto")
     colloc_ideal: bool = option("also measure the 'ideal' reference for homogeneous scenarios: one process "
         "with the summed batch (gives collocation efficiency)", parse_flag, "false", flag=True)
     colloc_full: bool = option("also run the scenarios marked gpucolloc_full (the paper's whole matrix); without it "
@@ -240,7 +222,7 @@ class Config:
     colloc_extra_step_every: int | None = option("inject a known slowdown to check a regression gate: every built-in "
         "workload runs one extra, uncounted step after every K steps (K=20 costs 1/21 of the throughput); "
         "default off",
-        _optional_int("--colloc-extra-step-every", 1, 10**6), "0")
+        parse_extra_step_every, "0")
     colloc_cudnn: str = option("how the named convolutional workloads choose their cuDNN convolution algorithms when "
         "their options do not say: autotune (each worker times them in its first steps, "
         "torch.backends.cudnn.benchmark; the default) or heuristics (cuDNN's choice, PyTorch's own default: "

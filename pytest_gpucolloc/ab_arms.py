@@ -144,9 +144,9 @@ def check_pytest_args(pytest_args: list[str]) -> None:
 
 @contextlib.contextmanager
 def sigterm_as_interrupt():
-    """SIGTERM (a CI job cancelled) unwinds like Ctrl-C: the arms are stopped, worktrees and sockets removed."""
+    """SIGTERM (a CI job cancelled) unwinds like Ctrl-C: worker processes stopped, worktrees and sockets removed."""
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt("SIGTERM")
 
     try:
         previous = signal.signal(signal.SIGTERM, interrupt)

@@ -2,6 +2,7 @@
 serving job's latency percentiles by signs (``shift.py``), and the words and table that say them."""
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -106,21 +107,20 @@ def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tu
     grew = {label: [(number, why) for number, block in enumerate(blocks, 1)
                     for why in map(_queue_grew, block.get(label, [])) if why] for label in labels}
     behind = {number for number, _ in grew[labels[1]]}  # blocks in which the candidate's queue grew
+    saturated = functools.partial(Judgement, scenario=scenario, metric="latency", pairs=pairs, blocks=len(blocks),
+                                  saturated=True)
     if len(behind) >= max(2, math.ceil(len(blocks) / 2)) and not grew[labels[0]]:
         # in most blocks the candidate cannot keep up where the baseline does (one block: a stall, not judged)
         number, why = grew[labels[1]][0]
-        return [Judgement(scenario=scenario, metric="latency", verdict="regressed", pairs=pairs, blocks=len(blocks),
-                          saturated=True,
-                          reason=f"the {labels[1]}'s service saturated in {len(behind)} of {len(blocks)} blocks "
-                                 f"(block {number}: {why}) at a rate the {labels[0]}'s served without a queue: it can "
-                                 "no longer keep up")]
+        return [saturated(verdict="regressed", reason=f"the {labels[1]}'s service saturated in {len(behind)} of "
+                          f"{len(blocks)} blocks (block {number}: {why}) at a rate the {labels[0]}'s served without a "
+                          "queue: it can no longer keep up")]
     for label in labels:
         if grew[label]:
             number, why = grew[label][0]
-            return [Judgement(scenario=scenario, metric="latency", verdict="inconclusive", pairs=pairs,
-                              blocks=len(blocks), saturated=True,
-                              reason=f"latency not judged: the {label}'s service saturated in block {number}, "
-                                     f"{why}; its latency measured the queue, not the job (lower its rate)")]
+            return [saturated(verdict="inconclusive", reason=f"latency not judged: the {label}'s service saturated "
+                              f"in block {number}, {why}; its latency measured the queue, not the job (lower its "
+                              "rate)")]
     histograms = [tuple(serving.merged(block.get(label, [])) for label in labels) for block in blocks]
     histograms = [pair for pair in histograms if all(h.get_total_count() for h in pair)]
     judgements = []
@@ -148,7 +148,7 @@ def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tu
         if values:
             judged.ms = (statistics.median(b for b, _ in values), statistics.median(c for _, c in values))
         if found.ci is None and ratios:
-            judged.reason = (f"{len(ratios)} block{'s' * (len(ratios) != 1)} cannot resolve a change at this alpha "
+            judged.reason = (f"{count(len(ratios), 'block')} cannot resolve a change at this alpha "
                              f"(signs need {shift.units_needed(alpha)}); {found.above} of {len(ratios)} rose")
         judgements.append(judged)
     return judgements

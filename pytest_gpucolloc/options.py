@@ -80,9 +80,8 @@ def parse_gpu_selector(text: str) -> str | int:
 def parse_gpu_list(text: str) -> list[str | int] | None:
     if not text:
         return None
-    items = [part.strip() for part in text.split(",")]
     try:
-        gpus = [parse_gpu_selector(item) for item in items if item]
+        gpus = [parse_gpu_selector(item) for item in map(str.strip, text.split(",")) if item]
     except ValueError:
         raise ValueError(f"--colloc-gpus must list GPU indexes or GPU-... UUIDs, e.g. '0,1'; got {text!r}") from None
     if not gpus or len(set(gpus)) != len(gpus):
@@ -148,12 +147,9 @@ def option(*args, **kwargs) -> Any:
 def add_options(parser) -> None:
     group = parser.getgroup("gpucolloc", "GPU collocation benchmarks (pytest-gpucolloc)")
     for option in OPTIONS:
-        if option.flag:
-            group.addoption(option.flag_name, action="store_const", const="true", dest=option.name,
-                            default=None, help=option.help)
-        else:
-            group.addoption(option.flag_name, action="store", dest=option.name, default=None,
-                            metavar=option.name.split("_")[-1].upper(), help=option.help)
+        kind = {"action": "store_const", "const": "true"} if option.flag \
+            else {"metavar": option.name.split("_")[-1].upper()}
+        group.addoption(option.flag_name, dest=option.name, default=None, help=option.help, **kind)
         parser.addini(option.name, option.help, default=None)
 
 
@@ -162,9 +158,7 @@ def _parse(option: Option, raw: Any) -> Any:
         return option.parse(raw)
     except ValueError as exc:
         message = str(exc)
-        if option.flag_name not in message:
-            message = f"{option.flag_name}: {message}"
-        raise ValueError(message) from None
+        raise ValueError(message if option.flag_name in message else f"{option.flag_name}: {message}") from None
 
 
 def any_given(config) -> bool:

@@ -2,9 +2,9 @@
 by ``plugin.py``, and the hooks that act on the whole run."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +29,7 @@ from . import (
     telemetry,
     timings,
 )
+from .ab_arms import sigterm_as_interrupt
 from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
 from .machine_warmup import DEFAULT_LIMIT_S
@@ -60,11 +61,6 @@ class Baselines:
     one_job: dict[tuple, ScenarioResult] = field(default_factory=dict)  # (mode, ...): one-job scenarios measured
 
 
-def _sigterm_as_interrupt(signum, frame):
-    # pytest ignores SIGTERM by default; turn it into Ctrl-C so every cleanup path runs.
-    raise KeyboardInterrupt("SIGTERM")
-
-
 class CollocSession:
     def __init__(self, config, options: Config):
         self.config = config
@@ -90,21 +86,19 @@ class CollocSession:
         self._device: DeviceChoice | None = None
         self._settings: Settings | None = None
         self._values: DeviceConfig | None = None
-        self._previous_sigterm: Callable | int | None = None
+        self._on_stop = contextlib.ExitStack()
         self.invited = False  # a gpucolloc option was given, or a collected test uses the plugin
         self.deselected_full = 0  # scenarios of the full matrix left out (no --colloc-full)
         self.autosaved = False  # --colloc-gate turned on --benchmark-autosave
 
     # --- set-up and tear-down (called from plugin.py) ------------------------------------------------
     def invite(self, before_running: bool = True) -> None:
-        """The plugin acts only where invited: by one of its options, or by a test that uses its fixtures or
-        markers. An xdist controller is invited by its workers' scenarios, after they ran."""
-        if not self.invited:
-            self.invited = True
-            self.start(before_running)
-
-    def start(self, before_running: bool = True) -> None:
-        """Usage errors, clean-up after killed runs, and safe saving, before anything runs."""
+        """The plugin acts only where invited: by one of its options, or by a test that uses its fixtures or markers
+        (an xdist controller: by its workers' scenarios, after they ran). Then usage errors, clean-up after killed
+        runs, and safe saving."""
+        if self.invited:
+            return
+        self.invited = True
         if self.xdist_index is None:  # the controller cleans up; xdist workers start after it
             self.orphans_killed = process_marks.kill_orphans()  # first: named as such, not as in a scratch folder
             self.stale_removed = clean_stale_scratch()
@@ -116,10 +110,8 @@ class CollocSession:
             storage = benchmark_api.file_storage(self.config)
             if storage is not None:
                 benchmark_api.guard_saving(storage, self.save_problems, self.saved)
-        try:
-            self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-        except ValueError:  # not the main thread
-            pass
+        # pytest ignores SIGTERM by default: as Ctrl-C, every cleanup path runs
+        self._on_stop.enter_context(sigterm_as_interrupt())
 
     def save_when_gated(self) -> None:
         """A gated run is saved (as ``--benchmark-autosave``): it is the history of the next ones. Called before
@@ -179,8 +171,7 @@ class CollocSession:
     def stop(self) -> None:
         forkserver.close_shared()
         progress.stop()
-        if self.invited and self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
+        self._on_stop.close()
 
     def _check_writable(self) -> None:
         """A run that would save must be able to: say so before any GPU time is spent, not after."""

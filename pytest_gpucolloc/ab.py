@@ -19,7 +19,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import history, interleave, worker
@@ -36,9 +36,6 @@ class ArmRun:
 
     arm: str
     path: Path  # its --benchmark-json
-    log: Path
-    returncode: int
-    machine: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -358,8 +355,8 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
         if code not in (0, 1) or not path.exists():
             raise ABError(f"the {label} arm's pytest exited {code}; its output ends:\n"
                           f"{logs[label].read_text()[-1500:]}")
-        runs.append(ArmRun(label, path, logs[label], code, history.read_run(path).machine))
-    changes = unexpected_differences([baseline, candidate], runs[0].machine, runs[1].machine)
+        runs.append(ArmRun(label, path))
+    changes = unexpected_differences([baseline, candidate], *(history.read_run(run.path).machine for run in runs))
     if changes:
         raise ABError("the arms ran on machines that differ in more than the change being compared: "
                       + "; ".join(changes))

@@ -15,12 +15,8 @@ MODE = "pytest-gpucolloc"
 
 def storage_path(option: str | None) -> Path | None:
     """The folder behind ``--benchmark-storage`` (file storage only), or None for other backends."""
-    text = option or "file://./.benchmarks"
-    if text.startswith("file://"):
-        return Path(text[len("file://"):])
-    if "://" in text:
-        return None
-    return Path(text)
+    text = (option or "file://./.benchmarks").removeprefix("file://")
+    return None if "://" in text else Path(text)
 
 
 def missing_storage_client(option: str) -> bool:

@@ -21,10 +21,8 @@ def is_controller_of_workers(config) -> bool:
 
 
 def check_workers_per_gpu(n_workers: int, gpus: list[nvml.GpuInfo]) -> None:
-    """Never two xdist workers on one GPU; say clearly when -n cannot be honoured."""
-    if not gpus:
-        return  # CPU smoke mode: nothing to share
-    if n_workers > len(gpus):
+    """Never two xdist workers on one GPU (none selected: CPU smoke mode, nothing to share)."""
+    if gpus and n_workers > len(gpus):
         raise ValueError(
             f"-n {n_workers} asks for {n_workers} xdist workers but {len(gpus)} GPU(s) are selected "
             f"({', '.join(str(g.index) for g in gpus)}); each worker needs a GPU of its own: use -n {len(gpus)}"

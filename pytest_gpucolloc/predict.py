@@ -72,7 +72,7 @@ def median_of_known(values: list) -> float | None:
 
 def profiles_of(scenarios: Iterable[ScenarioRecord]) -> dict[str, Profile]:
     """Each job measured alone with its telemetry (sequential scenarios, one job under naive), by label."""
-    found: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
+    found: dict[str, list[tuple]] = defaultdict(list)  # (throughput, SM activity %, DRAM bandwidth %, memory)
     params: dict[str, dict] = {}
     for scenario in scenarios:
         alone = scenario.mode == "sequential" or (scenario.mode == "naive" and scenario.n_workers == 1)
@@ -81,16 +81,14 @@ def profiles_of(scenarios: Iterable[ScenarioRecord]) -> dict[str, Profile]:
         for index, worker in enumerate(scenario.workers):
             phase = _phase_of(scenario, index)
             if phase and isinstance(phase.get("sm_activity_pct"), (int, float)):
-                found[worker.workload].append((phase, {**worker.other, "throughput": worker.throughput}))
+                found[worker.workload].append((worker.throughput, phase["sm_activity_pct"],
+                                               phase.get("dram_bw_util_pct"), worker.device_memory_bytes))
                 params[worker.workload] = worker.params
     profiles = {}
     for label, seen in found.items():
-        sm = statistics.median(phase["sm_activity_pct"] for phase, _ in seen)
-        dram = median_of_known([phase.get("dram_bw_util_pct") for phase, _ in seen])
-        memory = median_of_known([w.get("device_memory_bytes") for _, w in seen])
-        profiles[label] = Profile(
-            label, params[label], median_of_known([w["throughput"] for _, w in seen]) or 0.0, sm / 100,
-            None if dram is None else dram / 100, None if memory is None else int(memory))
+        throughput, sm, dram, memory = (median_of_known(list(column)) for column in zip(*seen))
+        profiles[label] = Profile(label, params[label], throughput or 0.0, (sm or 0.0) / 100,
+                                  None if dram is None else dram / 100, None if memory is None else int(memory))
     return profiles
 
 

@@ -3,6 +3,7 @@ temporary worktree), the checks made before anything runs, and how their machine
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -216,15 +217,8 @@ def check_out(out: Path, here: Path) -> None:
 def fresh_out(out: Path) -> Path:
     """``out``, or where an earlier A/B's arms are there (their logs would be overwritten, their JSON read as this
     one's), the first of ``out-2``, ``out-3``, ... that holds none: an A/B never loses another's files."""
-    def used(folder: Path) -> bool:
-        return any((folder / name).exists() for name in ARM_FILES)
-
-    if not used(out):
-        return out
-    number = 2
-    while used(candidate := out.with_name(f"{out.name}-{number}")):
-        number += 1
-    return candidate
+    folders = itertools.chain([out], (out.with_name(f"{out.name}-{number}") for number in itertools.count(2)))
+    return next(folder for folder in folders if not any((folder / name).exists() for name in ARM_FILES))
 
 
 def unexpected_differences(arms: list[Arm], a: dict, b: dict) -> list[str]:

@@ -101,8 +101,7 @@ def option_of(name: str, run: SavedRun, scenario: ScenarioRecord, alone: dict[st
     instances = scenario.mode_facts.get("mig_layout")  # recorded by the mig mode only
     layout = ",".join(str(i.get("profile")) for i in instances) if isinstance(instances, list) else None
     graphed = all("graph" in w.workload.split("/")[1:] for w in scenario.workers)
-    return Option(short_name(name), run.run_id, scenario.mode, graphed,
-                  sum(shares) if complete else None,
+    return Option(short_name(name), run.run_id, scenario.mode, graphed, sum(shares) if complete else None,
                   min(shares) if complete else None, scenario.samples_per_joule, headroom, layout,
                   scenario.mig_cannot_exist)
 
@@ -114,23 +113,19 @@ def options_for(jobs: Counter, runs: list[SavedRun]) -> tuple[list[Option], bool
     measured = [(name, run, scenario) for run in runs for name, scenario in run.scenarios.items()
                 if scenario.device == "cuda"]
     alone = alone_references(runs)
-    exact = [option_of(n, r, s, alone) for n, r, s in measured
-             if Counter(_graph_free(w) for w in s.workloads) == wanted]
+    mixes = {id(s): Counter(_graph_free(w) for w in s.workloads) for _, _, s in measured}
+    exact = [option_of(n, r, s, alone) for n, r, s in measured if mixes[id(s)] == wanted]
     if exact:
         return exact, True
-    overlap = {id(s): sum((Counter(_graph_free(w) for w in s.workloads) & wanted).values()) for _, _, s in measured}
+    overlap = {key: sum((mix & wanted).values()) for key, mix in mixes.items()}
     best = max(overlap.values(), default=0)
-    close = [option_of(n, r, s, alone) for n, r, s in measured if best and overlap[id(s)] == best]
-    return close, False
+    return [option_of(n, r, s, alone) for n, r, s in measured if best and overlap[id(s)] == best], False
 
 
 def rank(options: list[Option]) -> list[Option]:
     """Most aggregate progress first; a way that starves a job (below MIN_FAIR_SHARE) after the fair ones."""
-    def key(option: Option):
-        starving = option.worst_share is not None and option.worst_share < MIN_FAIR_SHARE
-        return (starving, -(option.speedup or 0.0), -(option.samples_per_joule or 0.0))
-
-    return sorted(options, key=key)
+    return sorted(options, key=lambda o: (o.worst_share is not None and o.worst_share < MIN_FAIR_SHARE,
+                                          -(o.speedup or 0.0), -(o.samples_per_joule or 0.0)))
 
 
 def advise(jobs: Counter, runs: list[SavedRun]) -> dict:

@@ -64,9 +64,7 @@ def pytest_xdist_auto_num_workers(config):
         return None  # another project's -n auto, or the user's own count: not ours to answer
     try:
         options = read_options(config)
-        if options.colloc_device == "cpu":
-            return None
-        return len(selected_gpus(options.colloc_gpus)) or None
+        return None if options.colloc_device == "cpu" else len(selected_gpus(options.colloc_gpus)) or None
     except ValueError:
         return None  # pytest_configure reports the usage error
 

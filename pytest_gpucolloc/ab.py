@@ -131,15 +131,14 @@ class Coordinator:
             if all(key is None for key in keys.values()):
                 return
             first, second = keys.values()
-            if first is not None and first == second and first[1:] == (0, 0) \
-                    and time.monotonic() - self.began >= self.settings.budget_s:
+            if first is not None and first == second:
+                if first[1:] != (0, 0) or time.monotonic() - self.began < self.settings.budget_s:
+                    self._pair(first)
+                    continue
                 for label in self.labels:  # a new scenario once the job's budget is spent: skipped, saying why
                     self.arms.send(label, {"do": "skip", "why": f"the A/B's budget of {self.settings.budget_s / 60:g} "
                                                                 "minutes was spent before this scenario"})
                 self.skipped.append(first[0])
-                continue
-            if first is not None and first == second:
-                self._pair(first)
                 continue
             for label, key in keys.items():  # a new test the other arm has ahead waits for it
                 other = next(name for name in self.labels if name != label)

@@ -35,9 +35,10 @@ class Arm:
     versions: dict = field(default_factory=dict)  # what its interpreter reports (plugin, torch, python)
 
 
+NEEDED = ("pytest-gpucolloc", "pytest", "pytest-benchmark", "torch", "torchvision")  # what an arm imports
 PROBE = ("import json, platform, importlib.metadata as m\n"
          "out = {'python': platform.python_version()}\n"
-         "for name in ('pytest-gpucolloc', 'pytest', 'pytest-benchmark', 'torch', 'torchvision'):\n"
+         f"for name in {NEEDED!r}:\n"
          "    try:\n        out[name] = m.version(name)\n"
          "    except m.PackageNotFoundError:\n        out[name] = None\n"
          "try:\n    out['torchvision wants'] = [r for r in m.requires('torchvision') or [] if r.startswith('torch')]\n"
@@ -80,9 +81,6 @@ def probe(python: str, label: str, spec: str) -> dict:
                       f"torchvision built for its torch ({python} -m pip install torchvision from the index its torch "
                       "came from, e.g. --index-url https://download.pytorch.org/whl/cu130)")
     return versions
-
-
-NEEDED = ("pytest-gpucolloc", "pytest", "pytest-benchmark", "torch", "torchvision")  # what an arm imports
 
 
 def install_command(python: str, missing: list[str]) -> str:

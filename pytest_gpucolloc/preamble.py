@@ -41,7 +41,7 @@ def header_lines(s, config) -> list[str]:
     if s.orphans_killed:
         lines.append(f"gpucolloc: killed {len(s.orphans_killed)} processes that workers of killed runs had "
                      f"started: pids {', '.join(map(str, s.orphans_killed))}")
-    return _wrapped(lines)
+    return [wrapped(line, terminal_width()) for line in lines]  # as wide as the summary's tables
 
 
 def collection_lines(s, config, items) -> list[str]:
@@ -65,9 +65,4 @@ def collection_lines(s, config, items) -> list[str]:
     if s.deselected_full:
         lines.append(f"gpucolloc: {count(s.deselected_full, 'scenario')} of the full matrix (marker "
                      "gpucolloc_full) deselected; --colloc-full runs them")
-    return _wrapped(lines)
-
-
-def _wrapped(lines: list[str]) -> list[str]:
-    """Each line wrapped to the width the summary's tables fit."""
-    return [wrapped(line, terminal_width()) for line in lines]
+    return [wrapped(line, terminal_width()) for line in lines]  # as wide as the summary's tables

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,7 +86,6 @@ class CollocSession:
         self.seconds: dict[str, float] = {}  # test id -> how long its scenario took (kept for the next run's estimate)
         self._device: DeviceChoice | None = None
         self._settings: Settings | None = None
-        self._values: DeviceConfig | None = None
         self._on_stop = contextlib.ExitStack()
         self.invited = False  # a gpucolloc option was given, or a collected test uses the plugin
         self.deselected_full = 0  # scenarios of the full matrix left out (no --colloc-full)
@@ -192,13 +192,12 @@ class CollocSession:
     # --- what scenarios get ----------------------------------------------------------------------------
     @property
     def modes(self) -> list[str]:
-        return self.values().modes
+        return self.values.modes
 
+    @functools.cached_property
     def values(self) -> DeviceConfig:
         """The options whose defaults depend on the device, filled in (GPU or CPU smoke mode)."""
-        if self._values is None:
-            self._values = self.options.for_device(self.device().device == "cuda")
-        return self._values
+        return self.options.for_device(self.device().device == "cuda")
 
     def device(self) -> DeviceChoice:
         if self._device is None:
@@ -220,7 +219,7 @@ class CollocSession:
     def settings(self) -> Settings:
         if self._settings is None:
             on_gpu = self.device().device == "cuda"
-            values = self.values()
+            values = self.values
             self._settings = Settings(
                 rounds=values.rounds, max_rounds=values.max_rounds,
                 precision=self.options.colloc_precision / 100,
@@ -250,25 +249,19 @@ class CollocSession:
         if marker:
             options = dataclasses.replace(options, mig_layout=marker.args[0] if marker.args else None)
         policy = markers.gate_policy(node, self.options) if self.history is not None else None
-        self.warm_up_machine()
+        gpu = self.device().gpu
+        if gpu is not None and self.machine_warmup is None and self.machine_warmup_limit() > 0:  # once, first
+            self.machine_warmup = machine_warmup.run(gpu.uuid, self.machine_warmup_limit())
         target = make_target(self.device(), options)
         sampler = telemetry.sampler_factory(target.gpu) \
             if target.gpu is not None and self.options.colloc_telemetry else None
         return ScenarioContext(self.settings(), target, sampler, policy, repeats)
-
-    # --- machine warm-up (machine_warmup.py) -------------------------------------------------------------
     def machine_warmup_limit(self) -> float:
         """Seconds of warm-up before the session's first measurement: 0 on the CPU; auto is on when gating."""
         if self.device().gpu is None:
             return 0.0
         chosen = self.options.colloc_machine_warmup
         return (DEFAULT_LIMIT_S if self.options.colloc_gate else 0.0) if chosen is None else chosen
-
-    def warm_up_machine(self) -> None:
-        """Once per session, before anything is measured on the GPU."""
-        gpu = self.device().gpu
-        if gpu is not None and self.machine_warmup is None and self.machine_warmup_limit() > 0:
-            self.machine_warmup = machine_warmup.run(gpu.uuid, self.machine_warmup_limit())
 
     # --- hooks ---------------------------------------------------------------------------------------
     def pytest_sessionstart(self, session):

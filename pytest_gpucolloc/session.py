@@ -219,21 +219,14 @@ class CollocSession:
     def settings(self) -> Settings:
         if self._settings is None:
             on_gpu = self.device().device == "cuda"
-            values = self.values
+            values, options = self.values, self.options
             self._settings = Settings(
-                rounds=values.rounds, max_rounds=values.max_rounds,
-                precision=self.options.colloc_precision / 100,
-                round_s=values.round_s,
-                warmup_s=values.warmup_s,
-                warmup_steps=values.warmup_steps,
-                timeout_s=self.options.colloc_timeout,
-                cpu_policy=self.options.colloc_cpus,
-                image_size=None if on_gpu else CPU_IMAGE_SIZE,
-                batch_cap=None if on_gpu else CPU_BATCH_CAP,
-                extra_step_every=self.options.colloc_extra_step_every,
-                spawn=self.options.colloc_spawn,
-                cudnn=self.options.colloc_cudnn,
-            )
+                rounds=values.rounds, max_rounds=values.max_rounds, precision=options.colloc_precision / 100,
+                round_s=values.round_s, warmup_s=values.warmup_s, warmup_steps=values.warmup_steps,
+                timeout_s=options.colloc_timeout, cpu_policy=options.colloc_cpus,
+                image_size=None if on_gpu else CPU_IMAGE_SIZE, batch_cap=None if on_gpu else CPU_BATCH_CAP,
+                extra_step_every=options.colloc_extra_step_every, spawn=options.colloc_spawn,
+                cudnn=options.colloc_cudnn)
         return self._settings
 
     def mode_options(self) -> ModeOptions:

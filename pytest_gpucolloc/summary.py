@@ -24,9 +24,19 @@ class Summary:
 
     @pytest.hookimpl(tryfirst=True)  # before the session's own: a report that cannot be written fails the run
     def pytest_sessionfinish(self, session, exitstatus):
+        """The verdicts as Markdown (CI job summaries)."""
         s = self.session
-        if s.invited and s.xdist_index is None and s.history is not None:
-            self._write_gate_report()
+        path = s.options.colloc_gate_report
+        if not (path and s.invited and s.xdist_index is None and s.history is not None):
+            return
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            table = gate_table.table(self._shown_verdicts(), "github") if s.verdicts else ""
+            left = "".join(f"\n{line}\n" for line in self._unjudged_lines())
+            smoke = f"\n{CPU_SMOKE}\n" if s.device().gpu is None else ""
+            Path(path).write_text(f"### Collocation regression gate\n{smoke}\n{table}\n{left}")
+        except OSError as error:
+            s.save_problems.append(f"could not write the gate report to {path}: {error}")
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         s = self.session
@@ -161,18 +171,3 @@ class Summary:
 
     def _shown_verdicts(self) -> list[tuple[str, dict]]:
         return [(name, verdict.to_dict()) for name, verdict in self.session.verdicts]  # as saved, as ``compare`` shows
-
-    def _write_gate_report(self) -> None:
-        """The verdicts as Markdown (CI job summaries); a report that cannot be written fails the run."""
-        s = self.session
-        path = s.options.colloc_gate_report
-        if not path:
-            return
-        try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            table = gate_table.table(self._shown_verdicts(), "github") if s.verdicts else ""
-            left = "".join(f"\n{line}\n" for line in self._unjudged_lines())
-            smoke = f"\n{CPU_SMOKE}\n" if s.device().gpu is None else ""
-            Path(path).write_text(f"### Collocation regression gate\n{smoke}\n{table}\n{left}")
-        except OSError as error:
-            s.save_problems.append(f"could not write the gate report to {path}: {error}")

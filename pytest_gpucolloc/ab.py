@@ -294,8 +294,7 @@ def _arm_command(arm: Arm, pytest_args: list[str], settings: Settings, out: Path
 
 def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Settings, out: Path,
         say=print) -> tuple[list[Judgement], list[ArmRun]]:
-    """Both arms' pytest sessions at once, kept in step by the coordinator; judged when both have ended. Progress
-    goes to ``say``: where the arms' logs are, then a line as each block starts and ends."""
+    """Both arms' pytest sessions at once, kept in step by the coordinator; judged when both have ended."""
     labels = (baseline.label, candidate.label)
     arms = dict(zip(labels, (baseline, candidate)))
     out.mkdir(parents=True, exist_ok=True)

@@ -98,11 +98,10 @@ def _queue_grew(window: dict) -> str | None:
 
 def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tuple[str, str], threshold: float,
                   alpha: float) -> list[Judgement]:
-    """A serving job's latency, lower is better, at each percentile its blocks resolve (``serving.JUDGED``): per
-    block, each arm's windows merged (every request counts) and the block's log(candidate / baseline) of the
-    percentile one unit, judged by signs (``shift.judge``) so that one disturbed block cannot decide. Not judged when
-    a window of either arm saturated, but ``regressed`` when the candidate's queue grew in most blocks (at least
-    two) and the baseline's never did."""
+    """A serving job's latency at each percentile its blocks resolve: per block, each arm's windows merged and the
+    block's log(candidate / baseline) of the percentile one unit, judged by signs (``shift.judge``) so that one
+    disturbed block cannot decide. Not judged where a service saturated (``regressed`` where only the candidate's
+    did, in most blocks)."""
     pairs = sum(len(block.get(label, [])) for block in blocks for label in labels) // 2
     grew = {label: [(number, why) for number, block in enumerate(blocks, 1)
                     for why in map(_queue_grew, block.get(label, [])) if why] for label in labels}

@@ -181,9 +181,8 @@ def mix_command(jobs: Counter, profiles: dict[str, predict.Profile], modes: list
 
 
 def predicted(jobs: Counter, runs: list[SavedRun]) -> dict:
-    """A mix nobody measured, predicted from its jobs' profiles alone by the model fitted on every measured mix of
-    the same GPU model (predict.py), each mode with its held-out error; "measure it" where that error is large.
-    ``predicted``: [] when a job was never profiled alone (named in ``unprofiled``)."""
+    """A mix nobody measured, predicted from its jobs' profiles by the model fitted on every measured mix of the same
+    GPU model (predict.py); ``predicted``: [] when a job was never profiled alone (named in ``unprofiled``)."""
     names = Counter(_gpu_name(r, s) for r in runs for s in r.scenarios.values() if s.device == "cuda")
     gpu = names.most_common(1)[0][0] if names else None
     mine = [(r, s) for r in runs for s in r.scenarios.values() if s.device == "cuda" and _gpu_name(r, s) == gpu]

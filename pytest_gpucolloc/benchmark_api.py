@@ -99,10 +99,9 @@ def file_storage(config):
 
 
 def guard_saving(storage, problems: list[str], saved: list[Path]) -> None:
-    """Make pytest-benchmark's file storage save without ever overwriting or losing a run: its own save writes in
-    place after checking the name, so two runs can collide and a full disk leaves a truncated file. Here the file is
-    written aside and linked into place (``os.link`` fails if the name was taken meanwhile); a run that cannot be
-    saved goes to a temporary file, saying why in ``problems``."""
+    """Make pytest-benchmark's file storage save without ever overwriting or losing a run (its own save writes in
+    place after checking the name: runs saving at once collide, a full disk truncates): written aside, then linked
+    into place; a run that cannot be saved goes to a temporary file, saying why in ``problems``."""
     if not (hasattr(storage, "get") and hasattr(type(storage), "_next_num")):
         return  # not the file storage: leave it alone
 

@@ -1,10 +1,6 @@
-"""The ``collocate`` fixture: one scenario's path, top to bottom.
-
-check the workloads -> skip what does not run here -> each distinct job measured alone (once per session and
-GPU) -> run the scenario under the test's mode (``scenario.run_scenario``; under ``sequential`` the alone
-measurements are the scenario) -> speedup against the alone baselines -> the gate's verdict -> record into
-pytest-benchmark (``record.write``, ``benchmark_api``).
-"""
+"""The ``collocate`` fixture, one scenario's path: check the workloads -> skip what does not run here -> each distinct
+job measured alone (once per session and GPU) -> the scenario under the test's mode (under ``sequential`` the alone
+measurements are the scenario) -> speedups -> the gate's verdict -> the record into pytest-benchmark."""
 from __future__ import annotations
 
 import contextlib
@@ -36,8 +32,7 @@ diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, att
 
 
 class CollocateFixture:
-    """``collocate([Workload("resnet26", batch_size=128)] * 2)`` runs the workloads together under the test's
-    sharing mode, measures, records into ``benchmark`` and returns a ``ScenarioResult``. One scenario per test."""
+    """What the ``collocate`` fixture gives a test (``plugin.collocate``): one scenario per test."""
 
     def __init__(self, session: CollocSession, node, mode: str, benchmark, log_dir: Path):
         self.session, self.node, self.mode, self.benchmark, self.log_dir = session, node, mode, benchmark, log_dir
@@ -245,9 +240,8 @@ class CollocateFixture:
 
     def _alone(self, jobs: list[Workload], context: ScenarioContext, always: bool = False
                ) -> dict[tuple, ScenarioResult]:
-        """Each distinct job's measurement alone on this GPU: taken once per session, by the first scenario that
-        needs it, and reused by every later one (their speedups, and the sequential mode). ``always``: even with
-        --colloc-alone=off (a serving job's capacity, which its rate depends on)."""
+        """Each distinct job's measurement alone on this GPU, taken once per session by the first scenario that needs
+        it. ``always``: even with --colloc-alone=off (a serving job's capacity, which its rate depends on)."""
         cache, device = self.session.baselines.alone, self.session.device().key
         if not self.session.options.colloc_alone and not self.mode_class.alone and not always:
             return {}  # --colloc-alone=off: no speedups
@@ -288,9 +282,8 @@ class CollocateFixture:
 
     def _judge(self, result: ScenarioResult, context: ScenarioContext, jobs: list[Workload] | None,
                ideal: bool) -> tuple[ScenarioResult, gate.Verdict]:
-        """The gate's verdict, a serving job's latency beside the throughput (``with_latency``). A run that looks
-        disturbed (``gate.signature``) is measured again first, --colloc-gate-remeasure times at most, when this
-        scenario measured it (``jobs``). Scenarios judged earlier place this GPU's level when it has no history."""
+        """The gate's verdict, a serving job's latency beside the throughput. A run that looks disturbed is measured
+        again first, --colloc-gate-remeasure times at most, when this scenario measured it (``jobs``)."""
         loaded = self.session.history
         assert loaded is not None  # the session loads it before the first gated scenario
         last = history.GATE_WINDOW * context.policy.runs

@@ -144,8 +144,7 @@ class Progress:
 
 
 def start(reporter, tests: list[str], last: dict[str, float]) -> None:
-    """Progress of the session's scenarios from now on (``reporter``: pytest's terminal reporter, or None;
-    ``last``: test id -> seconds it took when it last ran here)."""
+    """Progress of the session's scenarios from now on (``last``: test id -> seconds it took when it last ran)."""
     global _current
     _current = Progress(reporter, tests, last) if reporter is not None and tests else None
     phases.listen(_current)

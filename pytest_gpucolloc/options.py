@@ -142,8 +142,6 @@ def option(*args, **kwargs) -> Any:
     return field(metadata={"option": Option(*args, **kwargs)})
 
 
-
-
 def add_options(parser) -> None:
     group = parser.getgroup("gpucolloc", "GPU collocation benchmarks (pytest-gpucolloc)")
     for option in OPTIONS:

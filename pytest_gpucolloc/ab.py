@@ -1,29 +1,14 @@
-"""Paired A/B in one job: the same scenarios run by two arms (an interpreter or virtual environment, or a git
-revision of the scenario code) on one machine, judged on paired log-ratios. Noise that moves both arms alike (the
-machine's level, the physical GPU, drift over the job) cancels; history-based gating cannot do that.
-
-Randomised multiple interleaved trials: both arms' pytest sessions run at once, and for each scenario both arms'
-workers are warm at the same time (``interleave.py``). The controller measures one arm's workers for a short window
-while the other arm's idle, then the other arm's, in random order: a pair of windows costs seconds. Each *block* is
-a fresh set of processes in each arm, so that the noise between processes (large for launch-bound jobs) is measured:
-the unit of the statistics is a block's mean log-ratio d = log(B / A), not a window.
-
-With m blocks, mean m_d and standard error s/sqrt(m) (Student t, m - 1 degrees of freedom): ``regressed`` when B is
-slower at one-sided p < alpha and by at least the threshold; ``improved`` likewise faster; ``unchanged`` when the
-two-sided (1 - 2 alpha) interval of the change lies within the threshold; otherwise ``inconclusive``, and another
-block is run, within the scenario's and the job's budgets.
-
-A scenario with a serving job is also judged on its latency, lower being better, at p50 and at each higher percentile
-its blocks hold requests enough for (p90, p99, p99.9): per block and arm the windows' histograms merged, d =
-log(B / A) of the percentile, judged by signs (``shift.py``: the median block's change, the sign test's p, the
-median's distribution-free interval), as a latency's ratios are heavy-tailed and one stalled block must not decide.
-The same stopping rule. A service whose queue grew in a window (``serving.summary``'s rule) is not judged on latency: it
-measured the queue.
-"""
+"""Paired A/B in one job (docs/ab.md): the same scenarios run by two arms (an interpreter or virtual environment, or a
+git revision) on one machine, their pytest sessions at once. For each scenario both arms' workers are warm together
+(``interleave.py``) and measured in windows, one arm's then the other's in random order; each block is a fresh set of
+processes, and the unit of the statistics is a block's mean log-ratio log(B / A) (``ab_judge.py``), so that noise
+moving both arms alike cancels. More blocks are run while a scenario is inconclusive, within its and the job's
+budgets."""
 from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import json
 import math
 import os
@@ -34,7 +19,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import history, interleave, worker
@@ -51,9 +36,6 @@ class ArmRun:
 
     arm: str
     path: Path  # its --benchmark-json
-    log: Path
-    returncode: int
-    machine: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -86,9 +68,6 @@ class _Arms:
     def send(self, label: str, message: dict) -> None:
         with contextlib.suppress(OSError, KeyError):
             self.sockets[label].sendall((json.dumps(message) + "\n").encode())
-
-    def push_back(self, label: str, message: dict) -> None:
-        self.lines[label].appendleft(message)
 
     def receive(self, label: str) -> dict | None:
         while not self.lines[label]:
@@ -152,15 +131,14 @@ class Coordinator:
             if all(key is None for key in keys.values()):
                 return
             first, second = keys.values()
-            if first is not None and first == second and first[1:] == (0, 0) \
-                    and time.monotonic() - self.began >= self.settings.budget_s:
+            if first is not None and first == second:
+                if first[1:] != (0, 0) or time.monotonic() - self.began < self.settings.budget_s:
+                    self._pair(first)
+                    continue
                 for label in self.labels:  # a new scenario once the job's budget is spent: skipped, saying why
                     self.arms.send(label, {"do": "skip", "why": f"the A/B's budget of {self.settings.budget_s / 60:g} "
                                                                 "minutes was spent before this scenario"})
                 self.skipped.append(first[0])
-                continue
-            if first is not None and first == second:
-                self._pair(first)
                 continue
             for label, key in keys.items():  # a new test the other arm has ahead waits for it
                 other = next(name for name in self.labels if name != label)
@@ -192,7 +170,7 @@ class Coordinator:
         if message is not None and message.get("event") == event:
             return message
         if message is not None:
-            self.arms.push_back(label, message)
+            self.arms.lines[label].appendleft(message)
         self.lost.add(label)
         return None
 
@@ -286,12 +264,6 @@ class Coordinator:
 ARM_GRACE_S = 5.0  # an interrupted arm's time to stop its workers itself; then it is killed: ab acts within seconds
 
 
-def _interrupt_if_ab_dies() -> None:
-    """In an arm, before exec: SIGTERM (its session unwinds as on Ctrl-C) when the ab controller dies, even by
-    SIGKILL. What the arms leave, the next run removes (scratch.clean_stale_scratch)."""
-    worker._die_with_parent(signal.SIGTERM)
-
-
 def _stop_arms(processes: dict[str, subprocess.Popen]) -> None:
     """Ctrl-C, SIGTERM or an error here: each arm still running is interrupted, and SIGKILLed with its process group
     after ARM_GRACE_S (its fork server then ends its workers); what killed arms left in scratch directories is
@@ -322,14 +294,14 @@ def _arm_command(arm: Arm, pytest_args: list[str], settings: Settings, out: Path
 
 def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Settings, out: Path,
         say=print) -> tuple[list[Judgement], list[ArmRun]]:
-    """Both arms' pytest sessions at once, kept in step by the coordinator; judged when both have ended. Progress
-    goes to ``say``: where the arms' logs are, then a line as each block starts and ends."""
+    """Both arms' pytest sessions at once, kept in step by the coordinator; judged when both have ended."""
+    labels = (baseline.label, candidate.label)
+    arms = dict(zip(labels, (baseline, candidate)))
     out.mkdir(parents=True, exist_ok=True)
-    for label in (baseline.label, candidate.label):  # an earlier A/B's arm files would read as this one's
+    for label in labels:  # an earlier A/B's arm files would read as this one's
         (out / f"{label}.json").unlink(missing_ok=True)
     tag = "ab-" + time.strftime("%Y%m%dT%H%M%S")
     folder = private_scratch()  # short: a Unix socket path holds at most 107 bytes; a killed ab's: see scratch.py
-    arms = {baseline.label: baseline, candidate.label: candidate}
     processes: dict[str, subprocess.Popen] = {}
     logs = {label: out / f"{label}.log" for label in arms}
     say("A/B: each arm's pytest writes to " + ", ".join(f"{logs[label]} ({label})" for label in arms)
@@ -341,11 +313,13 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
             for label, arm in arms.items():
                 env = {**os.environ, interleave.SOCKET_ENV: str(folder / "ab.sock"), interleave.ARM_ENV: label}
                 with open(logs[label], "w") as log:
-                    # a session of their own: a Ctrl-C reaches the controller only, which stops them once
-                    processes[label] = subprocess.Popen(_arm_command(arm, pytest_args, settings, out, tag),
-                                                        cwd=arm.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                        start_new_session=True, preexec_fn=_interrupt_if_ab_dies)
-            coordinator = Coordinator(_Arms(server, processes), (baseline.label, candidate.label), settings, say)
+                    # a session of their own: a Ctrl-C reaches the controller only, which stops them once; SIGTERM
+                    # (unwinding as on Ctrl-C) when the controller dies, even by SIGKILL
+                    processes[label] = subprocess.Popen(
+                        _arm_command(arm, pytest_args, settings, out, tag), cwd=arm.cwd, env=env, stdout=log,
+                        stderr=subprocess.STDOUT, start_new_session=True,
+                        preexec_fn=functools.partial(worker._die_with_parent, signal.SIGTERM))
+            coordinator = Coordinator(_Arms(server, processes), labels, settings, say)
             coordinator.run()
         for process in processes.values():
             process.wait()
@@ -356,7 +330,7 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
         (out / "latency-windows.json").write_text(json.dumps(coordinator.latency))  # by test id
         from . import latency_plot  # matplotlib loads only where a service was A/B'd
 
-        latency_plot.draw_ab(coordinator.latency, (baseline.label, candidate.label), out, say)
+        latency_plot.draw_ab(coordinator.latency, labels, out, say)
     if coordinator.unpaired:
         say("measured in one arm only (no verdict): " + ", ".join(coordinator.unpaired))
     if coordinator.skipped:
@@ -379,8 +353,8 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
         if code not in (0, 1) or not path.exists():
             raise ABError(f"the {label} arm's pytest exited {code}; its output ends:\n"
                           f"{logs[label].read_text()[-1500:]}")
-        runs.append(ArmRun(label, path, logs[label], code, history.read_run(path).machine))
-    changes = unexpected_differences([baseline, candidate], runs[0].machine, runs[1].machine)
+        runs.append(ArmRun(label, path))
+    changes = unexpected_differences([baseline, candidate], *(history.read_run(run.path).machine for run in runs))
     if changes:
         raise ABError("the arms ran on machines that differ in more than the change being compared: "
                       + "; ".join(changes))

@@ -3,6 +3,7 @@ temporary worktree), the checks made before anything runs, and how their machine
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -16,7 +17,6 @@ from . import machine, nvml
 from .scratch import private_scratch
 
 # What may differ between two interpreters' runs: the stack is the change being compared.
-
 STACK_KEYS = {"python", "torch", "torchvision", "cuda_runtime", "cudnn", "plugin_version"}
 
 
@@ -35,9 +35,10 @@ class Arm:
     versions: dict = field(default_factory=dict)  # what its interpreter reports (plugin, torch, python)
 
 
+NEEDED = ("pytest-gpucolloc", "pytest", "pytest-benchmark", "torch", "torchvision")  # what an arm imports
 PROBE = ("import json, platform, importlib.metadata as m\n"
          "out = {'python': platform.python_version()}\n"
-         "for name in ('pytest-gpucolloc', 'pytest', 'pytest-benchmark', 'torch', 'torchvision'):\n"
+         f"for name in {NEEDED!r}:\n"
          "    try:\n        out[name] = m.version(name)\n"
          "    except m.PackageNotFoundError:\n        out[name] = None\n"
          "try:\n    out['torchvision wants'] = [r for r in m.requires('torchvision') or [] if r.startswith('torch')]\n"
@@ -80,9 +81,6 @@ def probe(python: str, label: str, spec: str) -> dict:
                       f"torchvision built for its torch ({python} -m pip install torchvision from the index its torch "
                       "came from, e.g. --index-url https://download.pytorch.org/whl/cu130)")
     return versions
-
-
-NEEDED = ("pytest-gpucolloc", "pytest", "pytest-benchmark", "torch", "torchvision")  # what an arm imports
 
 
 def install_command(python: str, missing: list[str]) -> str:
@@ -145,9 +143,9 @@ def check_pytest_args(pytest_args: list[str]) -> None:
 
 @contextlib.contextmanager
 def sigterm_as_interrupt():
-    """SIGTERM (a CI job cancelled) unwinds like Ctrl-C: the arms are stopped, worktrees and sockets removed."""
+    """SIGTERM (a CI job cancelled) unwinds like Ctrl-C: worker processes stopped, worktrees and sockets removed."""
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt("SIGTERM")
 
     try:
         previous = signal.signal(signal.SIGTERM, interrupt)
@@ -217,15 +215,8 @@ def check_out(out: Path, here: Path) -> None:
 def fresh_out(out: Path) -> Path:
     """``out``, or where an earlier A/B's arms are there (their logs would be overwritten, their JSON read as this
     one's), the first of ``out-2``, ``out-3``, ... that holds none: an A/B never loses another's files."""
-    def used(folder: Path) -> bool:
-        return any((folder / name).exists() for name in ARM_FILES)
-
-    if not used(out):
-        return out
-    number = 2
-    while used(candidate := out.with_name(f"{out.name}-{number}")):
-        number += 1
-    return candidate
+    folders = itertools.chain([out], (out.with_name(f"{out.name}-{number}") for number in itertools.count(2)))
+    return next(folder for folder in folders if not any((folder / name).exists() for name in ARM_FILES))
 
 
 def unexpected_differences(arms: list[Arm], a: dict, b: dict) -> list[str]:

@@ -2,6 +2,7 @@
 serving job's latency percentiles by signs (``shift.py``), and the words and table that say them."""
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -74,9 +75,6 @@ def judge(scenario: str, ratios: list[float], threshold: float, alpha: float,
                      log_ratios=ratios, reason=reason)
 
 
-ONE_BLOCK = "one block of processes: the noise between processes is not known yet"
-
-
 def judge_blocks(scenario: str, blocks: list[list[float]], threshold: float, alpha: float) -> Judgement:
     """Windows paired within blocks of fresh processes: each block's mean log-ratio is one unit, so that a
     difference between two arms' processes is noise, not a verdict."""
@@ -85,7 +83,7 @@ def judge_blocks(scenario: str, blocks: list[list[float]], threshold: float, alp
     judged.pairs, judged.blocks = sum(map(len, blocks)), len(blocks)
     judged.log_ratios = [x for block in blocks for x in block]
     if len(blocks) < 2:
-        judged.reason = ONE_BLOCK
+        judged.reason = "one block of processes: the noise between processes is not known yet"
     return judged
 
 
@@ -100,30 +98,28 @@ def _queue_grew(window: dict) -> str | None:
 
 def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tuple[str, str], threshold: float,
                   alpha: float) -> list[Judgement]:
-    """A serving job's latency, lower is better, at each percentile its blocks resolve (``serving.JUDGED``): per
-    block, each arm's windows merged (every request counts) and the block's log(candidate / baseline) of the
-    percentile one unit, judged by signs (``shift.judge``) so that one disturbed block cannot decide. Not judged when
-    a window of either arm saturated, but ``regressed`` when the candidate's queue grew in most blocks (at least
-    two) and the baseline's never did."""
+    """A serving job's latency at each percentile its blocks resolve: per block, each arm's windows merged and the
+    block's log(candidate / baseline) of the percentile one unit, judged by signs (``shift.judge``) so that one
+    disturbed block cannot decide. Not judged where a service saturated (``regressed`` where only the candidate's
+    did, in most blocks)."""
     pairs = sum(len(block.get(label, [])) for block in blocks for label in labels) // 2
     grew = {label: [(number, why) for number, block in enumerate(blocks, 1)
                     for why in map(_queue_grew, block.get(label, [])) if why] for label in labels}
     behind = {number for number, _ in grew[labels[1]]}  # blocks in which the candidate's queue grew
+    saturated = functools.partial(Judgement, scenario=scenario, metric="latency", pairs=pairs, blocks=len(blocks),
+                                  saturated=True)
     if len(behind) >= max(2, math.ceil(len(blocks) / 2)) and not grew[labels[0]]:
         # in most blocks the candidate cannot keep up where the baseline does (one block: a stall, not judged)
         number, why = grew[labels[1]][0]
-        return [Judgement(scenario=scenario, metric="latency", verdict="regressed", pairs=pairs, blocks=len(blocks),
-                          saturated=True,
-                          reason=f"the {labels[1]}'s service saturated in {len(behind)} of {len(blocks)} blocks "
-                                 f"(block {number}: {why}) at a rate the {labels[0]}'s served without a queue: it can "
-                                 "no longer keep up")]
+        return [saturated(verdict="regressed", reason=f"the {labels[1]}'s service saturated in {len(behind)} of "
+                          f"{len(blocks)} blocks (block {number}: {why}) at a rate the {labels[0]}'s served without a "
+                          "queue: it can no longer keep up")]
     for label in labels:
         if grew[label]:
             number, why = grew[label][0]
-            return [Judgement(scenario=scenario, metric="latency", verdict="inconclusive", pairs=pairs,
-                              blocks=len(blocks), saturated=True,
-                              reason=f"latency not judged: the {label}'s service saturated in block {number}, "
-                                     f"{why}; its latency measured the queue, not the job (lower its rate)")]
+            return [saturated(verdict="inconclusive", reason=f"latency not judged: the {label}'s service saturated "
+                              f"in block {number}, {why}; its latency measured the queue, not the job (lower its "
+                              "rate)")]
     histograms = [tuple(serving.merged(block.get(label, [])) for label in labels) for block in blocks]
     histograms = [pair for pair in histograms if all(h.get_total_count() for h in pair)]
     judgements = []
@@ -151,12 +147,10 @@ def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tu
         if values:
             judged.ms = (statistics.median(b for b, _ in values), statistics.median(c for _, c in values))
         if found.ci is None and ratios:
-            judged.reason = (f"{len(ratios)} block{'s' * (len(ratios) != 1)} cannot resolve a change at this alpha "
+            judged.reason = (f"{count(len(ratios), 'block')} cannot resolve a change at this alpha "
                              f"(signs need {shift.units_needed(alpha)}); {found.above} of {len(ratios)} rose")
         judgements.append(judged)
     return judgements
-
-
 
 
 def in_words(judgements: list[Judgement]) -> list[str]:

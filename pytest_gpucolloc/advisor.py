@@ -18,6 +18,7 @@ from .mig.planner import why_it_cannot_exist
 from .modes import MODES
 from .modes.mig import MigMode
 from .record import ScenarioRecord, service_as_asked, sm_reserved
+from .words import count
 from .workloads import ALIASES, Workload, WorkloadError
 
 MIN_FAIR_SHARE = 0.5  # below this a job runs at less than half its alone speed: said as a warning
@@ -77,10 +78,6 @@ def _graph_free(label: str) -> str:
     return "/".join(part for part in label.split("/") if part not in EXECUTION_VARIANTS)
 
 
-def _graphed(label: str) -> bool:
-    return "graph" in label.split("/")[1:]
-
-
 def alone_references(runs: list[SavedRun]) -> dict[str, float]:
     """Each job's throughput alone, by label, as the runs measured it (the reference of every speedup)."""
     found: dict[str, float] = {}
@@ -103,8 +100,8 @@ def option_of(name: str, run: SavedRun, scenario: ScenarioRecord, alone: dict[st
     headroom = (total - sum(used)) / 1e9 if total and len(used) == len(scenario.workers) else None
     instances = scenario.mode_facts.get("mig_layout")  # recorded by the mig mode only
     layout = ",".join(str(i.get("profile")) for i in instances) if isinstance(instances, list) else None
-    return Option(short_name(name), run.run_id, scenario.mode, all(_graphed(w.workload) for w in scenario.workers),
-                  sum(shares) if complete else None,
+    graphed = all("graph" in w.workload.split("/")[1:] for w in scenario.workers)
+    return Option(short_name(name), run.run_id, scenario.mode, graphed, sum(shares) if complete else None,
                   min(shares) if complete else None, scenario.samples_per_joule, headroom, layout,
                   scenario.mig_cannot_exist)
 
@@ -116,23 +113,19 @@ def options_for(jobs: Counter, runs: list[SavedRun]) -> tuple[list[Option], bool
     measured = [(name, run, scenario) for run in runs for name, scenario in run.scenarios.items()
                 if scenario.device == "cuda"]
     alone = alone_references(runs)
-    exact = [option_of(n, r, s, alone) for n, r, s in measured
-             if Counter(_graph_free(w) for w in s.workloads) == wanted]
+    mixes = {id(s): Counter(_graph_free(w) for w in s.workloads) for _, _, s in measured}
+    exact = [option_of(n, r, s, alone) for n, r, s in measured if mixes[id(s)] == wanted]
     if exact:
         return exact, True
-    overlap = {id(s): sum((Counter(_graph_free(w) for w in s.workloads) & wanted).values()) for _, _, s in measured}
+    overlap = {key: sum((mix & wanted).values()) for key, mix in mixes.items()}
     best = max(overlap.values(), default=0)
-    close = [option_of(n, r, s, alone) for n, r, s in measured if best and overlap[id(s)] == best]
-    return close, False
+    return [option_of(n, r, s, alone) for n, r, s in measured if best and overlap[id(s)] == best], False
 
 
 def rank(options: list[Option]) -> list[Option]:
     """Most aggregate progress first; a way that starves a job (below MIN_FAIR_SHARE) after the fair ones."""
-    def key(option: Option):
-        starving = option.worst_share is not None and option.worst_share < MIN_FAIR_SHARE
-        return (starving, -(option.speedup or 0.0), -(option.samples_per_joule or 0.0))
-
-    return sorted(options, key=key)
+    return sorted(options, key=lambda o: (o.worst_share is not None and o.worst_share < MIN_FAIR_SHARE,
+                                          -(o.speedup or 0.0), -(o.samples_per_joule or 0.0)))
 
 
 def advise(jobs: Counter, runs: list[SavedRun]) -> dict:
@@ -179,18 +172,17 @@ def _gpu_name(run: SavedRun, scenario: ScenarioRecord) -> str | None:
 def mix_command(jobs: Counter, profiles: dict[str, predict.Profile], modes: list[str]) -> str:
     """The command that measures this mix (benchmarks/test_mix.py), each job as its profile's parameters."""
     mix = []
-    for label, count in sorted(jobs.items()):
+    for label, n in sorted(jobs.items()):
         params = dict(profiles[label].params)
         default = Workload(params["model"]).to_dict()
-        mix.append({k: v for k, v in params.items() if k == "model" or default.get(k) != v} | {"count": count})
+        mix.append({k: v for k, v in params.items() if k == "model" or default.get(k) != v} | {"count": n})
     return (f"GPUCOLLOC_MIX={shlex.quote(json.dumps(mix, separators=(',', ':')))} pytest benchmarks/test_mix.py "
             f"--gpu-mode={','.join(modes)}")
 
 
 def predicted(jobs: Counter, runs: list[SavedRun]) -> dict:
-    """A mix nobody measured, predicted from its jobs' profiles alone by the model fitted on every measured mix of
-    the same GPU model (predict.py), each mode with its held-out error; "measure it" where that error is large.
-    ``predicted``: [] when a job was never profiled alone (named in ``unprofiled``)."""
+    """A mix nobody measured, predicted from its jobs' profiles by the model fitted on every measured mix of the same
+    GPU model (predict.py); ``predicted``: [] when a job was never profiled alone (named in ``unprofiled``)."""
     names = Counter(_gpu_name(r, s) for r in runs for s in r.scenarios.values() if s.device == "cuda")
     gpu = names.most_common(1)[0][0] if names else None
     mine = [(r, s) for r in runs for s in r.scenarios.values() if s.device == "cuda" and _gpu_name(r, s) == gpu]
@@ -280,11 +272,6 @@ class ServingOption:
         return self.mode + (f", {self.sm_reserved:g}% of SMs reserved for the service" if self.sm_reserved else "")
 
 
-def _median(values: list) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
 def serving_options(runs: list[SavedRun]) -> tuple[list[ServingOption], str]:
     """Each scenario with a service and training jobs beside it, and the device they ran on: GPU runs where there
     are any, else CPU smoke runs (never the two together)."""
@@ -298,33 +285,30 @@ def serving_options(runs: list[SavedRun]) -> tuple[list[ServingOption], str]:
     options = []
     for name, scenarios in by_scenario.items():
         facts = [s.serving or {} for s in scenarios]
-        first = scenarios[0]
+        p99_ms, vs_alone, kept = (predict.median_of_known([f.get(key) for f in facts])
+                                  for key in ("p99_ms", "p99_vs_alone", "training_kept"))
         options.append(ServingOption(
-            service_as_asked(facts[0]), facts[0]["training_jobs"], first.mode, sm_reserved(first),
-            short_name(name), len(scenarios), _median([f.get("p99_ms") for f in facts]),
-            _median([f.get("p99_vs_alone") for f in facts]), _median([f.get("training_kept") for f in facts]),
+            service_as_asked(facts[0]), facts[0]["training_jobs"], scenarios[0].mode, sm_reserved(scenarios[0]),
+            short_name(name), len(scenarios), p99_ms, vs_alone, kept,
             sum(bool(f.get("saturated")) for f in facts) * 2 > len(facts)))  # saturated in most of its runs
     return options, device
-
-
-def _jobs(n: int) -> str:
-    return f"{n} training job{'s' * (n != 1)}"
 
 
 def _answer(budget: Budget, n: int, options: list[ServingOption]) -> tuple[ServingOption, str]:
     """The way that keeps the budget while training keeps the most, with its sentence; where none keeps it, the one
     with the smallest p99 (or, when every way saturated the service, the one whose training kept the most)."""
     held = [o for o in options if budget.holds(o)]
+    jobs = count(n, "training job")
     if held:
         best = max(held, key=lambda o: (o.training_kept or 0.0, -(o.p99_ms or 0.0)))
         kept = "-" if best.training_kept is None else f"{best.training_kept:.0%}"
-        return best, (f"{_jobs(n)}: {best.way} ({best.scenario}) keeps p99 at {_ms(best)}, and training keeps "
+        return best, (f"{jobs}: {best.way} ({best.scenario}) keeps p99 at {_ms(best)}, and training keeps "
                       f"{kept} of its speed alone")
     closest = _smallest(options)
     if closest is None:
         return (max(options, key=lambda o: o.training_kept or 0.0),
-                f"{_jobs(n)}: none within {budget}: every measured way saturated the service")
-    return closest, f"{_jobs(n)}: none within {budget}; the smallest p99: {_ms(closest)} under {closest.way} " \
+                f"{jobs}: none within {budget}: every measured way saturated the service")
+    return closest, f"{jobs}: none within {budget}; the smallest p99: {_ms(closest)} under {closest.way} " \
                     f"({closest.scenario})"
 
 
@@ -364,7 +348,7 @@ def serving_advice(runs: list[SavedRun], budget: Budget) -> dict:
         closest = _smallest(mine)
         lines.append(f"No measured way keeps {service}'s p99 within {budget} beside training; " + (
             f"the smallest p99 seen: {_ms(closest)} under {closest.way} ({closest.scenario}, "
-            f"{_jobs(closest.training_jobs)})" if closest else "every measured way saturated it"))
+            f"{count(closest.training_jobs, 'training job')})" if closest else "every measured way saturated it"))
     if device == "cpu":
         lines.append("(CPU smoke runs: they check the suite, not what a GPU does)")
     return {"budget": str(budget), "device": device, "met": met, "answers": answers, "advice": lines}

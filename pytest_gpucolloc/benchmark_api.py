@@ -1,10 +1,6 @@
-"""Every use of pytest-benchmark's private API, in one place: when its version changes, this file does.
-
-pytest-benchmark measures by calling a function; a scenario is measured by worker processes instead, so its
-rounds are put into the ``benchmark`` fixture's statistics directly. Under pytest-xdist pytest-benchmark is
-off in the workers: their scenarios are rebuilt in the controller's session. Saving goes through its file
-storage, made atomic here.
-"""
+"""Every use of pytest-benchmark's private API, in one place: a scenario's rounds put into the ``benchmark``
+fixture's statistics directly (worker processes measure, not a called function), an xdist worker's scenarios rebuilt
+in the controller's session, and its file storage's saving made atomic."""
 from __future__ import annotations
 
 import importlib.util
@@ -19,12 +15,8 @@ MODE = "pytest-gpucolloc"
 
 def storage_path(option: str | None) -> Path | None:
     """The folder behind ``--benchmark-storage`` (file storage only), or None for other backends."""
-    text = option or "file://./.benchmarks"
-    if text.startswith("file://"):
-        return Path(text[len("file://"):])
-    if "://" in text:
-        return None
-    return Path(text)
+    text = (option or "file://./.benchmarks").removeprefix("file://")
+    return None if "://" in text else Path(text)
 
 
 def missing_storage_client(option: str) -> bool:
@@ -34,9 +26,8 @@ def missing_storage_client(option: str) -> bool:
 
 
 def autosave(config) -> bool:
-    """Save this run as ``--benchmark-autosave`` does (its name: commit and time), unless the run already saves
-    (``--benchmark-save``, ``--benchmark-autosave``) or records nothing (``--benchmark-disable``). Before
-    pytest-benchmark reads its options. Whether it was turned on here."""
+    """Turn on ``--benchmark-autosave`` unless the run already saves or records nothing (``--benchmark-disable``);
+    whether it was turned on here."""
     from pytest_benchmark.utils import get_tag
 
     if config.getoption("benchmark_save", None) or config.getoption("benchmark_autosave", None) \
@@ -54,18 +45,14 @@ def record_rounds(benchmark, seconds_per_sample: list[float]) -> None:
     benchmark._mode = MODE
 
 
-def mark_recorded_by_controller(benchmark) -> None:
-    benchmark._mode = f"{MODE} (recorded by the xdist controller)"
+def mark_used(benchmark, how: str) -> None:
+    """The fixture ran although nothing is recorded here: not pytest-benchmark's "fixture was not used"."""
+    benchmark._mode = f"{MODE} ({how})"
 
 
 def disabled_by_user(config) -> bool:
-    """``--benchmark-disable`` as given (pytest-benchmark also turns itself off under xdist, where the controller
-    records the workers' scenarios)."""
+    """``--benchmark-disable`` as given (not pytest-benchmark turning itself off under xdist)."""
     return bool(config.getoption("benchmark_disable", False)) and not config.getoption("benchmark_enable", False)
-
-
-def mark_not_recorded(benchmark) -> None:
-    benchmark._mode = f"{MODE} (--benchmark-disable: not recorded)"
 
 
 # Fields of pytest-benchmark's own machine_info that change from run to run on one machine.
@@ -73,8 +60,8 @@ VOLATILE = {"cpu": {"hz_actual", "hz_actual_friendly"}}
 
 
 def machine_differences(saved: dict, current: dict) -> list[str]:
-    """What differs in pytest-benchmark's own machine_info, in a few words (``python_version 3.11.7 -> 3.12.1``):
-    volatile fields, this plugin's identity and keys only one side has are left out."""
+    """What differs in pytest-benchmark's own machine_info (``python_version 3.11.7 -> 3.12.1``), volatile fields,
+    this plugin's identity and keys only one side has left out."""
     def flat(info: dict) -> dict:
         items = {}
         for key, value in info.items():
@@ -108,18 +95,13 @@ def add_to_session(config, entry: dict) -> None:
 
 def file_storage(config):
     """pytest-benchmark's storage of this session, or None (not set up, or pytest-benchmark is off)."""
-    benchmarks = getattr(config, "_benchmarksession", None)
-    return getattr(benchmarks, "storage", None) if benchmarks is not None else None
+    return getattr(getattr(config, "_benchmarksession", None), "storage", None)
 
 
 def guard_saving(storage, problems: list[str], saved: list[Path]) -> None:
-    """Make pytest-benchmark's file storage save without ever overwriting or losing a run.
-
-    Its own save picks the next number, checks that the name is free, then writes in place: two runs saving at
-    once can collide, and a full disk leaves a truncated file. Here the file is written aside and linked into
-    place atomically (``os.link`` fails if the name was taken meanwhile: the next number is tried); the file saved
-    is appended to ``saved``. If it cannot be saved at all, the data goes to a temporary file and the reason is
-    appended to ``problems``."""
+    """Make pytest-benchmark's file storage save without ever overwriting or losing a run (its own save writes in
+    place after checking the name: runs saving at once collide, a full disk truncates): written aside, then linked
+    into place; a run that cannot be saved goes to a temporary file, saying why in ``problems``."""
     if not (hasattr(storage, "get") and hasattr(type(storage), "_next_num")):
         return  # not the file storage: leave it alone
 
@@ -151,8 +133,8 @@ def guard_saving(storage, problems: list[str], saved: list[Path]) -> None:
 
 
 def latest_saved(root: Path) -> list[Path]:
-    """The files ``--benchmark-compare`` without a value chooses among, oldest first: this machine's folder of the
-    storage, runs named NNNN_*, ordered by name as pytest-benchmark orders them (its choice is the last)."""
+    """The runs ``--benchmark-compare`` without a value chooses among, in pytest-benchmark's order (it takes the
+    last)."""
     from pytest_benchmark.utils import get_machine_id
 
     return sorted((root / get_machine_id()).glob("[0-9][0-9][0-9][0-9]_*.json"), key=lambda path: path.name)

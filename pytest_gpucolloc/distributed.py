@@ -1,12 +1,6 @@
-"""pytest-xdist: one xdist worker per GPU, and every worker's scenarios recorded by the controller.
-
-pytest-benchmark switches itself off under xdist (nothing is measured or saved). Here each worker owns one
-selected GPU for the whole session; its scenarios go back to the controller through xdist's
-``workeroutput`` channel and are added to the controller's pytest-benchmark session
-(``benchmark_api.add_to_session``), so autosave, JSON, compare, compare-fail, the summary and the gate see them
-exactly as in a single-process run. (Here "worker" means an xdist worker; the training processes a scenario
-starts are ``pool.py``'s.)
-"""
+"""pytest-xdist: one xdist worker per GPU. pytest-benchmark is off under xdist, so each worker's scenarios go back
+to the controller (xdist's ``workeroutput``) and are added to its pytest-benchmark session, where saving, comparing
+and the gate see them as in a single-process run. ("Worker" here is an xdist worker, not ``pool.py``'s.)"""
 from __future__ import annotations
 
 import json
@@ -19,9 +13,7 @@ OUTPUT_KEY = "gpucolloc"
 def xdist_index(config) -> int | None:
     """0 for xdist worker gw0, ...; None in the controller or without xdist."""
     workerinput = getattr(config, "workerinput", None)
-    if not workerinput:
-        return None
-    return int(str(workerinput["workerid"]).removeprefix("gw"))
+    return int(str(workerinput["workerid"]).removeprefix("gw")) if workerinput else None
 
 
 def is_controller_of_workers(config) -> bool:
@@ -29,10 +21,8 @@ def is_controller_of_workers(config) -> bool:
 
 
 def check_workers_per_gpu(n_workers: int, gpus: list[nvml.GpuInfo]) -> None:
-    """Never two xdist workers on one GPU; say clearly when -n cannot be honoured."""
-    if not gpus:
-        return  # CPU smoke mode: nothing to share
-    if n_workers > len(gpus):
+    """Never two xdist workers on one GPU (none selected: CPU smoke mode, nothing to share)."""
+    if gpus and n_workers > len(gpus):
         raise ValueError(
             f"-n {n_workers} asks for {n_workers} xdist workers but {len(gpus)} GPU(s) are selected "
             f"({', '.join(str(g.index) for g in gpus)}); each worker needs a GPU of its own: use -n {len(gpus)}"
@@ -42,12 +32,8 @@ def check_workers_per_gpu(n_workers: int, gpus: list[nvml.GpuInfo]) -> None:
 def forwarded_entry(benchmark, seconds_per_sample: list[float]) -> dict:
     """What a worker sends for one scenario: enough to rebuild pytest-benchmark's record."""
     return {"name": benchmark.name, "fullname": benchmark.fullname, "group": benchmark.group,
-            "param": benchmark.param, "params": _jsonable(benchmark.params), "extra_info": benchmark.extra_info,
-            "data": seconds_per_sample}
-
-
-def _jsonable(value):
-    return json.loads(json.dumps(value, default=repr))
+            "param": benchmark.param, "params": json.loads(json.dumps(benchmark.params, default=repr)),
+            "extra_info": benchmark.extra_info, "data": seconds_per_sample}
 
 
 def publish(config, entries: list[dict]) -> None:

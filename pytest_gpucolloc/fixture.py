@@ -1,10 +1,6 @@
-"""The ``collocate`` fixture: one scenario's path, top to bottom.
-
-check the workloads -> skip what does not run here -> each distinct job measured alone (once per session and
-GPU) -> run the scenario under the test's mode (``scenario.run_scenario``; under ``sequential`` the alone
-measurements are the scenario) -> speedup against the alone baselines -> the gate's verdict -> record into
-pytest-benchmark (``record.write``, ``benchmark_api``).
-"""
+"""The ``collocate`` fixture, one scenario's path: check the workloads -> skip what does not run here -> each distinct
+job measured alone (once per session and GPU) -> the scenario under the test's mode (under ``sequential`` the alone
+measurements are the scenario) -> speedups -> the gate's verdict -> the record into pytest-benchmark."""
 from __future__ import annotations
 
 import contextlib
@@ -35,14 +31,8 @@ from .workloads import BACK_TO_BACK, Workload, WorkloadError, as_workloads
 diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, attached to its report
 
 
-def _memory_alone(result: ScenarioResult | None) -> int | None:
-    """Device memory the job's process used when measured alone (None: not measured, or no telemetry)."""
-    return result.workers[0].device_memory_bytes if result is not None and result.workers else None
-
-
 class CollocateFixture:
-    """``collocate([Workload("resnet26", batch_size=128)] * 2)`` runs the workloads together under the test's
-    sharing mode, measures, records into ``benchmark`` and returns a ``ScenarioResult``. One scenario per test."""
+    """What the ``collocate`` fixture gives a test (``plugin.collocate``): one scenario per test."""
 
     def __init__(self, session: CollocSession, node, mode: str, benchmark, log_dir: Path):
         self.session, self.node, self.mode, self.benchmark, self.log_dir = session, node, mode, benchmark, log_dir
@@ -83,10 +73,8 @@ class CollocateFixture:
                 else:
                     self._skip_what_does_not_fit(jobs, alone, context)
                     before = self._measured_before(jobs, context)
-                    if before is None:
-                        result, fresh = self._run(jobs, context), True
-                    else:
-                        result = before
+                    fresh = before is None
+                    result = self._run(jobs, context) if before is None else before
                     if len(jobs) == 1:
                         key = (self.mode, *self._one_job_key(jobs, context))
                         self.session.baselines.one_job[key] = result
@@ -114,11 +102,6 @@ class CollocateFixture:
                         "to judge", pytrace=False)
         return jobs
 
-    def _capacity(self, job: Workload, context: ScenarioContext) -> ScenarioResult:
-        """The serving job answering back to back, alone on this GPU: the rate it sustains (once per session)."""
-        flat_out = job.at_rate(BACK_TO_BACK)
-        return self._alone([flat_out], context, always=True)[context.settings.adapt(flat_out).key()]
-
     def _rates_resolved(self, jobs: list[Workload], context: ScenarioContext) -> list[Workload]:
         """A serving job's ``rate="80%"``: that share of the requests/s it answers back to back alone here. A rate
         too slow to answer a few requests in every round is refused, saying so (there would be nothing to judge)."""
@@ -130,20 +113,20 @@ class CollocateFixture:
         round_s = context.settings.round_s
         for job in jobs:
             asked, share = job.rate, job.share_of_alone
-            if share is not None:
-                worker = self._capacity(job, context).workers[0]
+            if share is not None:  # the job answering back to back alone here (measured once per session)
+                flat_out = job.at_rate(BACK_TO_BACK)
+                capacity = self._alone([flat_out], context, always=True)[context.settings.adapt(flat_out).key()]
+                worker = capacity.workers[0]
                 per_second = worker.stats.throughput / worker.ready.samples_per_step
                 job = job.at_rate(max(round(share * per_second, 1), 0.1))
                 # by the key of the job as the workers run it (the settings may change it: CPU smoke, cuDNN, ...)
                 self.session.rates_asked[context.settings.adapt(job).key()] = \
                     f"{asked} of {per_second:,.1f}/s alone back to back"
-            rate = job.rate if isinstance(job.rate, (int, float)) else None
-            too_slow = rate is not None and rate * round_s < MIN_REQUESTS_PER_ROUND
-            if too_slow and rate is not None and share is not None and self.session.device().device == "cpu":
-                pytest.skip(f"CPU smoke mode: {job.label} answers {per_second:.2g} requests/s here "
-                            f"back to back, so {asked} of it leaves fewer than {MIN_REQUESTS_PER_ROUND} requests a "
-                            f"round of {round_s:g} s to measure; this service scenario runs on a GPU")
-            if too_slow:
+            if isinstance(job.rate, (int, float)) and job.rate * round_s < MIN_REQUESTS_PER_ROUND:
+                if share is not None and self.session.device().device == "cpu":
+                    pytest.skip(f"CPU smoke mode: {job.label} answers {per_second:.2g} requests/s here "
+                                f"back to back, so {asked} of it leaves fewer than {MIN_REQUESTS_PER_ROUND} requests "
+                                f"a round of {round_s:g} s to measure; this service scenario runs on a GPU")
                 pytest.fail(f"{job.label}: {job.rate:g} requests/s answers fewer than "
                             f"{MIN_REQUESTS_PER_ROUND} requests in a round of {round_s:g} s: raise the rate or "
                             "--colloc-round-seconds", pytrace=False)
@@ -154,9 +137,9 @@ class CollocateFixture:
         """The serving job's latencies, with the same job alone at the same rate (its p99's reference) and how its
         rate was chosen."""
         worker = next((w for w in result.workers if w.workload.serves), None)
-        facts = worker.serving if worker is not None else None
-        if worker is None or facts is None:
+        if worker is None or worker.serving is None:
             return None
+        facts = worker.serving
         alone = self.session.baselines.alone.get((worker.workload.key(), self.session.device().key))
         alone_facts = alone.workers[0].serving if alone is not None else None
         facts["workload"] = worker.workload.label
@@ -193,7 +176,8 @@ class CollocateFixture:
         if gpu is None or self.mode_class.plans_memory_itself or len(jobs) < 2:
             return
         adapted = self._adapted(jobs, context)
-        used = [size for job in adapted if (size := _memory_alone(alone.get(job.key()))) is not None]
+        used = [size for job in adapted if (run := alone.get(job.key())) and run.workers  # each job's memory alone
+                and (size := run.workers[0].device_memory_bytes) is not None]
         if len(used) < len(adapted) or sum(used) <= gpu.memory_total_bytes:
             return  # unknown (no telemetry), or it fits: one that still runs out fails with the worker's error
         each: dict[str, list] = {}
@@ -238,9 +222,8 @@ class CollocateFixture:
 
     def _measured_before(self, jobs: list[Workload], context: ScenarioContext) -> ScenarioResult | None:
         """A one-job scenario that is, by construction, a measurement already taken in this session under another
-        mode: that measurement, recorded under this mode and saying so. The mode names it
-        (``SharingMode.same_with_one_job``): e.g. one job under naive time-slicing shares the GPU with nobody (it is
-        the job alone)."""
+        mode (``SharingMode.same_with_one_job``; e.g. one job under naive is the job alone): that measurement, recorded
+        under this mode and saying so."""
         same_as = self.mode_class.same_with_one_job
         if len(jobs) != 1 or same_as is None or jobs[0].sm_percent is not None or jobs[0].memory_limit_mb is not None:
             return None
@@ -257,9 +240,8 @@ class CollocateFixture:
 
     def _alone(self, jobs: list[Workload], context: ScenarioContext, always: bool = False
                ) -> dict[tuple, ScenarioResult]:
-        """Each distinct job's measurement alone on this GPU: taken once per session, by the first scenario that
-        needs it, and reused by every later one (their speedups, and the sequential mode). ``always``: even with
-        --colloc-alone=off (a serving job's capacity, which its rate depends on)."""
+        """Each distinct job's measurement alone on this GPU, taken once per session by the first scenario that needs
+        it. ``always``: even with --colloc-alone=off (a serving job's capacity, which its rate depends on)."""
         cache, device = self.session.baselines.alone, self.session.device().key
         if not self.session.options.colloc_alone and not self.mode_class.alone and not always:
             return {}  # --colloc-alone=off: no speedups
@@ -300,12 +282,8 @@ class CollocateFixture:
 
     def _judge(self, result: ScenarioResult, context: ScenarioContext, jobs: list[Workload] | None,
                ideal: bool) -> tuple[ScenarioResult, gate.Verdict]:
-        """The gate's verdict. A run that looks disturbed by its own signature (``gate.signature``) is measured
-        again first, --colloc-gate-remeasure times at most, when this scenario measured it (``jobs``); the verdict
-        says why each earlier measurement was not judged. Scenarios judged earlier in the session place this GPU's
-        level when it has no history of its own (``machine_levels``). A serving job's latency is judged beside
-        the throughput at p50 and p99, with its neighbours and alone (``with_latency``), against this GPU's runs
-        only, and a run whose latency rounds look disturbed is measured again too."""
+        """The gate's verdict, a serving job's latency beside the throughput. A run that looks disturbed is measured
+        again first, --colloc-gate-remeasure times at most, when this scenario measured it (``jobs``)."""
         loaded = self.session.history
         assert loaded is not None  # the session loads it before the first gated scenario
         last = history.GATE_WINDOW * context.policy.runs
@@ -355,5 +333,5 @@ class CollocateFixture:
             benchmark_api.record_rounds(benchmark, seconds)
         elif self.session.xdist_index is not None:
             self.session.forward.append(distributed.forwarded_entry(benchmark, seconds))
-            benchmark_api.mark_recorded_by_controller(benchmark)
+            benchmark_api.mark_used(benchmark, "recorded by the xdist controller")
         self.session.results.append((self.node.name, result, verdict))

@@ -1,19 +1,16 @@
-"""Command-line / ini options: declared once, each value parsed by a small ``parse_*`` function.
-
-Every parser raises ValueError with a message naming the option, so bad input becomes a pytest usage
-error before any process is started or any GPU state is touched.
-"""
+"""Command-line / ini options: declared once, each value parsed by a small function that raises ValueError naming
+the option, so bad input is a pytest usage error before any process starts or any GPU state is touched."""
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .cpu_affinity import CpuListError, CpuPolicy, parse_cpu_policy
+from .cpu_affinity import CpuPolicy, parse_cpu_policy
 from .machine_warmup import MAX_LIMIT_S
-from .mig.planner import LayoutError, parse_layout
+from .mig.planner import parse_layout
 from .modes import MODES, parse_modes
 from .verdict import DEFAULT_ALPHA, DEFAULT_MIN_RUNS, DEFAULT_REMEASURE, DEFAULT_RUNS, DEFAULT_THRESHOLD
 
@@ -37,17 +34,10 @@ def number_option(name: str, low: float, high: float, integer: bool = False) -> 
     return parse
 
 
-def _optional_int(name: str, low: int, high: int) -> Callable[[str], int | None]:
+def parse_extra_step_every(text: str) -> int | None:
     """0 means off."""
-    parse = number_option(name, 0, high, integer=True)
-
-    def optional(text: str) -> int | None:
-        value = parse(text)
-        if value and value < low:
-            raise ValueError(f"{name} must be 0 (off) or at least {low}, got {text!r}")
-        return value or None
-
-    return optional
+    value = number_option("--colloc-extra-step-every", 0, 10**6, integer=True)(text)
+    return value or None
 
 
 def parse_machine_warmup(text: str) -> float | None:
@@ -90,9 +80,8 @@ def parse_gpu_selector(text: str) -> str | int:
 def parse_gpu_list(text: str) -> list[str | int] | None:
     if not text:
         return None
-    items = [part.strip() for part in text.split(",")]
     try:
-        gpus = [parse_gpu_selector(item) for item in items if item]
+        gpus = [parse_gpu_selector(item) for item in map(str.strip, text.split(",")) if item]
     except ValueError:
         raise ValueError(f"--colloc-gpus must list GPU indexes or GPU-... UUIDs, e.g. '0,1'; got {text!r}") from None
     if not gpus or len(set(gpus)) != len(gpus):
@@ -100,21 +89,10 @@ def parse_gpu_list(text: str) -> list[str | int] | None:
     return gpus
 
 
-def parse_cpus(text: str) -> CpuPolicy:
-    try:
-        return parse_cpu_policy(text)
-    except CpuListError as exc:
-        raise ValueError(f"--colloc-cpus: {exc}") from None
-
-
 def parse_mig_layout(text: str) -> str | None:
-    if not text:
-        return None
-    try:
-        parse_layout(text)
-    except LayoutError as exc:
-        raise ValueError(f"--mig-layout: {exc}") from None
-    return text
+    if text:
+        parse_layout(text)  # a LayoutError (ValueError) says what is wrong
+    return text or None
 
 
 def _names(text: str) -> str | None:
@@ -146,125 +124,30 @@ def parse_flag(text: Any) -> bool:
 
 @dataclass(frozen=True)
 class Option:
-    name: str  # ini key; the command-line flag is --name with dashes
     help: str
     parse: Callable[[Any], Any]
     default: str | None  # None: depends on the device (GPU / CPU default below)
     gpu_default: str | None = None
     cpu_default: str | None = None
     flag: bool = False
+    name: str = ""  # its Config field; the ini key, and the command-line flag with dashes
 
     @property
     def flag_name(self) -> str:
         return "--" + self.name.replace("_", "-")
 
 
-OPTIONS = [
-    Option("gpu_mode", f"sharing modes to run scenarios under, comma-separated ({', '.join(MODES)}); "
-           "default: mps on a GPU, naive in CPU smoke mode",
-           parse_modes, None, "mps", "naive"),
-    Option("colloc_device", "auto (GPU if NVML sees one, else CPU smoke mode), cuda, or cpu",
-           parse_device, "auto"),
-    Option("colloc_gpu", "GPU to run on: index or UUID (default 0)", parse_gpu_selector, "0"),
-    Option("colloc_gpus", "with pytest-xdist (-n N): the GPUs to spread over, one xdist worker each, e.g. "
-           "'0,1' or UUIDs (default: every GPU)", parse_gpu_list, ""),
-    Option("colloc_rounds", "fewest measurement rounds per scenario (default: 5 on a GPU, 3 on the CPU)",
-           number_option("--colloc-rounds", 2, 10000, integer=True), None, "5", "3"),
-    Option("colloc_max_rounds", "most measurement rounds per scenario: rounds are added until the mean's 95%% "
-           "confidence interval is within --colloc-precision (default: 10 on a GPU; on the CPU --colloc-rounds)",
-           number_option("--colloc-max-rounds", 0, 10000, integer=True), None, "10", "0"),
-    Option("colloc_precision", "stop adding rounds when the 95%% confidence interval of the scenario's mean "
-           "throughput is within this many percent, or once the rounds so far say even twice --colloc-max-rounds "
-           "would not reach it (default 0.5; 0: always --colloc-max-rounds)",
-           number_option("--colloc-precision", 0, 100), "0.5"),
-    Option("colloc_round_seconds", "length of one measurement round in seconds (default: 1 GPU, 0.5 CPU)",
-           number_option("--colloc-round-seconds", 0.05, 3600), None, "1", "0.5"),
-    Option("colloc_warmup_seconds", "longest warm-up per worker, once it has taken the fewest steps "
-           "(--colloc-warmup-steps): warm-up ends earlier when the step time has stopped improving (default: 10 GPU, "
-           "0.5 CPU)",
-           number_option("--colloc-warmup-seconds", 0, 3600), None, "10", "0.5"),
-    Option("colloc_warmup_steps", "fewest warm-up steps per worker (default: 20 GPU, 2 CPU)",
-           number_option("--colloc-warmup-steps", 1, 10**6, integer=True), None, "20", "2"),
-    Option("colloc_timeout", "seconds a scenario's workers may take to start and warm up, and beyond the "
-           "planned measurement time to finish it (default 600)",
-           number_option("--colloc-timeout", 1, 86400), "600"),
-    Option("colloc_repeats", "start each scenario's workers K times afresh within the run, for scenarios whose noise "
-           "lives between processes: every repeat is saved and the gate takes each repeat's processes as one sample "
-           "(default 1; per scenario: @pytest.mark.gpucolloc_repeats(K))",
-           number_option("--colloc-repeats", 1, 1000, integer=True), "1"),
-    Option("colloc_cpus", "CPU cores per worker: auto (disjoint cores per worker), none, or explicit lists "
-           "'0-3;4-7' (one per worker)", parse_cpus, "auto"),
-    Option("colloc_ideal", "also measure the 'ideal' reference for homogeneous scenarios: one process "
-           "with the summed batch (gives collocation efficiency)", parse_flag, "false", flag=True),
-    Option("colloc_full", "also run the scenarios marked gpucolloc_full (the paper's whole matrix); without it "
-           "they are deselected, and the expected time of the selection is shown before it starts",
-           parse_flag, "false", flag=True),
-    Option("colloc_cpu_full", "in CPU smoke mode, run every scenario instead of only the quick tier",
-           parse_flag, "false", flag=True),
-    Option("colloc_extra_step_every", "inject a known slowdown to check a regression gate: every built-in "
-           "workload runs one extra, uncounted step after every K steps (K=20 costs 1/21 of the throughput); "
-           "default off",
-           _optional_int("--colloc-extra-step-every", 1, 10**6), "0"),
-    Option("colloc_cudnn", "how the named convolutional workloads choose their cuDNN convolution algorithms when "
-           "their options do not say: autotune (each worker times them in its first steps, "
-           "torch.backends.cudnn.benchmark; the default) or heuristics (cuDNN's choice, PyTorch's own default: "
-           "about 4 s less start-up a scenario, a few percent less throughput on launch-bound jobs; their labels "
-           "say /cudnn-heuristics)", one_of("--colloc-cudnn", CUDNN_CHOICES), "autotune"),
-    Option("colloc_spawn", "how workers start: forkserver (forked from one process per session that has imported "
-           "torch and torchvision, never CUDA: saves those imports at every start; the default) or fresh (a new "
-           "Python interpreter each)", one_of("--colloc-spawn", SPAWN_METHODS), "forkserver"),
-    Option("colloc_alone", "measure each distinct job alone once per session, the speedup's reference: on or off "
-           "(default on; off leaves speedups out and saves that time, e.g. for gated runs)", parse_flag, "on"),
-    Option("colloc_telemetry", "sample GPU telemetry (NVML) over each measurement window: on or off "
-           "(default on; always off in CPU smoke mode)", parse_flag, "on"),
-    Option("mig_layout", "MIG layout for scenarios without per-workload profiles, e.g. '3g,2g,1g*2' or "
-           "'3g.71gb,2g.35gb' (one instance per workload; default: the paper's layout for N identical jobs)",
-           parse_mig_layout, ""),
-    Option("mig_reconfigure", "allow the mig mode to reconfigure MIG instances (it checkpoints the current "
-           "layout and restores it after each test); without it only an existing matching layout is used",
-           parse_flag, "false", flag=True),
-    Option("mig_checkpoint_dir", "where the MIG layout found before reconfiguring is kept until restored "
-           "(default ~/.cache/pytest-gpucolloc)", _path("--mig-checkpoint-dir"), ""),
-    Option("colloc_gate", "regression gate: compare each scenario with its saved history (benchmark storage) and "
-           "fail the run on a throughput regression; the run is saved there (as --benchmark-autosave) unless it "
-           "names its own --benchmark-save", parse_flag, "false", flag=True),
-    Option("colloc_gate_threshold", "smallest throughput drop, in percent, that counts as a regression "
-           f"(default {100 * DEFAULT_THRESHOLD:g}; per scenario: @pytest.mark.gpucolloc_gate(threshold=5))",
-           number_option("--colloc-gate-threshold", 0, MAX_THRESHOLD), f"{100 * DEFAULT_THRESHOLD:g}"),
-    Option("colloc_gate_runs", "baseline: at most the N most recent comparable saved runs of the scenario's current "
-           f"level, since its last level shift (default {DEFAULT_RUNS})",
-           number_option("--colloc-gate-runs", 2, MAX_RUNS, integer=True), str(DEFAULT_RUNS)),
-    Option("colloc_gate_min_runs", f"fewest comparable runs the gate needs to decide (default {DEFAULT_MIN_RUNS})",
-           number_option("--colloc-gate-min-runs", 2, MAX_RUNS, integer=True), str(DEFAULT_MIN_RUNS)),
-    Option("colloc_gate_alpha", f"false-alarm rate of the gate per scenario (default {DEFAULT_ALPHA:g})",
-           number_option("--colloc-gate-alpha", MIN_ALPHA, MAX_ALPHA), f"{DEFAULT_ALPHA:g}"),
-    Option("colloc_gate_remeasure", "when a gated scenario's run looks disturbed (its round spread far above the "
-           "scenario's usual, its power-cap share far below), measure it again, at most N times, before it is judged "
-           f"(default {DEFAULT_REMEASURE}; 0: never)",
-           number_option("--colloc-gate-remeasure", 0, 10, integer=True),
-           str(DEFAULT_REMEASURE)),
-    Option("colloc_machine_warmup", "before the first measurement of a session on a GPU, load the GPU until its power "
-           "and SM clock are steady, at most this many seconds (default auto: 60 when gating on a GPU, else off; "
-           "0: off)", parse_machine_warmup, "auto"),
-    Option("colloc_gate_report", "also write the gate's verdicts as Markdown to this file (CI job summaries)",
-           _path("--colloc-gate-report"), ""),
-    Option("colloc_columns", "the summary table's columns, comma-separated (as pytest-benchmark's "
-           "--benchmark-columns), among scenario, mode, workers, per-worker, aggregate, cv, speedup, efficiency, sm, "
-           "memory, data-wait, energy, rounds, start-up, flags (default all)", _names, ""),
-    Option("mps_oversubscribe", "allow mps-partitioned shares that add up to more than 100 percent",
-           parse_flag, "false", flag=True),
-]
+def option(*args, **kwargs) -> Any:
+    """A field of ``Config`` that an option fills."""
+    return field(metadata={"option": Option(*args, **kwargs)})
 
 
 def add_options(parser) -> None:
     group = parser.getgroup("gpucolloc", "GPU collocation benchmarks (pytest-gpucolloc)")
     for option in OPTIONS:
-        if option.flag:
-            group.addoption(option.flag_name, action="store_const", const="true", dest=option.name,
-                            default=None, help=option.help)
-        else:
-            group.addoption(option.flag_name, action="store", dest=option.name, default=None,
-                            metavar=option.name.split("_")[-1].upper(), help=option.help)
+        kind = {"action": "store_const", "const": "true"} if option.flag \
+            else {"metavar": option.name.split("_")[-1].upper()}
+        group.addoption(option.flag_name, dest=option.name, default=None, help=option.help, **kind)
         parser.addini(option.name, option.help, default=None)
 
 
@@ -273,9 +156,7 @@ def _parse(option: Option, raw: Any) -> Any:
         return option.parse(raw)
     except ValueError as exc:
         message = str(exc)
-        if option.flag_name not in message:
-            message = f"{option.flag_name}: {message}"
-        raise ValueError(message) from None
+        raise ValueError(message if option.flag_name in message else f"{option.flag_name}: {message}") from None
 
 
 def any_given(config) -> bool:
@@ -285,43 +166,103 @@ def any_given(config) -> bool:
 
 @dataclass(frozen=True)
 class Config:
-    """The options, parsed once (``read_options``) and read as typed attributes. Those whose default depends on
-    the device (GPU or CPU smoke mode) are None here unless given: ``for_device`` fills them once it is known."""
+    """The options, parsed once (``read_options``). Those whose default depends on the device are None here unless
+    given: ``for_device`` fills them once it is known."""
 
-    gpu_mode: list[str] | None
-    colloc_device: str
-    colloc_gpu: str | int
-    colloc_gpus: list[str | int] | None
-    colloc_rounds: int | None
-    colloc_max_rounds: int | None
-    colloc_precision: float
-    colloc_round_seconds: float | None
-    colloc_warmup_seconds: float | None
-    colloc_warmup_steps: int | None
-    colloc_timeout: float
-    colloc_repeats: int
-    colloc_cpus: CpuPolicy
-    colloc_ideal: bool
-    colloc_full: bool
-    colloc_cpu_full: bool
-    colloc_extra_step_every: int | None
-    colloc_cudnn: str
-    colloc_spawn: str
-    colloc_alone: bool
-    colloc_telemetry: bool
-    mig_layout: str | None
-    mig_reconfigure: bool
-    mig_checkpoint_dir: str | None
-    colloc_gate: bool
-    colloc_gate_threshold: float
-    colloc_gate_runs: int
-    colloc_gate_min_runs: int
-    colloc_gate_alpha: float
-    colloc_gate_remeasure: int
-    colloc_machine_warmup: float | None
-    colloc_gate_report: str | None
-    colloc_columns: str | None
-    mps_oversubscribe: bool
+    gpu_mode: list[str] | None = option(f"sharing modes to run scenarios under, comma-separated ({', '.join(MODES)}); "
+        "default: mps on a GPU, naive in CPU smoke mode",
+        parse_modes, None, "mps", "naive")
+    colloc_device: str = option("auto (GPU if NVML sees one, else CPU smoke mode), cuda, or cpu",
+        parse_device, "auto")
+    colloc_gpu: str | int = option("GPU to run on: index or UUID (default 0)", parse_gpu_selector, "0")
+    colloc_gpus: list[str | int] | None = option("with pytest-xdist (-n N): the GPUs to spread over, one xdist "
+        "worker each, e.g. '0,1' or UUIDs (default: every GPU)", parse_gpu_list, "")
+    colloc_rounds: int | None = option("fewest measurement rounds per scenario (default: 5 on a GPU, 3 on the CPU)",
+        number_option("--colloc-rounds", 2, 10000, integer=True), None, "5", "3")
+    colloc_max_rounds: int | None = option("most measurement rounds per scenario: rounds are added until the "
+        "mean's 95%% confidence interval is within --colloc-precision (default: 10 on a GPU; on the CPU "
+        "--colloc-rounds)",
+        number_option("--colloc-max-rounds", 0, 10000, integer=True), None, "10", "0")
+    colloc_precision: float = option("stop adding rounds when the 95%% confidence interval of the scenario's mean "
+        "throughput is within this many percent, or once the rounds so far say even twice --colloc-max-rounds "
+        "would not reach it (default 0.5; 0: always --colloc-max-rounds)",
+        number_option("--colloc-precision", 0, 100), "0.5")
+    colloc_round_seconds: float | None = option("length of one measurement round in seconds (default: 1 GPU, 0.5 CPU)",
+        number_option("--colloc-round-seconds", 0.05, 3600), None, "1", "0.5")
+    colloc_warmup_seconds: float | None = option("longest warm-up per worker, once it has taken the fewest steps "
+        "(--colloc-warmup-steps): warm-up ends earlier when the step time has stopped improving (default: 10 GPU, "
+        "0.5 CPU)",
+        number_option("--colloc-warmup-seconds", 0, 3600), None, "10", "0.5")
+    colloc_warmup_steps: int | None = option("fewest warm-up steps per worker (default: 20 GPU, 2 CPU)",
+        number_option("--colloc-warmup-steps", 1, 10**6, integer=True), None, "20", "2")
+    colloc_timeout: float = option("seconds a scenario's workers may take to start and warm up, and beyond the "
+        "planned measurement time to finish it (default 600)",
+        number_option("--colloc-timeout", 1, 86400), "600")
+    colloc_repeats: int = option("start each scenario's workers K times afresh within the run, for scenarios whose "
+        "noise lives between processes: every repeat is saved and the gate takes each repeat's processes as one sample "
+        "(default 1; per scenario: @pytest.mark.gpucolloc_repeats(K))",
+        number_option("--colloc-repeats", 1, 1000, integer=True), "1")
+    colloc_cpus: CpuPolicy = option("CPU cores per worker: auto (disjoint cores per worker), none, or explicit lists "
+        "'0-3;4-7' (one per worker)", parse_cpu_policy, "auto")
+    colloc_ideal: bool = option("also measure the 'ideal' reference for homogeneous scenarios: one process "
+        "with the summed batch (gives collocation efficiency)", parse_flag, "false", flag=True)
+    colloc_full: bool = option("also run the scenarios marked gpucolloc_full (the paper's whole matrix); without it "
+        "they are deselected, and the expected time of the selection is shown before it starts",
+        parse_flag, "false", flag=True)
+    colloc_cpu_full: bool = option("in CPU smoke mode, run every scenario instead of only the quick tier",
+        parse_flag, "false", flag=True)
+    colloc_extra_step_every: int | None = option("inject a known slowdown to check a regression gate: every built-in "
+        "workload runs one extra, uncounted step after every K steps (K=20 costs 1/21 of the throughput); "
+        "default off",
+        parse_extra_step_every, "0")
+    colloc_cudnn: str = option("how the named convolutional workloads choose their cuDNN convolution algorithms when "
+        "their options do not say: autotune (each worker times them in its first steps, "
+        "torch.backends.cudnn.benchmark; the default) or heuristics (cuDNN's choice, PyTorch's own default: "
+        "about 4 s less start-up a scenario, a few percent less throughput on launch-bound jobs; their labels "
+        "say /cudnn-heuristics)", one_of("--colloc-cudnn", CUDNN_CHOICES), "autotune")
+    colloc_spawn: str = option("how workers start: forkserver (forked from one process per session that has imported "
+        "torch and torchvision, never CUDA: saves those imports at every start; the default) or fresh (a new "
+        "Python interpreter each)", one_of("--colloc-spawn", SPAWN_METHODS), "forkserver")
+    colloc_alone: bool = option("measure each distinct job alone once per session, the speedup's reference: on or off "
+        "(default on; off leaves speedups out and saves that time, e.g. for gated runs)", parse_flag, "on")
+    colloc_telemetry: bool = option("sample GPU telemetry (NVML) over each measurement window: on or off "
+        "(default on; always off in CPU smoke mode)", parse_flag, "on")
+    mig_layout: str | None = option("MIG layout for scenarios without per-workload profiles, e.g. '3g,2g,1g*2' or "
+        "'3g.71gb,2g.35gb' (one instance per workload; default: the paper's layout for N identical jobs)",
+        parse_mig_layout, "")
+    mig_reconfigure: bool = option("allow the mig mode to reconfigure MIG instances (it checkpoints the current "
+        "layout and restores it after each test); without it only an existing matching layout is used",
+        parse_flag, "false", flag=True)
+    mig_checkpoint_dir: str | None = option("where the MIG layout found before reconfiguring is kept until restored "
+        "(default ~/.cache/pytest-gpucolloc)", _path("--mig-checkpoint-dir"), "")
+    colloc_gate: bool = option("regression gate: compare each scenario with its saved history (benchmark storage) and "
+        "fail the run on a throughput regression; the run is saved there (as --benchmark-autosave) unless it "
+        "names its own --benchmark-save", parse_flag, "false", flag=True)
+    colloc_gate_threshold: float = option("smallest throughput drop, in percent, that counts as a regression "
+        f"(default {100 * DEFAULT_THRESHOLD:g}; per scenario: @pytest.mark.gpucolloc_gate(threshold=5))",
+        number_option("--colloc-gate-threshold", 0, MAX_THRESHOLD), f"{100 * DEFAULT_THRESHOLD:g}")
+    colloc_gate_runs: int = option("baseline: at most the N most recent comparable saved runs of the scenario's "
+        f"current level, since its last level shift (default {DEFAULT_RUNS})",
+        number_option("--colloc-gate-runs", 2, MAX_RUNS, integer=True), str(DEFAULT_RUNS))
+    colloc_gate_min_runs: int = option(f"fewest comparable runs the gate needs to decide (default {DEFAULT_MIN_RUNS})",
+        number_option("--colloc-gate-min-runs", 2, MAX_RUNS, integer=True), str(DEFAULT_MIN_RUNS))
+    colloc_gate_alpha: float = option(f"false-alarm rate of the gate per scenario (default {DEFAULT_ALPHA:g})",
+        number_option("--colloc-gate-alpha", MIN_ALPHA, MAX_ALPHA), f"{DEFAULT_ALPHA:g}")
+    colloc_gate_remeasure: int = option("when a gated scenario's run looks disturbed (its round spread far above the "
+        "scenario's usual, its power-cap share far below), measure it again, at most N times, before it is judged "
+        f"(default {DEFAULT_REMEASURE}; 0: never)",
+        number_option("--colloc-gate-remeasure", 0, 10, integer=True),
+        str(DEFAULT_REMEASURE))
+    colloc_machine_warmup: float | None = option("before the first measurement of a session on a GPU, load the GPU "
+        "until its power and SM clock are steady, at most this many seconds (default auto: 60 when gating on a GPU, "
+        "else off; 0: off)", parse_machine_warmup, "auto")
+    colloc_gate_report: str | None = option("also write the gate's verdicts as Markdown to this file (CI job "
+        "summaries)", _path("--colloc-gate-report"), "")
+    colloc_columns: str | None = option("the summary table's columns, comma-separated (as pytest-benchmark's "
+        "--benchmark-columns), among scenario, mode, workers, per-worker, aggregate, cv, speedup, efficiency, sm, "
+        "memory, data-wait, energy, rounds, start-up, flags (default all)", _names, "")
+    mps_oversubscribe: bool = option("allow mps-partitioned shares that add up to more than 100 percent",
+        parse_flag, "false", flag=True)
 
     def for_device(self, on_gpu: bool) -> DeviceConfig:
         """The device-dependent options, each given or its default on this device."""
@@ -345,6 +286,9 @@ class Config:
                             warmup_steps=filled("colloc_warmup_steps"))
 
 
+OPTIONS = [replace(f.metadata["option"], name=f.name) for f in fields(Config)]
+
+
 @dataclass(frozen=True)
 class DeviceConfig:
     """The options whose default depends on the device, filled in (``Config.for_device``)."""
@@ -358,14 +302,11 @@ class DeviceConfig:
 
 
 def read_options(config) -> Config:
-    """Parsed values: command line first, then ini, then the default. Options whose default depends on the
-    device (GPU or CPU smoke mode) are None when not given: ``Config.for_device`` fills them in."""
+    """Parsed values: command line first, then ini, then the default."""
     values: dict[str, Any] = {}
     for option in OPTIONS:
         raw = config.getoption(option.name)  # an explicit empty value on the command line is an error
         if raw is None:
-            raw = config.getini(option.name) or None
-        if raw is None:
-            raw = option.default
+            raw = config.getini(option.name) or option.default
         values[option.name] = None if raw is None else _parse(option, raw)
     return Config(**values)

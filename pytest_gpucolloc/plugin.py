@@ -43,8 +43,7 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
     """Invited by an option, the session starts once every plugin is configured (it needs pytest-benchmark's
-    storage) and before anything else starts (the report header, xdist's workers); otherwise a collected test
-    that uses the plugin invites it."""
+    storage), before the report header and xdist's workers; otherwise a collected test invites it."""
     if any_given(session.config):
         session.config.stash[session_key].invite()
 
@@ -59,16 +58,13 @@ def pytest_unconfigure(config):
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto``: one xdist worker per selected GPU. xdist asks before pytest_configure, so the options
-    are read here. First, before xdist's own answer (the CPU count): which of two plugins pluggy asks first
-    otherwise depends on the order they were installed in."""
+    """``-n auto``: one xdist worker per selected GPU, answered before xdist's own (the CPU count) and before
+    pytest_configure, so the options are read here."""
     if not any_given(config) or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # another project's -n auto, or the user's own count: not ours to answer
     try:
         options = read_options(config)
-        if options.colloc_device == "cpu":
-            return None
-        return len(selected_gpus(options.colloc_gpus)) or None
+        return None if options.colloc_device == "cpu" else len(selected_gpus(options.colloc_gpus)) or None
     except ValueError:
         return None  # pytest_configure reports the usage error
 
@@ -100,14 +96,12 @@ def gpu_mode(request) -> str:
 
 @pytest.fixture
 def collocate(request, gpu_mode, benchmark, tmp_path) -> Iterator[CollocateFixture]:
-    """Run workloads together under the test's sharing mode, measure, and record into ``benchmark``.
-
-    ``collocate([Workload("resnet26", batch_size=128)] * 2)`` returns a ``ScenarioResult``.
-    """
+    """``collocate([Workload("resnet26", batch_size=128)] * 2)`` runs workloads together under the test's sharing
+    mode, measures, records into ``benchmark`` and returns a ``ScenarioResult``."""
     fixture = CollocateFixture(request.config.stash[session_key], request.node, gpu_mode, benchmark, tmp_path)
     yield fixture
     if fixture.used and benchmark_api.disabled_by_user(request.config):
-        benchmark_api.mark_not_recorded(benchmark)  # it ran as asked: not pytest-benchmark's "fixture was not used"
+        benchmark_api.mark_used(benchmark, "--benchmark-disable: not recorded")
 
 
 @pytest.hookimpl(trylast=True)
@@ -122,11 +116,8 @@ def pytest_terminal_summary(terminalreporter, config):
 
 @pytest.fixture
 def mps_daemon(request):
-    """A private, running MPS control daemon for the selected GPU, stopped after the test.
-
-    ``mps_daemon.client_env()`` is the environment a client process needs; ``clients()``,
-    ``servers()``, ``control(cmd)``, ``set_default(cmd, value)`` and ``log_tail()`` inspect it.
-    """
+    """A private, running MPS control daemon for the selected GPU, stopped after the test (``client_env()``: a
+    client's environment; ``clients()``, ``servers()``, ``control(cmd)``, ``set_default`` and ``log_tail()``)."""
     session = request.config.stash[session_key]
     target = make_target(session.device(), session.mode_options())
     try:

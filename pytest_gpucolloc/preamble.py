@@ -11,8 +11,9 @@ from .words import count
 SCENARIO_OVERHEAD_S = 5.0  # start-up before warm-up (spawn, import torch, CUDA context, build), for time estimates
 
 
-def machine_warmup_line(gpu: bool, limit: float) -> str:
-    if not gpu:
+def machine_warmup_line(s) -> str:
+    limit = s.machine_warmup_limit()
+    if s.device().gpu is None:
         return "gpucolloc: machine warm-up: none on the CPU (nothing to warm)"
     if not limit:
         return "gpucolloc: machine warm-up: off (--colloc-machine-warmup)"
@@ -27,7 +28,7 @@ def header_lines(s, config) -> list[str]:
         where = str(exc)
     lines = [f"gpucolloc: modes {', '.join(s.modes)}; {where}"]
     try:
-        lines.append(s.machine_warmup_line())
+        lines.append(machine_warmup_line(s))
     except DeviceUnavailable:
         pass
     if s.autosaved:
@@ -40,7 +41,7 @@ def header_lines(s, config) -> list[str]:
     if s.orphans_killed:
         lines.append(f"gpucolloc: killed {len(s.orphans_killed)} processes that workers of killed runs had "
                      f"started: pids {', '.join(map(str, s.orphans_killed))}")
-    return _wrapped(lines)
+    return [wrapped(line, terminal_width()) for line in lines]  # as wide as the summary's tables
 
 
 def collection_lines(s, config, items) -> list[str]:
@@ -64,9 +65,4 @@ def collection_lines(s, config, items) -> list[str]:
     if s.deselected_full:
         lines.append(f"gpucolloc: {count(s.deselected_full, 'scenario')} of the full matrix (marker "
                      "gpucolloc_full) deselected; --colloc-full runs them")
-    return _wrapped(lines)
-
-
-def _wrapped(lines: list[str]) -> list[str]:
-    """Each line wrapped to the width the summary's tables fit."""
-    return [wrapped(line, terminal_width()) for line in lines]
+    return [wrapped(line, terminal_width()) for line in lines]  # as wide as the summary's tables

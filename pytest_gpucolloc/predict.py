@@ -29,13 +29,8 @@ class Profile:
     params: dict
     throughput: float
     sm_activity: float  # fraction of the SMs' time busy (GPM), 0-1
-    sm_occupancy: float | None
     dram_bandwidth: float | None  # fraction of the peak
-    tensor_activity: float | None
     memory_bytes: int | None
-    power_w: float | None
-    step_time_s: float | None
-    data_wait_share: float | None
 
     @property
     def graphed(self) -> bool:
@@ -56,11 +51,7 @@ class Observation:
 
     @property
     def mix(self) -> tuple:
-        return mix_key(self.jobs)
-
-
-def mix_key(jobs: Iterable[str]) -> tuple:
-    return tuple(sorted(Counter(jobs).items()))
+        return tuple(sorted(Counter(self.jobs).items()))
 
 
 def _phase_of(scenario: ScenarioRecord, index: int) -> dict | None:
@@ -74,14 +65,14 @@ def _usable(scenario: ScenarioRecord) -> bool:
     return scenario.device == "cuda" and not scenario.serving and not scenario.throttled
 
 
-def _median(values: list) -> float | None:
+def median_of_known(values: list) -> float | None:
     known = [v for v in values if isinstance(v, (int, float))]
     return statistics.median(known) if known else None
 
 
 def profiles_of(scenarios: Iterable[ScenarioRecord]) -> dict[str, Profile]:
     """Each job measured alone with its telemetry (sequential scenarios, one job under naive), by label."""
-    found: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
+    found: dict[str, list[tuple]] = defaultdict(list)  # (throughput, SM activity %, DRAM bandwidth %, memory)
     params: dict[str, dict] = {}
     for scenario in scenarios:
         alone = scenario.mode == "sequential" or (scenario.mode == "naive" and scenario.n_workers == 1)
@@ -90,23 +81,14 @@ def profiles_of(scenarios: Iterable[ScenarioRecord]) -> dict[str, Profile]:
         for index, worker in enumerate(scenario.workers):
             phase = _phase_of(scenario, index)
             if phase and isinstance(phase.get("sm_activity_pct"), (int, float)):
-                found[worker.workload].append((phase, {**worker.other, "throughput": worker.throughput}))
+                found[worker.workload].append((worker.throughput, phase["sm_activity_pct"],
+                                               phase.get("dram_bw_util_pct"), worker.device_memory_bytes))
                 params[worker.workload] = worker.params
     profiles = {}
     for label, seen in found.items():
-        def pct(key: str, seen=seen) -> float | None:
-            value = _median([phase.get(key) for phase, _ in seen])
-            return None if value is None else value / 100
-
-        def of_job(key: str, seen=seen) -> float | None:
-            return _median([w.get(key) for _, w in seen])
-
-        memory = of_job("device_memory_bytes")
-        profiles[label] = Profile(
-            label, params[label], of_job("throughput") or 0.0, pct("sm_activity_pct") or 0.0, pct("sm_occupancy_pct"),
-            pct("dram_bw_util_pct"), pct("tensor_activity_pct"), None if memory is None else int(memory),
-            _median([phase.get("avg_power_w") for phase, _ in seen]), of_job("step_time_median_s"),
-            of_job("data_wait_share"))
+        throughput, sm, dram, memory = (median_of_known(list(column)) for column in zip(*seen))
+        profiles[label] = Profile(label, params[label], throughput or 0.0, (sm or 0.0) / 100,
+                                  None if dram is None else dram / 100, None if memory is None else int(memory))
     return profiles
 
 

@@ -2,10 +2,8 @@
 windows), time elapsed and an estimate of what is left (each scenario's time from its last run here, kept in
 pytest's cache by ``timings.py``; scenarios never timed here are counted, not guessed).
 
-On a terminal one line is rewritten about once a second, and a scenario's last line stays. In a log (no TTY) a line
-is written only when the phase changes, never a carriage return. ``-q`` shows one line per scenario, ``-qq``
-nothing; xdist workers write nothing (the session does not start it there). The places where phases change call the
-module functions below; they do nothing while no progress is shown."""
+On a terminal one line is rewritten about once a second, and a scenario's last line stays; a log (no TTY) gets a
+line when the phase changes. ``-q`` shows one line per scenario, ``-qq`` nothing; xdist workers write nothing."""
 from __future__ import annotations
 
 import contextlib
@@ -15,6 +13,7 @@ import time
 from . import phases
 from .report import duration
 from .table_fit import terminal_width, wrapped
+from .words import count
 
 _current: Progress | None = None
 
@@ -42,12 +41,8 @@ class Progress:
     def left(self) -> str:
         """What is left of the run going by each scenario's last run here; scenarios never timed here are
         counted, not guessed (their time depends on what the settings cannot say: start-up, jobs measured alone)."""
-        known, unknown = 0.0, 0
-        for test in self.waiting:
-            if test in self.last:
-                known += self.last[test]
-            else:
-                unknown += 1
+        known = sum(self.last[test] for test in self.waiting if test in self.last)
+        unknown = sum(test not in self.last for test in self.waiting)
         if self.test is not None:
             if self.test in self.last:
                 known += max(self.last[self.test] - (time.monotonic() - self.began), 0.0)
@@ -55,7 +50,7 @@ class Progress:
                 unknown += 1
         text = f"about {duration(known)} left" if known or not unknown else ""
         if unknown:
-            text += (" + " if text else "") + f"{unknown} scenario{'s' if unknown > 1 else ''} never timed here"
+            text += (" + " if text else "") + f"{count(unknown, 'scenario')} never timed here"
         return text
 
     def line(self) -> str:
@@ -77,36 +72,29 @@ class Progress:
         if self.test is None or self.verbosity < -1:
             return
         with self.uncaptured():
-            self._show(changed)
-
-    def _show(self, changed: bool) -> None:
-        if self.tty:
-            text = self.line()[: max(self.reporter._tw.fullwidth - 1, 20)]
-            self.reporter.rewrite(text, erase=True)
-        elif changed and (self.verbosity >= 0 or not self._shown):
-            text = self.line()
-            if getattr(self.reporter._tw, "width_of_current_line", 0):  # -q: pytest's dots have no file name
-                self.reporter.write("\n")
-            self.reporter.write_line(wrapped(text, terminal_width()))  # a log's line per change, as wide as a table
-            self._shown = text
+            if self.tty:
+                self.reporter.rewrite(self.line()[: max(self.reporter._tw.fullwidth - 1, 20)], erase=True)
+            elif changed and (self.verbosity >= 0 or not self._shown):
+                text = self.line()
+                if getattr(self.reporter._tw, "width_of_current_line", 0):  # -q: pytest's dots have no file name
+                    self.reporter.write("\n")
+                self.reporter.write_line(wrapped(text, terminal_width()))  # a log's line per change, as wide as a table
+                self._shown = text
 
     def note(self, text: str) -> None:
         """A line that stays (a warning), whatever the verbosity short of -qq."""
         if self.verbosity < -1:
             return
-        with self.uncaptured():
-            self._note(text)
-
-    def _note(self, text: str) -> None:
         text = wrapped(text, terminal_width())
-        if self.tty:  # the status line erased, then the note (maybe several lines) in its place
-            self.reporter.rewrite("", erase=True)
-            self.reporter.write(text + "\n")
-            self.reporter.currentfspath = None
-        else:
-            if getattr(self.reporter._tw, "width_of_current_line", 0):
-                self.reporter.write("\n")
-            self.reporter.write_line(text)
+        with self.uncaptured():
+            if self.tty:  # the status line erased, then the note (maybe several lines) in its place
+                self.reporter.rewrite("", erase=True)
+                self.reporter.write(text + "\n")
+                self.reporter.currentfspath = None
+            else:
+                if getattr(self.reporter._tw, "width_of_current_line", 0):
+                    self.reporter.write("\n")
+                self.reporter.write_line(text)
 
     def begin(self, test: str) -> None:
         if test in self.waiting:  # tests before it that never began were skipped
@@ -120,21 +108,17 @@ class Progress:
 
     def end(self) -> None:
         test, self.test = self.test, None
-        if test is None:
+        if test is None or not self.tty or self.verbosity < -1:
             return
-        if self.tty and self.verbosity >= -1:
-            with self.uncaptured():
-                self._last_line(test)
-
-    def _last_line(self, test: str) -> None:
-        if self.verbosity >= 0:  # the scenario's last line stays
-            self.reporter.rewrite(f"gpucolloc {test}: done in {time.monotonic() - self.began:.0f} s; "
-                                  + self.left().replace(" left", " left of the run", 1), erase=True)
-            self.reporter.write("\n")
-        else:
-            self.reporter.rewrite("", erase=True)
-            self.reporter.write("\r")
-        self.reporter.currentfspath = None  # pytest starts its next result on a fresh line
+        with self.uncaptured():
+            if self.verbosity >= 0:  # the scenario's last line stays
+                self.reporter.rewrite(f"gpucolloc {test}: done in {time.monotonic() - self.began:.0f} s; "
+                                      + self.left().replace(" left", " left of the run", 1), erase=True)
+                self.reporter.write("\n")
+            else:
+                self.reporter.rewrite("", erase=True)
+                self.reporter.write("\r")
+            self.reporter.currentfspath = None  # pytest starts its next result on a fresh line
 
     def set_phase(self, phase: str, rounds=None, ready=(0, 0)) -> None:
         self.phase_text, self.round_plan, self.ready = phase, rounds, ready
@@ -160,8 +144,7 @@ class Progress:
 
 
 def start(reporter, tests: list[str], last: dict[str, float]) -> None:
-    """Progress of the session's scenarios from now on (``reporter``: pytest's terminal reporter, or None;
-    ``last``: test id -> seconds it took when it last ran here)."""
+    """Progress of the session's scenarios from now on (``last``: test id -> seconds it took when it last ran)."""
     global _current
     _current = Progress(reporter, tests, last) if reporter is not None and tests else None
     phases.listen(_current)

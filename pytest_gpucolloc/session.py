@@ -1,11 +1,11 @@
-"""One pytest session's collocation state, registered as a plugin by ``plugin.py``: where scenarios run, their
-settings (options read once), the alone baselines measured so far, verdicts and results; and the hooks that
-act on the whole run (history, ordering, GPU marker, xdist hand-over, machine identity, summary)."""
+"""One pytest session's collocation state (device, settings, baselines, verdicts, results), registered as a plugin
+by ``plugin.py``, and the hooks that act on the whole run."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +30,7 @@ from . import (
     telemetry,
     timings,
 )
+from .ab_arms import sigterm_as_interrupt
 from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
 from .machine_warmup import DEFAULT_LIMIT_S
@@ -61,11 +62,6 @@ class Baselines:
     one_job: dict[tuple, ScenarioResult] = field(default_factory=dict)  # (mode, ...): one-job scenarios measured
 
 
-def _sigterm_as_interrupt(signum, frame):
-    # pytest ignores SIGTERM by default; turn it into Ctrl-C so every cleanup path runs.
-    raise KeyboardInterrupt("SIGTERM")
-
-
 class CollocSession:
     def __init__(self, config, options: Config):
         self.config = config
@@ -90,25 +86,19 @@ class CollocSession:
         self.seconds: dict[str, float] = {}  # test id -> how long its scenario took (kept for the next run's estimate)
         self._device: DeviceChoice | None = None
         self._settings: Settings | None = None
-        self._values: DeviceConfig | None = None
-        self._previous_sigterm: Callable | int | None = None
+        self._on_stop = contextlib.ExitStack()
         self.invited = False  # a gpucolloc option was given, or a collected test uses the plugin
         self.deselected_full = 0  # scenarios of the full matrix left out (no --colloc-full)
         self.autosaved = False  # --colloc-gate turned on --benchmark-autosave
 
     # --- set-up and tear-down (called from plugin.py) ------------------------------------------------
     def invite(self, before_running: bool = True) -> None:
-        """The plugin acts only where invited: by one of its options, or by a test that uses its fixtures or
-        markers. Until then it adds nothing to the session. An xdist controller is invited by its workers'
-        scenarios, after they ran: then there is nothing left to check beforehand."""
-        if not self.invited:
-            self.invited = True
-            self.start(before_running)
-
-    def start(self, before_running: bool = True) -> None:
-        """Check what can be checked before anything runs (usage errors), clean up after killed runs, and
-        make saving safe."""
-        config = self.config
+        """The plugin acts only where invited: by one of its options, or by a test that uses its fixtures or markers
+        (an xdist controller: by its workers' scenarios, after they ran). Then usage errors, clean-up after killed
+        runs, and safe saving."""
+        if self.invited:
+            return
+        self.invited = True
         if self.xdist_index is None:  # the controller cleans up; xdist workers start after it
             self.orphans_killed = process_marks.kill_orphans()  # first: named as such, not as in a scratch folder
             self.stale_removed = clean_stale_scratch()
@@ -117,24 +107,21 @@ class CollocSession:
         if self.xdist_index is None:
             if before_running:
                 self._check_writable()
-            storage = benchmark_api.file_storage(config)
+            storage = benchmark_api.file_storage(self.config)
             if storage is not None:
                 benchmark_api.guard_saving(storage, self.save_problems, self.saved)
-        try:
-            self._previous_sigterm = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-        except ValueError:  # not the main thread
-            pass
+        # pytest ignores SIGTERM by default: as Ctrl-C, every cleanup path runs
+        self._on_stop.enter_context(sigterm_as_interrupt())
 
     def save_when_gated(self) -> None:
-        """A gated run is saved (as ``--benchmark-autosave``): the gate judges against saved runs, so a user's first
-        gated runs are the history of the next ones. Called before pytest-benchmark reads its options."""
+        """A gated run is saved (as ``--benchmark-autosave``): it is the history of the next ones. Called before
+        pytest-benchmark reads its options."""
         if self.options.colloc_gate and self.xdist_index is None:
             self.autosaved = benchmark_api.autosave(self.config)
 
     def check_storage(self, invited: bool) -> None:
-        """The gate reads only pytest-benchmark's file storage; its elasticsearch backend, where its client library is
-        missing, ends pytest-benchmark's own set-up in an internal error. Where the plugin is invited, either is a
-        usage error first, saying what is supported. Called before pytest-benchmark reads its options."""
+        """The gate reads only pytest-benchmark's file storage, and its elasticsearch backend without its client
+        library ends pytest-benchmark's set-up in an internal error: usage errors first, before it reads its options."""
         given = self.config.getoption("benchmark_storage", None)
         if benchmark_api.storage_path(given) is not None:
             return
@@ -150,14 +137,12 @@ class CollocSession:
                                     f"'pytest-benchmark[elasticsearch]'; {supported}")
 
     def compare_with_history(self) -> None:
-        """``--benchmark-compare`` without a run compares with pytest-benchmark's latest saved run: not an A/B arm's
-        or a run set aside (``history.why_left_out``), but the latest run of the history. Called before
-        pytest-benchmark reads the option."""
+        """``--benchmark-compare`` without a run compares with the latest run of the history, not an A/B arm's or one
+        set aside (``history.why_left_out``). Called before pytest-benchmark reads the option."""
         config = self.config
         root = benchmark_api.storage_path(config.getoption("benchmark_storage", None))
         if config.getoption("benchmark_compare", None) is not True or root is None:
             return
-
         for path in reversed(benchmark_api.latest_saved(root)):
             try:
                 left_out = history.why_left_out(root, history.read_run(path))
@@ -186,8 +171,7 @@ class CollocSession:
     def stop(self) -> None:
         forkserver.close_shared()
         progress.stop()
-        if self.invited and self._previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
+        self._on_stop.close()
 
     def _check_writable(self) -> None:
         """A run that would save must be able to: say so before any GPU time is spent, not after."""
@@ -208,13 +192,12 @@ class CollocSession:
     # --- what scenarios get ----------------------------------------------------------------------------
     @property
     def modes(self) -> list[str]:
-        return self.values().modes
+        return self.values.modes
 
+    @functools.cached_property
     def values(self) -> DeviceConfig:
         """The options whose defaults depend on the device, filled in (GPU or CPU smoke mode)."""
-        if self._values is None:
-            self._values = self.options.for_device(self.device().device == "cuda")
-        return self._values
+        return self.options.for_device(self.device().device == "cuda")
 
     def device(self) -> DeviceChoice:
         if self._device is None:
@@ -236,21 +219,14 @@ class CollocSession:
     def settings(self) -> Settings:
         if self._settings is None:
             on_gpu = self.device().device == "cuda"
-            values = self.values()
+            values, options = self.values, self.options
             self._settings = Settings(
-                rounds=values.rounds, max_rounds=values.max_rounds,
-                precision=self.options.colloc_precision / 100,
-                round_s=values.round_s,
-                warmup_s=values.warmup_s,
-                warmup_steps=values.warmup_steps,
-                timeout_s=self.options.colloc_timeout,
-                cpu_policy=self.options.colloc_cpus,
-                image_size=None if on_gpu else CPU_IMAGE_SIZE,
-                batch_cap=None if on_gpu else CPU_BATCH_CAP,
-                extra_step_every=self.options.colloc_extra_step_every,
-                spawn=self.options.colloc_spawn,
-                cudnn=self.options.colloc_cudnn,
-            )
+                rounds=values.rounds, max_rounds=values.max_rounds, precision=options.colloc_precision / 100,
+                round_s=values.round_s, warmup_s=values.warmup_s, warmup_steps=values.warmup_steps,
+                timeout_s=options.colloc_timeout, cpu_policy=options.colloc_cpus,
+                image_size=None if on_gpu else CPU_IMAGE_SIZE, batch_cap=None if on_gpu else CPU_BATCH_CAP,
+                extra_step_every=options.colloc_extra_step_every, spawn=options.colloc_spawn,
+                cudnn=options.colloc_cudnn)
         return self._settings
 
     def mode_options(self) -> ModeOptions:
@@ -266,13 +242,13 @@ class CollocSession:
         if marker:
             options = dataclasses.replace(options, mig_layout=marker.args[0] if marker.args else None)
         policy = markers.gate_policy(node, self.options) if self.history is not None else None
-        self.warm_up_machine()
+        gpu = self.device().gpu
+        if gpu is not None and self.machine_warmup is None and self.machine_warmup_limit() > 0:  # once, first
+            self.machine_warmup = machine_warmup.run(gpu.uuid, self.machine_warmup_limit())
         target = make_target(self.device(), options)
         sampler = telemetry.sampler_factory(target.gpu) \
             if target.gpu is not None and self.options.colloc_telemetry else None
         return ScenarioContext(self.settings(), target, sampler, policy, repeats)
-
-    # --- machine warm-up (machine_warmup.py) -------------------------------------------------------------
     def machine_warmup_limit(self) -> float:
         """Seconds of warm-up before the session's first measurement: 0 on the CPU; auto is on when gating."""
         if self.device().gpu is None:
@@ -280,24 +256,11 @@ class CollocSession:
         chosen = self.options.colloc_machine_warmup
         return (DEFAULT_LIMIT_S if self.options.colloc_gate else 0.0) if chosen is None else chosen
 
-    def warm_up_machine(self) -> None:
-        """Once per session, before anything is measured on the GPU."""
-        gpu = self.device().gpu
-        if gpu is not None and self.machine_warmup is None and self.machine_warmup_limit() > 0:
-            self.machine_warmup = machine_warmup.run(gpu.uuid, self.machine_warmup_limit())
-
-    def machine_warmup_line(self) -> str:
-        return preamble.machine_warmup_line(self.device().gpu is not None, self.machine_warmup_limit())
-
     # --- hooks ---------------------------------------------------------------------------------------
     def pytest_sessionstart(self, session):
-        if not self.options.colloc_gate:
-            return
-
         root = benchmark_api.storage_path(self.config.getoption("benchmark_storage", None))
-        if root is None:  # refused before (check_storage)
-            return
-        self.history = history.load(root)  # before this run saves anything
+        if self.options.colloc_gate and root is not None:  # None: refused before (check_storage)
+            self.history = history.load(root)  # before this run saves anything
 
     def pytest_report_header(self, config):
         return preamble.header_lines(self, config) if self.invited else None  # invited by a test only
@@ -346,9 +309,8 @@ class CollocSession:
             return
         if self.xdist_index is not None:
             distributed.publish(session.config, self.forward)
-        else:
-            if self.seconds:  # scenarios ran: the device and settings are known
-                timings.remember(session.config, self.machine_kind(), self.settings(), self.seconds)
+        elif self.seconds:  # scenarios ran: the device and settings are known
+            timings.remember(session.config, self.machine_kind(), self.settings(), self.seconds)
         failed = self.save_problems or any(v.failed for _, v in self.verdicts)
         if failed and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -356,8 +318,7 @@ class CollocSession:
             session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
     def nothing_gated(self) -> bool:
-        """A gated run (xdist: its controller) that judged no scenario: everything skipped (no GPU), deselected
-        or left to paired A/B. Its exit code is pytest's 5, as for a run that collected nothing: not a pass."""
+        """A gated run (xdist: its controller) that judged no scenario: its exit code is pytest's 5, not a pass."""
         return self.history is not None and self.xdist_index is None and not self.verdicts
 
     @pytest.hookimpl(optionalhook=True)
@@ -372,10 +333,9 @@ class CollocSession:
 
     @pytest.hookimpl(optionalhook=True, wrapper=True)
     def pytest_benchmark_compare_machine_info(self, config, benchmarksession, machine_info, compared_benchmark):
-        """pytest-benchmark compares machine info while it configures, before this plugin is invited, and warns
-        with both dictionaries whole (thousands of characters; an INTERNALERROR when the storage is outside the
-        working directory) whenever anything differs, volatile fields included. A run this plugin saved is
-        compared here instead, in a few words on what matters; pytest-benchmark's comparison sees no difference."""
+        """pytest-benchmark warns with both machine infos whole (thousands of characters; an INTERNALERROR when the
+        storage is outside the working directory) whenever anything differs, volatile fields included. A run this
+        plugin saved is compared here instead, in a few words; pytest-benchmark's comparison sees no difference."""
         saved = compared_benchmark.get("machine_info")
         if not (isinstance(saved, dict) and isinstance(saved.get("gpucolloc"), dict)):
             return (yield)  # not a run of this plugin: pytest-benchmark's comparison as it is

@@ -1,13 +1,12 @@
-"""What a gated or measured session says at its end: the scenarios' table with its notes, the gate's verdicts, and
-the gate's Markdown report for CI. A plugin registered beside the session (``plugin.py``): it reads the session's
-results and changes nothing but the report it writes."""
+"""What a session says at its end: the scenarios' table with its notes, the gate's verdicts, and the gate's Markdown
+report for CI. A plugin registered beside the session (``plugin.py``) that reads its results."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from . import gate_table, record, report
+from . import gate_table, preamble, record, report
 from .history import run_number
 from .session import CPU_BATCH_CAP, CPU_IMAGE_SIZE, CollocSession
 from .table_fit import terminal_width, wrapped
@@ -25,9 +24,19 @@ class Summary:
 
     @pytest.hookimpl(tryfirst=True)  # before the session's own: a report that cannot be written fails the run
     def pytest_sessionfinish(self, session, exitstatus):
+        """The verdicts as Markdown (CI job summaries)."""
         s = self.session
-        if s.invited and s.xdist_index is None and s.history is not None:
-            self._write_gate_report()
+        path = s.options.colloc_gate_report
+        if not (path and s.invited and s.xdist_index is None and s.history is not None):
+            return
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            table = gate_table.table(self._shown_verdicts(), "github") if s.verdicts else ""
+            left = "".join(f"\n{line}\n" for line in self._unjudged_lines())
+            smoke = f"\n{CPU_SMOKE}\n" if s.device().gpu is None else ""
+            Path(path).write_text(f"### Collocation regression gate\n{smoke}\n{table}\n{left}")
+        except OSError as error:
+            s.save_problems.append(f"could not write the gate report to {path}: {error}")
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
         s = self.session
@@ -49,7 +58,7 @@ class Summary:
             say(f"CPU smoke mode ran smaller jobs than asked: images of {CPU_IMAGE_SIZE} px, batches capped at "
                 f"{CPU_BATCH_CAP}, language models at {SMOKE_SEQ_LEN} tokens; its numbers check the suite, not a GPU")
         say(s.machine_warmup.describe() if s.machine_warmup is not None
-            else s.machine_warmup_line().removeprefix("gpucolloc: "))
+            else preamble.machine_warmup_line(s).removeprefix("gpucolloc: "))
         if device.gpu is None:
             say("telemetry sampler: off (no GPU)")
         elif not s.options.colloc_telemetry:
@@ -149,32 +158,16 @@ class Summary:
     def _unjudged_lines(self) -> list[str]:
         """What the gate did not judge, for the summary and the gate report."""
         s = self.session
-        return ([self._nothing_judged_line()] * (not s.verdicts)
-                + [gate_table.left_to_ab_line(s.measured_for_ab, s.options.gpu_mode or ())] * bool(s.measured_for_ab))
-
-    def _nothing_judged_line(self) -> str:
-        """Why a gated run judged no scenario: a gate that passes without judging anything must say so."""
-        s = self.session
-        why = [f"{len(s.measured_for_ab)} left to paired A/B"] if s.measured_for_ab else []
-        why += [f"{len(s.skipped)} skipped"] if s.skipped else []
-        reasons = [f"\n  skipped {name}: {reason}" for name, reason in s.skipped[:3]]
-        reasons += ["\n  ..."] * (len(s.skipped) > 3)
-        return "no scenario was judged against history" + (f": {', '.join(why)}" if why else "") + "".join(reasons)
+        lines = []
+        if not s.verdicts:  # a gate that passes without judging anything must say why
+            why = [f"{len(s.measured_for_ab)} left to paired A/B"] * bool(s.measured_for_ab)
+            why += [f"{len(s.skipped)} skipped"] * bool(s.skipped)
+            said = "".join(f"\n  skipped {name}: {reason}" for name, reason in s.skipped[:3])
+            lines.append("no scenario was judged against history" + (f": {', '.join(why)}" if why else "") + said
+                         + "\n  ..." * (len(s.skipped) > 3))
+        if s.measured_for_ab:
+            lines.append(gate_table.left_to_ab_line(s.measured_for_ab, s.options.gpu_mode or ()))
+        return lines
 
     def _shown_verdicts(self) -> list[tuple[str, dict]]:
         return [(name, verdict.to_dict()) for name, verdict in self.session.verdicts]  # as saved, as ``compare`` shows
-
-    def _write_gate_report(self) -> None:
-        """The verdicts as Markdown (CI job summaries); a report that cannot be written fails the run."""
-        s = self.session
-        path = s.options.colloc_gate_report
-        if not path:
-            return
-        try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            table = gate_table.table(self._shown_verdicts(), "github") if s.verdicts else ""
-            left = "".join(f"\n{line}\n" for line in self._unjudged_lines())
-            smoke = f"\n{CPU_SMOKE}\n" if s.device().gpu is None else ""
-            Path(path).write_text(f"### Collocation regression gate\n{smoke}\n{table}\n{left}")
-        except OSError as error:
-            s.save_problems.append(f"could not write the gate report to {path}: {error}")

@@ -39,8 +39,7 @@ def remember(config, machine: str, settings, seconds: dict[str, float]) -> None:
     if cache is None:
         return
     kept = _kept(config)
-    kind = _kind(machine, settings)
-    kept[kind] = {**last_seconds(config, machine, settings), **seconds}
+    kept[_kind(machine, settings)] = {**last_seconds(config, machine, settings), **seconds}
     cache.set(CACHE_KEY, kept)
 
 

@@ -170,8 +170,8 @@ def shared(exec_workers: bool = False) -> ForkServer:
     if server is None or server.process.poll() is not None:
         if server is not None:
             server.close()
-        if not _SHARED:
-            atexit.register(close_shared)
+        atexit.unregister(close_shared)  # once, however often the servers were closed and started again
+        atexit.register(close_shared)
         _SHARED[exec_workers] = server = ForkServer(base_environment(), exec_workers)
     return server
 

@@ -191,15 +191,18 @@ class HeldOut:
         return (self.predicted - self.measured) / self.measured
 
 
-def held_out(observations: list[Observation], profiles: dict[str, Profile]) -> list[HeldOut]:
-    """Leave-one-mix-out: each measured mix of profiled jobs predicted by the model fitted on every other mix."""
+def held_out(observations: list[Observation], profiles: dict[str, Profile], fit_on: list[Observation] | None = None,
+             fit_profiles: dict[str, Profile] | None = None) -> list[HeldOut]:
+    """Leave-one-mix-out: each measured mix of profiled jobs predicted by the model fitted on every other mix (of
+    ``fit_on``, whose jobs' profiles are ``fit_profiles``, where given: another GPU's measurements)."""
     by_cell: dict[tuple, list[Observation]] = defaultdict(list)
     for o in observations:
         if all(j in profiles for j in o.jobs):
             by_cell[(o.mix, o.mode)].append(o)
     found = []
     for (mix, mode), measured in sorted(by_cell.items()):
-        model = fit([o for o in observations if o.mix != mix], profiles, mode)
+        model = fit([o for o in (observations if fit_on is None else fit_on) if o.mix != mix],
+                    fit_profiles or profiles, mode)
         if model is None:
             continue
         jobs = list(measured[0].jobs)

@@ -29,7 +29,8 @@ ASKED = ["resnet152-imagenet/bs32,resnet50-imagenet64/bs128*2,resnet26-cifar10/b
          "resnet26-cifar10/bs32/graph/cudnn-heuristics*5"]  # two mixes nobody measured: what advise says
 
 
-def load(root: Path, leave_out: Path | None = None):
+def load(root: Path, leave_out: Path | None = None, gpu: str | None = GPU):
+    """Every saved run's GPU scenarios on ``gpu`` (None: on whatever GPU they ran)."""
     scenarios, files, runs = [], [], []
     for path in sorted(root.glob("**/*.json")):
         if leave_out and path.resolve().is_relative_to(leave_out.resolve()):
@@ -38,13 +39,17 @@ def load(root: Path, leave_out: Path | None = None):
             run = history.read_run(path)
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not a pytest-benchmark run (a study's own JSON)
-        mine = [s for s in run.scenarios.values()
-                if ((s.gpu or {}).get("name") or run.machine.get("gpu_name")) == GPU]
+        mine = [s for s in run.scenarios.values() if gpu_of(s, run) == gpu
+                or (gpu is None and gpu_of(s, run) is not None)]
         if mine:
             scenarios += mine
             files.append(path)
             runs.append(run)
     return scenarios, files, runs
+
+
+def gpu_of(scenario, run) -> str | None:
+    return (scenario.gpu or {}).get("name") or run.machine.get("gpu_name")
 
 
 def mix_name(mix: tuple) -> str:
@@ -217,12 +222,11 @@ def main() -> int:
                         "its mixes are predicted by the model fitted on every other run, never on them")
     args = parser.parse_args()
     scenarios, files, runs = load(args.results, leave_out=args.new)
-    old = predict.observations_of(scenarios)
     if args.new:
-        new_scenarios, new_files, new_runs = load(args.new)
+        new_scenarios = load(args.new, gpu=None)[0]
+        new_gpus = {gpu_of(s, r) for r in load(args.new, gpu=None)[2] for s in r.scenarios.values()} - {None}
         if not new_scenarios:
-            parser.error(f"--new {args.new}: no saved {GPU} run there")
-        scenarios, files, runs = scenarios + new_scenarios, files + new_files, runs + new_runs
+            parser.error(f"--new {args.new}: no saved GPU run there")
     profiles = predict.profiles_of(scenarios)
     observations = predict.observations_of(scenarios)
     checks = predict.held_out(observations, profiles)
@@ -233,7 +237,8 @@ def main() -> int:
     picked = choice(checks, noise_of, gaps)[1]
     unprofiled = sorted({j for o in observations for j in o.jobs if j not in profiles})
     lines = ["# The collocation model on held-out H200 mixes", "",
-             "`python studies/predict_held_out.py --out docs/results/2026-12-03-h200-collocation-model.md`: a "
+             f"`python studies/predict_held_out.py{f' --new {args.new}' if args.new else ''} --out "
+             f"{args.out or 'docs/results/2026-12-03-h200-collocation-model.md'}`: a "
              f"re-analysis on a CPU, no device call, of every saved pytest-benchmark run under docs/results/ on an "
              f"{GPU} ({len(files)} files, "
              f"{len(observations)} measured scenarios of two or more jobs under {', '.join(predict.PREDICTED_MODES)}, "
@@ -276,6 +281,7 @@ def main() -> int:
               "median error, the measured best picked in 20 of 39 mixes, 6 of 7 decisive ones (pooled noise).",
               "- A job's share differs from its neighbours' only through its own slice (n x its SM activity alone); "
               "the per-job errors in the table show where that misses.",
+              "- New mixes measured after the model: section 5." if args.new else
               "- No new mix was measured on an H200 for this (no device was available to this work).",
               "", "## 1. Leave one mix out", ""]
     lines += summary(checks, "Each mix left out of the fit in turn", noise_of, gaps)
@@ -287,21 +293,30 @@ def main() -> int:
                "prediction cannot be judged finer than that." if measured_gap is not None else
                "No mix and mode was measured twice in these runs: the noise is not known (10% stands for it above)."),
               "",
-              "New mixes measured on an H200 for this study: **none** (no device was available to this work); the "
-              "held-out checks above are the evidence. The command that measures a mix the model predicts is the "
-              "one `advise` prints (`GPUCOLLOC_MIX=... pytest benchmarks/test_mix.py --gpu-mode=...`).", "",
+              ("New mixes measured after the model: section 5. " if args.new else
+               "New mixes measured on an H200 for this study: **none** (no device was available to this work); the "
+               "held-out checks above are the evidence. ")
+              + "The command that measures a mix the model predicts is the one `advise` prints "
+              "(`GPUCOLLOC_MIX=... pytest benchmarks/test_mix.py --gpu-mode=...`).", "",
               "## 4. What `advise` says for a mix nobody measured", ""]
     for asked in ASKED:
         answer = advisor.predicted(advisor.parse_jobs(asked), runs)
         lines += [f"`pytest-gpucolloc advise <these runs> --jobs '{asked}'`:", "```", *answer["predicted_lines"],
                   "```", ""]
     if args.new:
-        new_mixes = {o.mix for o in predict.observations_of(new_scenarios)}
-        fresh = [c for c in fitted_on(old, observations, profiles) if c.mix in new_mixes]
-        lines += [f"## 5. New mixes, measured after the model (`--new {args.new}`)", "",
-                  f"The model fitted on the {len(old)} scenarios measured before, never on these; the jobs' profiles "
-                  "alone from the new runs.", ""]
-        lines += summary(fresh, "New mixes", noise_of, gaps) if fresh else ["No new mix of profiled jobs.", ""]
+        own = predict.profiles_of(new_scenarios)  # jobs profiled alone in the new runs; the others as before
+        fresh = predict.held_out(predict.observations_of(new_scenarios), {**profiles, **own}, observations, profiles)
+        unpredicted = sorted({mix_name(o.mix) for o in predict.observations_of(new_scenarios)
+                              if not all(j in profiles or j in own for j in o.jobs)})
+        lines += [f"## 5. New mixes, measured after the model (`--new {args.new}`, {', '.join(sorted(new_gpus))})",
+                  "", f"The model fitted on the {len(observations)} {GPU} scenarios above, never on these; each new "
+                  "mix's jobs' profiles (speed, SM activity and DRAM bandwidth alone) from the new runs themselves, "
+                  "on the GPU they ran on, else (" + (", ".join(sorted(set(profiles) - set(own))) or "none")
+                  + f") from the {GPU} runs. A different GPU makes it a harder test: the fitted overheads and weights "
+                  "are the H200's. Not predicted (a job profiled nowhere): " + ("; ".join(unpredicted) or "none")
+                  + ".", ""]
+        pooled = defaultdict(lambda: statistics.median(gaps), noise_of)  # a new GPU's cells: the pooled noise
+        lines += summary(fresh, "New mixes", pooled, gaps) if fresh else ["No new mix of profiled jobs.", ""]
         lines += table(fresh) + [""]
     lines += ["## Every held-out prediction (leave one mix out)", "", "Errors above 15% in bold.", ""]
     lines += table(checks)

@@ -341,3 +341,28 @@ def test_an_environment_whose_torchvision_wants_another_torch_is_refused_with_th
     assert ab_arms._torchvision_mismatch({**versions, "torch": "2.11.0+cu130"}) is None
     assert ab_arms._torchvision_mismatch({"torch": "2.13.0", "torchvision wants": ["torch (>=2.14.0)"]})
     assert ab_arms._torchvision_mismatch({"torch": "2.13.0"}) is None  # no torchvision: nothing to mismatch
+
+
+def test_every_block_forks_its_workers_from_a_new_server(repo, tmp_path):
+    """Workers forked from one server share its memory layout, and with it a host-bound service's latency level; a
+    server per arm would give each arm a level of its own, one no block could tell from a change (an A/A once read
+    p50 +3.0%, every block above 0). Each block's workers come from a server of their own."""
+    parents = tmp_path / "parents"
+    (repo / "parents.py").write_text(WORKLOAD.replace(
+        "return Step(batch_size, sleep)",
+        "import os\n    with open(os.environ['PARENTS'], 'a') as f:\n        f.write(f'{os.getpid()} {os.getppid()}\\n')\n"
+        "    return Step(batch_size, sleep)"))
+    (repo / "test_parents.py").write_text(
+        "from pytest_gpucolloc import Workload\n\ndef test_parents(collocate):\n"
+        "    collocate([Workload('parents:factory', batch_size=4)])\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "parents")
+    env = {**__import__("os").environ, "PARENTS": str(parents)}
+    done = subprocess.run([sys.executable, "-m", "pytest_gpucolloc.cli", "ab", "--baseline", "HEAD", "--candidate",
+                           "HEAD", "--ab-pairs", "2", "--ab-window-seconds", "0.2", "--ab-max-blocks", "3",
+                           "--out", str(tmp_path / "arms"), "--", "test_parents.py", *ARGS[2:]],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    workers = [line.split() for line in parents.read_text().splitlines()]
+    assert len(workers) == 6, workers  # three blocks, two arms, one worker each
+    assert len({parent for _, parent in workers}) == 6, workers

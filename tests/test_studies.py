@@ -132,3 +132,23 @@ def test_predict_held_out_leaves_each_mix_out_and_says_where_it_predicts_badly(t
     assert "Predicted badly (median error above 15%" in text and "graphed under naive" in text
     rows = [line for line in text.splitlines() if line.startswith("| 2x resnet26-cifar10/bs128 | launch-bound |")]
     assert [row.split(" | ")[2] for row in rows] == ["mps", "mps-partitioned", "naive"]
+
+
+def test_predict_held_out_predicts_mixes_measured_on_another_gpu(tmp_path):
+    """New runs of another GPU are predicted by the model fitted on the saved H200 runs, each mix left out of the fit
+    (every mix here was also measured on the H200)."""
+    new = tmp_path / "new"
+    new.mkdir()
+    text = (ROOT / "tests" / "data" / "predict-runs" / "mixes.json").read_text()
+    (new / "mixes.json").write_text(text.replace("NVIDIA H200", "NVIDIA H100 80GB HBM3"))
+    out = tmp_path / "model.md"
+    done = subprocess.run([sys.executable, str(ROOT / "studies" / "predict_held_out.py"), "--results",
+                           str(ROOT / "tests" / "data" / "predict-runs"), "--new", str(new), "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    new_part = out.read_text().split("## 5. New mixes")[1].split("## Every held-out")[0]
+    assert "NVIDIA H100 80GB HBM3" in new_part.splitlines()[0]
+    assert "Not predicted (a job profiled nowhere): none." in new_part
+    rows = [line for line in new_part.splitlines()
+            if line.startswith("| 2x resnet26-cifar10/bs128 + resnet50-imagenet64/bs128 | launch-bound |")]
+    assert [row.split(" | ")[2] for row in rows] == ["mps", "mps-partitioned", "naive"], new_part

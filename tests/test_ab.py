@@ -344,9 +344,9 @@ def test_an_environment_whose_torchvision_wants_another_torch_is_refused_with_th
 
 
 def test_every_block_forks_its_workers_from_a_new_server(repo, tmp_path):
-    """Workers forked from one server share its memory layout, and with it a host-bound service's latency level; a
-    server per arm would give each arm a level of its own, one no block could tell from a change (an A/A once read
-    p50 +3.0%, every block above 0). Each block's workers come from a server of their own."""
+    """Workers forked from one server share a host-bound service's latency level; a server per arm would give each arm
+    a level of its own, one no block could tell from a change (an A/A once read p50 +3.0%, every block above 0).
+    Each block's workers come from a server of their own."""
     parents = tmp_path / "parents"
     (repo / "parents.py").write_text(WORKLOAD.replace(
         "return Step(batch_size, sleep)",

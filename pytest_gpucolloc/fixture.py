@@ -12,6 +12,7 @@ import pytest
 
 from . import benchmark_api, distributed, gate, history, interleave, markers, measure, progress, record, run_warnings
 from .device import release
+from .forkserver import close_shared
 from .modes import MODES, ModeFailed, ModeUnavailable
 from .modes.sequential import SequentialMode
 from .scenario import (
@@ -29,6 +30,14 @@ from .verdict import with_latency
 from .workloads import BACK_TO_BACK, Workload, WorkloadError, as_workloads
 
 diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, attached to its report
+
+
+def _new_server(k: int) -> None:
+    """From the second repeat (or A/B block) on, a new fork server: workers forked from one server share a level (a
+    host-bound service's latency), so repeats or an arm's blocks from one server would not be draws of it apart
+    (docs/ab.md)."""
+    if k:
+        close_shared()
 
 
 class CollocateFixture:
@@ -207,11 +216,16 @@ class CollocateFixture:
         log_dir = self.log_dir / mode.name
         link = interleave.link([item.nodeid for item in self.node.session.items])
         if link is None or mode_name is not None:  # an arm of an A/B pairs its scenarios, not their references
-            return combine_repeats([run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{k}",
-                                                 context.sampler_factory) for k in range(context.repeats)])
+            repeats = []
+            for k in range(context.repeats):
+                _new_server(k)
+                repeats.append(run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{k}",
+                                            context.sampler_factory))
+            return combine_repeats(repeats)
         blocks: list[ScenarioResult] = []
         test = self.node.nodeid
         while not blocks or link.more.get(test):  # fresh processes for each block, as long as the A/B wants more
+            _new_server(len(blocks))
             pairing = Pairing(link, test, len(blocks))
             blocks.append(run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{len(blocks)}",
                                        None, pairing))

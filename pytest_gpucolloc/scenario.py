@@ -254,8 +254,6 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
     for slot, cpus in zip(slots, assignment.cpus):
         slot.cpus = cpus
     telemetry: dict = {}
-    if pairing is not None:  # workers forked from one server share a latency level: one server per arm would
-        forkserver.close_shared()  # be a difference between the arms no block could tell from a change (docs/ab.md)
     server = forkserver.shared(exec_workers=settings.spawn == "fresh")
     paired = pairing if pairing is not None and pairing.link.start(pairing.test, pairing.block, phase) else None
     began = time.monotonic()

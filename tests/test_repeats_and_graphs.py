@@ -18,13 +18,25 @@ def test_default(collocate):
 
 @pytest.mark.gpucolloc_repeats(3)
 def test_marked(collocate):
-    collocate([Workload("tiny_workload:factory", batch_size=4)])
+    collocate([Workload("parents:factory", batch_size=4)])
+'''
+
+PARENTS = '''
+import os
+import tiny_workload
+
+
+def factory(*args, **kwargs):  # which fork server forked this worker
+    with open(os.environ["PARENTS"], "a") as f:
+        f.write(f"{os.getppid()}\\n")
+    return tiny_workload.factory(*args, **kwargs)
 '''
 
 
 @pytest.mark.slow
-def test_repeats_start_the_workers_afresh_and_every_repeat_is_saved(pytester):
-    pytester.makepyfile(tiny_workload=TINY, test_repeated=REPEATED)
+def test_repeats_start_the_workers_afresh_and_every_repeat_is_saved(pytester, monkeypatch):
+    pytester.makepyfile(tiny_workload=TINY, parents=PARENTS, test_repeated=REPEATED)
+    monkeypatch.setenv("PARENTS", str(pytester.path / "parents.txt"))
     out = pytester.path / "run.json"
     result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-repeats=2",
                                 f"--benchmark-json={out}", *FAST)
@@ -34,6 +46,8 @@ def test_repeats_start_the_workers_afresh_and_every_repeat_is_saved(pytester):
     assert [len(r) for r in default["repeats"]] == [2, 2]  # 2 repeats x 2 rounds
     assert default["aggregate_round_throughputs"] == default["repeats"][0] + default["repeats"][1]
     assert len(marked["repeats"]) == 3  # the marker wins over the option
+    # each repeat forked from a new server: one server's workers share a level, and repeats are to sample it
+    assert len(set((pytester.path / "parents.txt").read_text().split())) == 3
     assert all(len(w["round_throughputs"]) == 4 for w in default["workers"])
 
 

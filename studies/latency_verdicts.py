@@ -4,7 +4,10 @@ rule), signed ranks (Wilcoxon), or signs (the rule now, ``shift.py``), on
    the share of +10% rises caught, blocks heavy-tailed as on H200s (a process's level moves p50 by ~6%, t with 3
    degrees of freedom; one block in 20 stalled in either arm, 1.5-5x);
 2. one stalled block: n - 1 blocks +10%, one at 0.2x;
-3. the real H200 blocks of docs/results/2026-12-03-h200-serving-verdicts (each ab's latency-windows.json).
+3. the real H200 blocks of docs/results/2026-12-03-h200-serving-verdicts (each ab's latency-windows.json);
+4. a level per fork server, as measured on an H100 (docs/results/2026-12-06-serving-arrivals-and-ab-server: p50 at
+   one of two levels 13.7% apart, the higher in 4 of 6 sessions; blocks otherwise within 1.7%): drawn once per arm
+   (one server an arm, as ab did) or anew in every block (a server a block, as it does now), by the sign rule.
     python studies/latency_verdicts.py [--trials 3000] [--markdown FILE]
 """
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from scipy import stats
 
-from pytest_gpucolloc import ab_judge, shift
+from pytest_gpucolloc import ab_judge, serving, shift
 
 ROOT = Path(__file__).resolve().parent.parent
 EVIDENCE = ROOT / "docs" / "results" / "2026-12-03-h200-serving-verdicts"
@@ -56,11 +59,24 @@ def block(rng: random.Random, change: float) -> float:
     return d
 
 
-def sequential(rule, rng: random.Random, change: float) -> str:
-    ratios = [block(rng, change) for _ in range(2)]
+LEVEL, HIGH_SHARE, WITHIN = math.log(1.137), 4 / 6, 0.017
+
+
+def level(rng: random.Random) -> float:
+    return LEVEL if rng.random() < HIGH_SHARE else 0.0
+
+
+def leveled(rng: random.Random, change: float, per_arm: dict | None) -> float:
+    """A block's log-ratio with each arm's server level: ``per_arm`` holds the arms' levels drawn once, else anew."""
+    base, cand = (per_arm["baseline"], per_arm["candidate"]) if per_arm else (level(rng), level(rng))
+    return math.log(1 + change) + cand - base + rng.gauss(0, WITHIN)
+
+
+def sequential(rule, rng: random.Random, change: float, draw=block) -> str:
+    ratios = [draw(rng, change) for _ in range(2)]
     verdict = "inconclusive"
     for _ in range(3, 13):
-        ratios.append(block(rng, change))
+        ratios.append(draw(rng, change))
         verdict = rule(ratios)
         if verdict != "inconclusive":
             break
@@ -103,11 +119,27 @@ def main() -> None:
             for percentile in (50, 99):
                 ratios = []
                 for one in blocks:
-                    base, cand = (ab_judge.merged(one[arm]).get_value_at_percentile(percentile) for arm in
+                    base, cand = (serving.merged(one[arm]).get_value_at_percentile(percentile) for arm in
                                   ("baseline", "candidate"))
                     ratios.append(math.log(cand / base))
                 lines.append(f"| {call} | {part} | p{percentile} | {len(ratios)} | {sum(d > 0 for d in ratios)} | "
                              + " | ".join(rule(ratios) for rule in RULES.values()) + " |")
+    lines += ["", f"A level per fork server ({math.exp(LEVEL) - 1:.1%} apart, the higher {HIGH_SHARE:.0%} of the "
+              f"time; blocks otherwise within {WITHIN:.1%}), signs, {args.trials} sequences each:", "",
+              "| servers | A/A regressed | A/A improved | +10% regressed | +20% regressed |", "|---|---|---|---|---|"]
+    for name, once in (("one an arm (before)", True), ("one a block (now)", False)):
+        rng = random.Random(11)
+        found = {}
+        for change in (0.0, 0.10, 0.20):
+            found[change] = []
+            for _ in range(args.trials):
+                arms = {"baseline": level(rng), "candidate": level(rng)} if once else None
+                found[change].append(sequential(by_signs, rng, change,
+                                                lambda r, c, arms=arms: leveled(r, c, arms)))
+        lines.append(f"| {name} | {found[0.0].count('regressed') / args.trials:.1%} | "
+                     f"{found[0.0].count('improved') / args.trials:.1%} | "
+                     f"{found[0.10].count('regressed') / args.trials:.0%} | "
+                     f"{found[0.20].count('regressed') / args.trials:.0%} |")
     text = "\n".join(lines)
     print(text)
     if args.markdown:

@@ -202,7 +202,7 @@ def held_out(observations: list[Observation], profiles: dict[str, Profile], fit_
     found = []
     for (mix, mode), measured in sorted(by_cell.items()):
         model = fit([o for o in (observations if fit_on is None else fit_on) if o.mix != mix],
-                    fit_profiles or profiles, mode)
+                    profiles if fit_profiles is None else fit_profiles, mode)
         if model is None:
             continue
         jobs = list(measured[0].jobs)

@@ -315,7 +315,7 @@ def main() -> int:
                   + f") from the {GPU} runs. A different GPU makes it a harder test: the fitted overheads and weights "
                   "are the H200's. Not predicted (a job profiled nowhere): " + ("; ".join(unpredicted) or "none")
                   + ".", ""]
-        pooled = defaultdict(lambda: statistics.median(gaps), noise_of)  # a new GPU's cells: the pooled noise
+        pooled = defaultdict(lambda: statistics.median(gaps), noise_of)  # a cell the H200 never measured: pooled
         lines += summary(fresh, "New mixes", pooled, gaps) if fresh else ["No new mix of profiled jobs.", ""]
         lines += table(fresh) + [""]
     lines += ["## Every held-out prediction (leave one mix out)", "", "Errors above 15% in bold.", ""]

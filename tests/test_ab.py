@@ -2,6 +2,7 @@
 process on the CPU, alternating; bad input refused before anything runs; the working tree never touched."""
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -343,26 +344,46 @@ def test_an_environment_whose_torchvision_wants_another_torch_is_refused_with_th
     assert ab_arms._torchvision_mismatch({"torch": "2.13.0"}) is None  # no torchvision: nothing to mismatch
 
 
+PARENTS = """
+import os
+from workload import Step
+
+
+def live(pid):  # a process not yet exited (a zombie has)
+    try:
+        return " Z " not in open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return False
+
+
+def factory(batch_size, device, precision="fp32"):
+    arm, server = os.environ["GPUCOLLOC_AB_ARM"], str(os.getppid())
+    with open(os.environ["PARENTS"], "a+") as f:
+        f.seek(0)
+        earlier = {line.split()[1] for line in f if line.split()[0] == arm} - {server}
+        f.write(f"{arm} {server} {sum(map(live, earlier))}\\n")
+    return Step(batch_size, 0.002)
+"""
+
+
 def test_every_block_forks_its_workers_from_a_new_server(repo, tmp_path):
     """Workers forked from one server share a host-bound service's latency level; a server per arm would give each arm
     a level of its own, one no block could tell from a change (an A/A once read p50 +3.0%, every block above 0).
-    Each block's workers come from a server of their own."""
+    Each block's workers come from a server of their own, the arm's earlier servers closed."""
     parents = tmp_path / "parents"
-    (repo / "parents.py").write_text(WORKLOAD.replace(
-        "return Step(batch_size, sleep)",
-        "import os\n    with open(os.environ['PARENTS'], 'a') as f:\n        f.write(f'{os.getpid()} {os.getppid()}\\n')\n"
-        "    return Step(batch_size, sleep)"))
+    (repo / "parents.py").write_text(PARENTS)
     (repo / "test_parents.py").write_text(
         "from pytest_gpucolloc import Workload\n\ndef test_parents(collocate):\n"
         "    collocate([Workload('parents:factory', batch_size=4)])\n")
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "parents")
-    env = {**__import__("os").environ, "PARENTS": str(parents)}
     done = subprocess.run([sys.executable, "-m", "pytest_gpucolloc.cli", "ab", "--baseline", "HEAD", "--candidate",
                            "HEAD", "--ab-pairs", "2", "--ab-window-seconds", "0.2", "--ab-max-blocks", "3",
                            "--out", str(tmp_path / "arms"), "--", "test_parents.py", *ARGS[2:]],
-                          cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=repo, env={**os.environ, "PARENTS": str(parents)}, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode in (0, 1), done.stdout + done.stderr
     workers = [line.split() for line in parents.read_text().splitlines()]
     assert len(workers) == 6, workers  # three blocks, two arms, one worker each
-    assert len({parent for _, parent in workers}) == 6, workers
+    assert len({server for _, server, _ in workers}) == 6, workers
+    assert all(alive == "0" for _, _, alive in workers), workers  # no earlier server of its arm still running

@@ -33,8 +33,8 @@ diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, att
 
 
 def _new_server(k: int) -> None:
-    """From the second repeat (or A/B block) on, a new fork server: workers forked from one server share a level (a
-    host-bound service's latency), so repeats or an arm's blocks from one server would not be draws of it apart
+    """From the second repeat (or A/B block) on, a new fork server: workers forked from one server appear to share a
+    level (a host-bound service's latency), so repeats or an arm's blocks from one server would not sample it
     (docs/ab.md)."""
     if k:
         close_shared()

@@ -8,7 +8,8 @@ overhead, no GPU) in fresh interpreters, alternating three ways of starting them
 randomised, as every worker is), with randomisation off (``setarch -R``: every process gets the same layout), and
 forked from one parent that imported torch (as ``--colloc-spawn=forkserver``'s workers are; a new parent per pair).
 Each process times 5 rounds of 400 forward passes after 300 of warm-up. Prints, per way, the spread between
-processes (CV of their medians) against the spread between rounds within a process.
+processes (CV of their medians) against the spread between rounds within a process, and how far apart processes
+started next to each other are: two forks of one parent, two of different parents, two fresh ones.
 """
 from __future__ import annotations
 
@@ -85,10 +86,13 @@ def main() -> int:
         print(f"| {way} | {len(medians)} | {statistics.median(medians):.1f} | "
               f"{statistics.stdev(medians) / statistics.mean(medians):.1%} | "
               f"{min(medians):.1f}-{max(medians):.1f} | {within:.1%} |")
-    if found["fork"]:
-        pairs = [found["fork"][i:i + 2] for i in range(0, len(found["fork"]), 2)]
-        gaps = [abs(statistics.median(a) / statistics.median(b) - 1) for a, b in pairs]
-        print(f"\nforked siblings (one parent) differ by a median {statistics.median(gaps):.1%}")
+    def gap(processes: list[list[float]], first: int) -> float:  # median gap of neighbours (first, first + 1), ...
+        medians = [statistics.median(rounds) for rounds in processes]
+        return statistics.median(abs(medians[i] / medians[i + 1] - 1) for i in range(first, len(medians) - 1, 2))
+
+    print(f"\nmedian gap between neighbours in time: forked siblings (one parent) {gap(found['fork'], 0):.1%}, forks "
+          f"of two parents {gap(found['fork'], 1):.1%}, plain {gap(found['plain'], 0):.1%}, no-aslr "
+          f"{gap(found['no-aslr'], 0):.1%}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"host": os.uname().nodename, "processes": found}, out)

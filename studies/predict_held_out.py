@@ -166,7 +166,8 @@ def choice(checks: list, noise_of: dict, gaps: list[float]) -> tuple[list[str], 
              "",
              f"- the prediction's best is the measured best in **{counts['exact']:.0f} of {n}** "
              f"({counts['exact'] / n:.0%}; the target, 8 of 10, is "
-             f"**{'met' if counts['exact'] >= 0.8 * n else 'not met'}**);",
+             + (f"**{'met' if counts['exact'] >= 0.8 * n else 'not met'}**);" if n >= 10 else
+                f"not judged on {n} mix{'es' if n > 1 else ''});"),
              "- always answering one mode would score: " + ", ".join(
                  f"{m} {counts[f'always {m}']:.0f}" for m in predict.PREDICTED_MODES) + f" of {n};",
              f"- a fresh measurement of each mode names the same best as these medians in about "
@@ -311,10 +312,11 @@ def main() -> int:
         lines += [f"## 5. New mixes, measured after the model (`--new {args.new}`, {', '.join(sorted(new_gpus))})",
                   "", f"The model fitted on the {len(observations)} {GPU} scenarios above, never on these; each new "
                   "mix's jobs' profiles (speed, SM activity and DRAM bandwidth alone) from the new runs themselves, "
-                  "on the GPU they ran on, else (" + (", ".join(sorted(set(profiles) - set(own))) or "none")
-                  + f") from the {GPU} runs. A different GPU makes it a harder test: the fitted overheads and weights "
-                  "are the H200's. Not predicted (a job profiled nowhere): " + ("; ".join(unpredicted) or "none")
-                  + ".", ""]
+                  "on the GPU they ran on, else from the " + GPU + " runs (" + (", ".join(sorted(set(profiles)
+                  - set(own))) or "none") + f"): a mix whose jobs all come from there is predicted from the {GPU}'s "
+                  "profiles as well as its weights. A different GPU makes it a harder test: the fitted overheads and "
+                  "weights are the H200's. Not predicted (a job profiled nowhere): "
+                  + ("; ".join(unpredicted) or "none") + ".", ""]
         pooled = defaultdict(lambda: statistics.median(gaps), noise_of)  # a cell the H200 never measured: pooled
         lines += summary(fresh, "New mixes", pooled, gaps) if fresh else ["No new mix of profiled jobs.", ""]
         lines += table(fresh) + [""]

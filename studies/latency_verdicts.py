@@ -67,9 +67,9 @@ def level(rng: random.Random, apart: float) -> float:
     return math.log(1 + apart) if rng.random() < HIGH_SHARE else 0.0
 
 
-def leveled(rng: random.Random, change: float, apart: float, per_arm: dict | None) -> float:
+def leveled(rng: random.Random, change: float, apart: float, per_arm: tuple | None) -> float:
     """A block's log-ratio with each arm's server level: ``per_arm`` holds the arms' levels drawn once, else anew."""
-    base, cand = (per_arm["baseline"], per_arm["candidate"]) if per_arm else (level(rng, apart), level(rng, apart))
+    base, cand = per_arm or (level(rng, apart), level(rng, apart))
     return math.log(1 + change) + cand - base + rng.gauss(0, WITHIN)
 
 
@@ -136,7 +136,7 @@ def main() -> None:
             for change in (0.0, 0.10, 0.20):
                 found[change] = []
                 for _ in range(args.trials):
-                    arms = {"baseline": level(rng, apart), "candidate": level(rng, apart)} if once else None
+                    arms = (level(rng, apart), level(rng, apart)) if once else None
                     found[change].append(sequential(by_signs, rng, change,
                                                     lambda r, c, a=apart, arms=arms: leveled(r, c, a, arms)))
             lines.append(f"| {apart:.1%} | {name} | {found[0.0].count('regressed') / args.trials:.1%} | "

@@ -39,8 +39,7 @@ def load(root: Path, leave_out: Path | None = None, gpu: str | None = GPU):
             run = history.read_run(path)
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not a pytest-benchmark run (a study's own JSON)
-        mine = [s for s in run.scenarios.values() if gpu_of(s, run) == gpu
-                or (gpu is None and gpu_of(s, run) is not None)]
+        mine = [s for s in run.scenarios.values() if gpu_of(s, run) is not None and gpu in (None, gpu_of(s, run))]
         if mine:
             scenarios += mine
             files.append(path)
@@ -224,8 +223,8 @@ def main() -> int:
     args = parser.parse_args()
     scenarios, files, runs = load(args.results, leave_out=args.new)
     if args.new:
-        new_scenarios = load(args.new, gpu=None)[0]
-        new_gpus = {gpu_of(s, r) for r in load(args.new, gpu=None)[2] for s in r.scenarios.values()} - {None}
+        new_scenarios, _, new_runs = load(args.new, gpu=None)
+        new_gpus = {gpu_of(s, r) for r in new_runs for s in r.scenarios.values()} - {None}
         if not new_scenarios:
             parser.error(f"--new {args.new}: no saved GPU run there")
     profiles = predict.profiles_of(scenarios)
@@ -306,16 +305,17 @@ def main() -> int:
                   "```", ""]
     if args.new:
         own = predict.profiles_of(new_scenarios)  # jobs profiled alone in the new runs; the others as before
-        fresh = predict.held_out(predict.observations_of(new_scenarios), {**profiles, **own}, observations, profiles)
-        unpredicted = sorted({mix_name(o.mix) for o in predict.observations_of(new_scenarios)
+        new_observations = predict.observations_of(new_scenarios)
+        fresh = predict.held_out(new_observations, {**profiles, **own}, observations, profiles)
+        unpredicted = sorted({mix_name(o.mix) for o in new_observations
                               if not all(j in profiles or j in own for j in o.jobs)})
         lines += [f"## 5. New mixes, measured after the model (`--new {args.new}`, {', '.join(sorted(new_gpus))})",
                   "", f"The model fitted on the {len(observations)} {GPU} scenarios above, never on these; each new "
                   "mix's jobs' profiles (speed, SM activity and DRAM bandwidth alone) from the new runs themselves, "
                   "on the GPU they ran on, else from the " + GPU + " runs (" + (", ".join(sorted(set(profiles)
-                  - set(own))) or "none") + f"): a mix whose jobs all come from there is predicted from the {GPU}'s "
-                  "profiles as well as its weights. A different GPU makes it a harder test: the fitted overheads and "
-                  "weights are the H200's. Not predicted (a job profiled nowhere): "
+                  - set(own))) or "none") + f"). A different GPU makes it a harder test: the fitted overheads and "
+                  f"weights are the {GPU}'s, and so are the profiles of a mix whose jobs all come from there. "
+                  "Not predicted (a job profiled nowhere): "
                   + ("; ".join(unpredicted) or "none") + ".", ""]
         pooled = defaultdict(lambda: statistics.median(gaps), noise_of)  # a cell the H200 never measured: pooled
         lines += summary(fresh, "New mixes", pooled, gaps) if fresh else ["No new mix of profiled jobs.", ""]

@@ -127,7 +127,7 @@ def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tu
         # the blocks whose arms both hold requests enough for this percentile (p50: every block)
         usable = [pair for pair in histograms if percentile == serving.JUDGED[0]
                   or serving.resolves(min(h.get_total_count() for h in pair), percentile)]
-        if percentile != serving.JUDGED[0] and len(usable) < shift.units_needed(alpha):
+        if len(usable) < min(len(histograms), shift.units_needed(alpha)):  # too few requests, not too few blocks
             if percentile == 99:  # the tail a reader looks for: why it has no verdict (more blocks will not help)
                 fewest = min((h.get_total_count() for pair in histograms for h in pair), default=0)
                 judgements.append(Judgement(

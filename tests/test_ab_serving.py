@@ -135,10 +135,15 @@ def test_a_rare_stall_is_a_tail_regression_not_a_median_one():
 
 
 def test_too_few_blocks_say_so_instead_of_a_number():
-    blocks = [{"baseline": [window(2.0)], "candidate": [window(2.2)]}] * 4
-    judged = latency(blocks, threshold=0.02, alpha=0.005)["p50"]
-    assert judged.verdict == "inconclusive" and judged.ci is None and judged.detectable is None
-    assert "4 blocks cannot resolve a change at this alpha (signs need 8); 4 of 4 rose" in judged.reason
+    """Every block holds requests enough for p99 (255 an arm, as a live A/B's 5 windows at 50/s): its tail is
+    short of blocks, not of requests, and says so (a GPU run once read "too few for p99 in 0 of 6 blocks")."""
+    blocks = [{"baseline": [window(2.0, requests=255)], "candidate": [window(2.2, requests=255)]}] * 4
+    judged = latency(blocks, threshold=0.02, alpha=0.005)
+    for metric in ("p50", "p90", "p99"):
+        assert judged[metric].verdict == "inconclusive" and judged[metric].ci is None, judged[metric]
+        assert judged[metric].detectable is None and not judged[metric].final, judged[metric]
+        assert "4 blocks cannot resolve a change at this alpha (signs need 8); 4 of 4 rose" in judged[metric].reason
+    assert judged["p99"].change == pytest.approx(0.1, abs=0.01)
 
 
 def test_a_queue_that_grew_in_either_arm_is_not_judged_on_latency():

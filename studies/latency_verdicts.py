@@ -14,6 +14,7 @@ rule), signed ranks (Wilcoxon), or signs (the rule now, ``shift.py``), on
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
@@ -137,8 +138,8 @@ def main() -> None:
                 found[change] = []
                 for _ in range(args.trials):
                     arms = (level(rng, apart), level(rng, apart)) if once else None
-                    found[change].append(sequential(by_signs, rng, change,
-                                                    lambda r, c, a=apart, arms=arms: leveled(r, c, a, arms)))
+                    draw = functools.partial(leveled, apart=apart, per_arm=arms)
+                    found[change].append(sequential(by_signs, rng, change, draw))
             lines.append(f"| {apart:.1%} | {name} | {found[0.0].count('regressed') / args.trials:.1%} | "
                          f"{found[0.0].count('improved') / args.trials:.1%} | "
                          f"{found[0.10].count('regressed') / args.trials:.0%} | "

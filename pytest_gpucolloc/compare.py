@@ -2,15 +2,12 @@
 over ``history.History``."""
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
-import json
 import math
 import statistics
 
-from . import gate, gate_table, shift
-from .history import LATENCY, History, SavedRun, short_name
+from . import gate, shift
+from .history import LATENCY, History, SavedRun
 from .verdict import with_latency
 from .words import count
 
@@ -162,15 +159,3 @@ def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) 
         rows.append((name, verdict))
     return rows
 
-
-def render(rows: list[Row], fmt: str, title: str, width: int | None = None) -> str:
-    if fmt == "json":
-        return json.dumps([{"scenario": name, **verdict} for name, verdict in rows], indent=2)
-    if fmt == "csv":
-        out = io.StringIO()
-        csv.writer(out).writerows([gate_table.GATE_HEADERS, *gate_table.rows(rows)])
-        return out.getvalue()
-    if fmt == "markdown":
-        return f"### {title}\n\n" + gate_table.table(rows, "github")
-    shown = [(short_name(name), verdict) for name, verdict in rows]  # as gate's table: the test's name
-    return f"{title}\n" + gate_table.table(shown, width=width)

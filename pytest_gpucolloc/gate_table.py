@@ -3,10 +3,12 @@ verdict and per judged latency, fitted to a terminal (short cells, long ones num
 CSV and JSON."""
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
+from .history import short_name
 from .report import ms, rate
-from .table_fit import fitted_table
+from .table_fit import fitted_table, tabular, wrapped
 
 
 def _bound(value: float) -> str:
@@ -80,3 +82,16 @@ def table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple", columns: li
     return fitted_table(body, GATE_COLUMNS, GATE_HEADERS if fmt != "simple" else TERMINAL_HEADERS, GATE_DROP_ORDER,
                         fmt, width, ask, columns, ("lever", "why"),
                         lambda full, _, name: f"{full[0]} {full[1]}: {GATE_HEADERS[GATE_COLUMNS.index(name)]}")
+
+
+def render(verdicts: list[tuple[str, dict]], fmt: str, title: str, columns: list[str] | None = None,
+           width: int | None = None) -> str:
+    """The verdicts (saved ``Verdict.to_dict()``s) in a command's format under ``title``: JSON each verdict as saved,
+    the latency ones inside it; a terminal's table names a scenario by its test's name."""
+    if fmt == "json":
+        return json.dumps([{"scenario": name, **verdict} for name, verdict in verdicts], indent=2)
+    if fmt == "csv":
+        return tabular(rows(verdicts), GATE_HEADERS, fmt)
+    if fmt == "markdown":
+        return f"### {title}\n\n{table(verdicts, 'github', columns)}"
+    return f"{wrapped(title, width)}\n{table([(short_name(n), v) for n, v in verdicts], 'simple', columns, width)}"

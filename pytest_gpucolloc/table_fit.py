@@ -2,6 +2,9 @@
 out until the table is within it, said in one line with the option that shows them (pure: text in, text out)."""
 from __future__ import annotations
 
+import csv
+import io
+import json
 import shutil
 import textwrap
 from collections.abc import Callable
@@ -95,3 +98,14 @@ def fitted_table(body: list[list[str]], names: list[str], headers: list[str], dr
         return tabulate(cells, headers=heads, tablefmt=fmt, disable_numparse=True), notes
 
     return fitted(render, asked, names, drop_order, fmt, width, ask)
+
+
+def tabular(rows: list[list], headers: list[str], fmt: str) -> str:
+    """Rows in one of the commands' formats: table, markdown, csv, json (one object per row, keyed by the headers)."""
+    if fmt == "json":
+        return json.dumps([dict(zip(headers, row)) for row in rows], indent=2)
+    if fmt == "csv":
+        out = io.StringIO()
+        csv.writer(out).writerows([headers, *rows])
+        return out.getvalue().rstrip("\n")
+    return tabulate(rows, headers=headers, tablefmt="github" if fmt == "markdown" else "simple", disable_numparse=True)

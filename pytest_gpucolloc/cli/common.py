@@ -2,10 +2,7 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import difflib
-import io
-import json
 import re
 import sys
 from datetime import datetime, timezone
@@ -129,21 +126,6 @@ def out_folder(path) -> Path:
     if not can_write_in(folder):
         raise CommandError(f"cannot write into {folder}: a file cannot be created there", UNWRITABLE)
     return folder
-
-
-def tabular(rows: list[list], headers: list[str], fmt: str) -> str:
-    """Rows in one of FORMATS (json: one object per row, keyed by the headers)."""
-    from tabulate import tabulate
-
-    if fmt == "json":
-        return json.dumps([dict(zip(headers, row)) for row in rows], indent=2)
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out)
-        writer.writerow(headers)
-        writer.writerows(rows)
-        return out.getvalue().rstrip("\n")
-    return tabulate(rows, headers=headers, tablefmt="github" if fmt == "markdown" else "simple", disable_numparse=True)
 
 
 def storage_folder(text: str) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import changepoints, compare, forget, gate, gate_table, history, history_shifts, report, table_fit
 from ..history import LATENCY, experiment, numbered, run_number, short_name
 from ..scratch import clean_stale_scratch
-from ..table_fit import terminal_width, wrapped
+from ..table_fit import tabular, terminal_width, wrapped
 from ..verdict import with_latency
 from ..words import count
 from .common import (
@@ -29,7 +29,6 @@ from .common import (
     policy_of,
     prose_width,
     read_runs,
-    tabular,
     write_out,
 )
 
@@ -80,7 +79,8 @@ def cmd_compare(args) -> int:
     rows = compare.compare(before, after, policy_of(args))
     title = (f"compare {found} ({count(len(before), 'run')} -> {count(len(after), 'run')}; a change is {said[1]} "
              f"against {said[0]})")
-    print(compare.render(rows, args.format, wrapped(title, prose_width(args.format)), terminal_width()))
+    print(gate_table.render(rows, args.format, title, width=terminal_width()),
+          end="\n\n" if args.format == "csv" else "\n")  # its CSV has always ended with an empty line
     return NEGATIVE if any(verdict["verdict"] == "regressed" for _, verdict in rows) else OK
 
 
@@ -121,12 +121,13 @@ def cmd_gate(args) -> int:
                 with_latency(verdict, gate.decide(
                     latency, loaded.samples(name, exclude=excluded, metric=metric, last=last), policy))
         verdicts.append((name, verdict))
+    shown = [(name, verdict.to_dict()) for name, verdict in verdicts]
     # as the pytest summary says it: CPU runs check the suite
     smoke = f"; {CPU_SMOKE}" if run.machine.get("device") == "cpu" else ""
     if args.markdown:  # written first: an output that cannot be written is said before the verdicts
-        markdown = _gate_render(verdicts, "markdown", f"Collocation regression gate: {run.run_id}{smoke}")
+        markdown = gate_table.render(shown, "markdown", f"Collocation regression gate: {run.run_id}{smoke}")
         write_out(args.markdown, markdown + "\n")
-    print(_gate_render(verdicts, args.format, f"gate: {run.run_id}{smoke}", args.columns))
+    print(gate_table.render(shown, args.format, f"gate: {run.run_id}{smoke}", args.columns, terminal_width()))
     if smoke and args.format in ("json", "csv"):  # data on stdout: said beside it
         print(CPU_SMOKE, file=sys.stderr)
     prose = sys.stdout if args.format in ("table", "markdown") else sys.stderr  # below the table, or where not data
@@ -144,18 +145,6 @@ def cmd_gate(args) -> int:
         print(wrapped(f"a regressed run stays out of later baselines until accepted: if the change is intended, "
                       f"`pytest-gpucolloc accept {run_number(run.run_id)}` makes it the new level", width), file=prose)
     return NEGATIVE if failed else OK
-
-
-def _gate_render(verdicts, fmt: str, title: str, columns: list[str] | None = None) -> str:
-    """The gate's table: a row per scenario, and below a serving scenario's a row per latency judged
-    (``gate_table.rows``). JSON: each verdict as saved, the latency ones inside it."""
-    if fmt == "json":
-        return json.dumps([{"scenario": name, **verdict.to_dict()} for name, verdict in verdicts], indent=2)
-    entries = [(name if fmt != "table" else short_name(name), verdict.to_dict()) for name, verdict in verdicts]
-    if fmt == "csv":
-        return tabular(gate_table.rows(entries), gate_table.GATE_HEADERS, fmt)
-    table = gate_table.table(entries, "github" if fmt == "markdown" else "simple", columns, terminal_width())
-    return f"### {title}\n\n{table}" if fmt == "markdown" else f"{wrapped(title, terminal_width())}\n{table}"
 
 
 def cmd_history(args) -> int:

@@ -10,13 +10,13 @@ from ..mig.nvml_backend import NvmlMigBackend
 from ..mig.profiles import UnknownTable, live_table, named_table
 from ..mig.provision import MigProvisioner
 from ..modes.mig import DEFAULT_CHECKPOINT_DIR
+from ..table_fit import tabular
 from .common import (
     NEGATIVE,
     NOTHING_TO_READ,
     OK,
     USAGE,
     CommandError,
-    tabular,
 )
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .. import advisor, checkup, history, nvml, report
 from ..modes import MODES
-from ..table_fit import terminal_width
+from ..table_fit import tabular, terminal_width
 from .common import (
     CPU_SMOKE,
     NEGATIVE,
@@ -18,7 +18,6 @@ from .common import (
     load_history,
     named_runs,
     out_folder,
-    tabular,
 )
 
 

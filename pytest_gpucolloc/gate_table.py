@@ -16,6 +16,9 @@ def _bound(value: float) -> str:
     return ">+1000%" if value > 10 else f"{value:+.1%}"
 
 
+# a regressed run is saved, but it is no baseline: a retry of the same commit would pass on it
+ACCEPT_HINT = ("a regressed run stays out of later baselines until accepted: if the change is intended, "
+               "`pytest-gpucolloc accept {run}` makes it the new level")
 GATE_HEADERS = ["scenario", "verdict", "baseline samples/s", "current samples/s", "change", "interval",
                 "detectable drop", "baseline runs", "noise (share of a run's variance)", "lever", "why"]
 

@@ -142,8 +142,7 @@ def cmd_gate(args) -> int:
                       "(`pytest-gpucolloc accept`): its regression is intended, not a failure", width), file=prose)
         return OK
     if failed:
-        print(wrapped(f"a regressed run stays out of later baselines until accepted: if the change is intended, "
-                      f"`pytest-gpucolloc accept {run_number(run.run_id)}` makes it the new level", width), file=prose)
+        print(wrapped(gate_table.ACCEPT_HINT.format(run=run_number(run.run_id)), width), file=prose)
     return NEGATIVE if failed else OK
 
 

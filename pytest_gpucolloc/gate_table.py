@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable
 
 from .history import short_name
-from .report import ms, rate
+from .report import cell, ms, rate
 from .table_fit import fitted_table, tabular, wrapped
 
 
@@ -39,7 +39,7 @@ def rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
     out = []
     for name, v in verdicts:
         latency = v.get("metric", "throughput") != "throughput"
-        change = "-" if v.get("change") is None else f"{v['change']:+.1%}"
+        change = cell(v.get("change"), "+.1%")
         interval = "-" if not v.get("ci") else f"[{_bound(v['ci'][0])}, {_bound(v['ci'][1])}]"
         mde = "-" if v.get("mde") is None else f"{'rise ' if latency else ''}{v['mde']:.1%}"
         if v.get("mde_noise") is not None and v["mde_noise"] < v["mde"]:  # the threshold binds, not the noise

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from .. import advisor, checkup, history, nvml, report
 from ..modes import MODES
+from ..report import cell
 from ..table_fit import tabular, terminal_width
 from .common import (
     CPU_SMOKE,
@@ -97,10 +98,8 @@ def cmd_advise(args) -> int:
     if args.format == "json":
         print(json.dumps({**advice, "options": [vars(o) for o in advice["options"]]}, indent=2))
         return OK
-    rows = [[o.way, o.scenario, o.run_id, "-" if o.speedup is None else f"{o.speedup:.2f}x",
-             "-" if o.worst_share is None else f"{o.worst_share:.0%}",
-             "-" if o.samples_per_joule is None else f"{o.samples_per_joule:.1f}",
-             "-" if o.memory_headroom_gb is None else f"{o.memory_headroom_gb:.0f}"] for o in advice["options"]]
+    rows = [[o.way, o.scenario, o.run_id, cell(o.speedup, ".2f", "x"), cell(o.worst_share, ".0%"),
+             cell(o.samples_per_joule, ".1f"), cell(o.memory_headroom_gb, ".0f")] for o in advice["options"]]
     headers = ["way", "scenario", "run", "speedup", "slowest job", "samples/J", "memory free GB"]
     if args.format == "csv":
         print(tabular(rows, headers, "csv"))
@@ -141,10 +140,9 @@ def _advise_serving(args) -> int:
     rows = []
     for answer in advice["answers"]:
         o = answer["option"]
-        p99 = "saturated" if o.saturated else "-" if o.p99_ms is None else f"{o.p99_ms:,.1f}"
         rows.append([answer["service"], str(answer["training_jobs"]), "yes" if answer["within"] else "no", o.way,
-                     o.scenario, str(o.runs), p99, "-" if o.p99_vs_alone is None or o.saturated
-                     else f"{o.p99_vs_alone:.2f}x", "-" if o.training_kept is None else f"{o.training_kept:.0%}"])
+                     o.scenario, str(o.runs), "saturated" if o.saturated else cell(o.p99_ms, ",.1f"),
+                     "-" if o.saturated else cell(o.p99_vs_alone, ".2f", "x"), cell(o.training_kept, ".0%")])
     headers = ["service", "training jobs", f"p99 within {advice['budget']}", "way", "scenario", "runs", "p99 ms",
                "p99 vs alone", "training kept"]
     if args.format != "csv":

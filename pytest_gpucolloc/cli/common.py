@@ -5,6 +5,7 @@ import argparse
 import difflib
 import re
 import sys
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import NoReturn
@@ -51,6 +52,15 @@ class CommandError(Exception):
     def __init__(self, message: str, code: int):
         super().__init__(message)
         self.code = code
+
+
+@contextmanager
+def failing(errors, code: int, prefix: str = ""):
+    """An error of the kinds ``errors`` raised inside fails the command with its message and exit ``code``."""
+    try:
+        yield
+    except errors as error:
+        raise CommandError(f"{prefix}{error}", code) from None
 
 
 def read_runs(paths) -> list:

@@ -22,6 +22,7 @@ from .common import (
     OK,
     USAGE,
     CommandError,
+    failing,
     is_path,
     load_history,
     named_runs,
@@ -54,7 +55,7 @@ def cmd_compare(args) -> int:
         args.runs_ids = args.runs
     files = bool(args.runs_ids) and all(is_path(name) and not Path(name).is_dir() for name in args.runs_ids)
     loaded = None if files else load_history(args.storage, named=bool(args.runs_ids))  # two files need no storage
-    try:
+    with failing(compare.SelectionError, USAGE):
         if args.runs_ids and len(args.runs_ids) == 2 and any(map(is_path, args.runs_ids)):
             # files or storage folders (their latest run), named as `gate` names them
             before, after = ([run] for run in (named_runs([name], args.storage, loaded)[0] for name in args.runs_ids))
@@ -65,8 +66,6 @@ def cmd_compare(args) -> int:
             commits = [_commit(loaded, c) for c in args.commits] if args.commits else None
             before, after, a, b = compare.select(loaded, runs=args.runs_ids, commits=commits,
                                                  group_by=args.group_by, groups=args.groups)
-    except compare.SelectionError as error:
-        raise CommandError(str(error), USAGE) from None
     shared = {run.path.resolve() for run in before} & {run.path.resolve() for run in after}  # files, not names
     if shared:  # a run on both sides is paired with its own neighbours: a change out of nothing
         raise CommandError(f"both sides hold the same run(s) ({', '.join(sorted(p.stem for p in shared))}): name "
@@ -300,7 +299,7 @@ def cmd_ab(args) -> int:
     removed = clean_stale_scratch()  # a killed ab's arms, worktrees and socket folder (and a killed run's scratch)
     if removed:
         print(f"removed what killed runs left: {', '.join(removed)}", file=sys.stderr)
-    try:
+    with failing(ab_arms.ABError, USAGE):
         ab_arms.check_pytest_args(pytest_args)
         arms = [ab_arms.resolve(args.baseline, "baseline", here), ab_arms.resolve(args.candidate, "candidate", here)]
         if any(arm.kind == "revision" for arm in arms):
@@ -312,8 +311,6 @@ def cmd_ab(args) -> int:
             note(f"{args.out} holds an earlier A/B's arms (kept): this one writes into {out}")
         with ab_arms.sigterm_as_interrupt(), ab_arms.checked_out(arms, here):
             judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, out, say=note)
-    except ab_arms.ABError as error:
-        raise CommandError(str(error), USAGE) from None
     title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "
              f"{settings.window_s:g} s in blocks of fresh processes")
     scenarios = [s for run in runs for s in history.read_run(run.path).scenarios.values()]

@@ -16,6 +16,7 @@ from .common import (
     UNWRITABLE,
     USAGE,
     CommandError,
+    failing,
     load_history,
     named_runs,
     out_folder,
@@ -82,11 +83,9 @@ def cmd_report(args) -> int:
         raise CommandError("no pytest-gpucolloc scenarios in the given runs (name run files, or --storage)",
                            NOTHING_TO_READ)
     out = out_folder(args.out)
-    try:
+    with failing(OSError, UNWRITABLE, f"cannot write the report into {out}: "):
         page = html_report.build([run for run in runs if run.scenarios], loaded, out,
                                  loaded.recent(args.last, args.since) if loaded is not None else [])
-    except OSError as error:
-        raise CommandError(f"cannot write the report into {out}: {error}", UNWRITABLE) from None
     print(f"wrote {page} ({page.stat().st_size / 1e3:,.0f} KB) and its figures in {page.parent / 'figures'}")
     return OK
 
@@ -117,15 +116,11 @@ def cmd_advise(args) -> int:
 
 def _advice(args, parse, text: str, answer) -> dict:
     """The advisor's answer to the question asked: a question it cannot read exits 2, runs that cannot answer it 3."""
-    try:
+    with failing(advisor.AdviceError, USAGE):
         asked = parse(text)
-    except advisor.AdviceError as error:
-        raise CommandError(str(error), USAGE) from None
     runs = named_runs(args.runs, args.storage)
-    try:
+    with failing(advisor.AdviceError, NOTHING_TO_READ):
         return answer(runs, asked)
-    except advisor.AdviceError as error:
-        raise CommandError(str(error), NOTHING_TO_READ) from None
 
 
 def _advise_serving(args) -> int:
@@ -161,12 +156,10 @@ def cmd_plot(args) -> int:
     if run is None:
         raise CommandError(f"no saved run {args.run!r} under {args.storage}", USAGE)
     out = out_folder(args.out)
-    try:
+    with failing(OSError, UNWRITABLE, f"cannot write the figures into {out}: "):
         written = plots.write(itertools.chain(plots.for_runs([run]), latency_plot.trade_offs([run]),
                                               history_plot.figures(loaded, loaded.recent(args.last, args.since))),
                               out, args.format)
-    except OSError as error:
-        raise CommandError(f"cannot write the figures into {out}: {error}", UNWRITABLE) from None
     for figure, path in written:
         print(path)
         for note in figure.notes:  # e.g. the older runs not drawn, and their level shifts

@@ -22,17 +22,11 @@ class SelectionError(ValueError):
 def select(history: History, *, runs: list[str] | None = None, commits: list[str] | None = None,
            group_by: str | None = None,
            groups: list[str] | None = None) -> tuple[list[SavedRun], list[SavedRun], str, str]:
-    """Two sets of runs (before, after) and their labels."""
+    """Two sets of runs (before, after) and their labels; ``runs`` and ``commits`` are pairs (argparse's nargs=2)."""
     if runs:
-        if len(runs) != 2:
-            raise SelectionError("--runs-ids takes two run ids (file names or their NNNN prefix)")
-        sets = [_named(history, wanted) for wanted in runs]
-        labels = runs
+        sets, labels = [_named(history, wanted) for wanted in runs], runs
     elif commits:
-        if len(commits) != 2:
-            raise SelectionError("--commits takes two commit ids (or prefixes)")
-        sets = [[r for r in history.runs if r.commit and r.commit.startswith(c)] for c in commits]
-        labels = commits
+        sets, labels = [[r for r in history.runs if r.commit and r.commit.startswith(c)] for c in commits], commits
     elif group_by:
         if group_by not in GROUPABLE:
             raise SelectionError(f"--group-by takes one of {', '.join(GROUPABLE)}")

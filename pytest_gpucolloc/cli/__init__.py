@@ -229,13 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         # wrapped on a terminal; one line in a log, where it is searched for
         print(wrapped(f"error: {error}", terminal_width() if sys.stderr.isatty() else None), file=sys.stderr)
         return error.code
-    except BrokenPipeError:
-        # stdout's reader stopped reading (| head): end quietly, with nothing left for Python to flush at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return PIPE_CLOSED
     except OSError as error:  # the commands name what they cannot read: this is stdout that cannot be written
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (/dev/full): nothing left to fail at exit
-        print(f"error: cannot write the output: {error.strerror or error}", file=sys.stderr)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush, or fail, at exit
+        if isinstance(error, BrokenPipeError):  # stdout's reader stopped reading (| head): end quietly
+            return PIPE_CLOSED
+        print(f"error: cannot write the output: {error.strerror or error}", file=sys.stderr)  # e.g. /dev/full
         return UNWRITABLE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

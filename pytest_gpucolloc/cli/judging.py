@@ -56,7 +56,7 @@ def cmd_compare(args) -> int:
     files = bool(args.runs_ids) and all(is_path(name) and not Path(name).is_dir() for name in args.runs_ids)
     loaded = None if files else load_history(args.storage, named=bool(args.runs_ids))  # two files need no storage
     with failing(compare.SelectionError, USAGE):
-        if args.runs_ids and len(args.runs_ids) == 2 and any(map(is_path, args.runs_ids)):
+        if args.runs_ids and any(map(is_path, args.runs_ids)):
             # files or storage folders (their latest run), named as `gate` names them
             before, after = ([run] for run in (named_runs([name], args.storage, loaded)[0] for name in args.runs_ids))
             a, b = numbered([before[0].run_id, after[0].run_id])  # named as the commands take them

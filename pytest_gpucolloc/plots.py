@@ -190,12 +190,12 @@ def _scaling_panel(axes, label: str, modes: dict[str, list], alone: float | None
     axes.grid(alpha=0.3)
 
 
-def _medians(entries: Entries, value, n_min: int = 1) -> dict[tuple[str, int], dict[str, list]]:
+def _medians(entries: Entries, value) -> dict[tuple[str, int], dict[str, list]]:
     """(jobs, count) -> mode -> the values of its runs, for scenarios where ``value`` says something."""
     rows: dict[tuple[str, int], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for _, scenario in entries:
         found = value(scenario)
-        if scenario.n_workers >= n_min and found is not None:
+        if found is not None:
             rows[(jobs(scenario), scenario.n_workers)][scenario.mode].append(found)
     return rows
 

@@ -25,7 +25,7 @@ def terminal_width() -> int:
     return columns if columns >= MIN_WIDTH else LOG_WIDTH
 
 
-def wrapped(text: str, width: int | None, indent: str = "  ") -> str:
+def wrapped(text: str, width: int | None) -> str:
     """Prose (a footnote, a note below a table) wrapped to ``width`` line by line, each line's later lines indented;
     a path or an option is never broken inside, nor a command line (one that starts ``pytest-gpucolloc``), so that it
     can be copied whole."""
@@ -34,7 +34,7 @@ def wrapped(text: str, width: int | None, indent: str = "  ") -> str:
 
     def fill(line: str) -> str:
         lead = line[:len(line) - len(line.lstrip())]
-        return textwrap.fill(line.lstrip(), width, initial_indent=lead, subsequent_indent=lead + indent,
+        return textwrap.fill(line.lstrip(), width, initial_indent=lead, subsequent_indent=lead + "  ",
                              break_long_words=False, break_on_hyphens=False)
 
     return "\n".join(line if len(line) <= width or line.lstrip().startswith(COMMAND) else fill(line)

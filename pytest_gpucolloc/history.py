@@ -38,8 +38,7 @@ def run_number(run_id: str) -> str:
 
 
 def numbered(run_ids: list[str], whole: list[str] | None = None) -> list[str]:
-    """How a terminal names each run: its number where that names it alone among ``run_ids``, else ``whole`` (its
-    id, by default)."""
+    """How a terminal names each run: its number where that names it alone among ``run_ids``, else ``whole``."""
     numbers = [run_number(run_id) for run_id in run_ids]
     return [number if numbers.count(number) == 1 else name for number, name in zip(numbers, whole or run_ids)]
 

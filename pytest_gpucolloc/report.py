@@ -78,8 +78,7 @@ def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
 
 
 def time_spent(records: Iterable[ScenarioRecord], round_s: float) -> str | None:
-    """Where a run's time went, in the words of the line it returns; the first training step is where cuDNN
-    autotunes."""
+    """Where a run's time went, in a line; the first training step is where cuDNN autotunes."""
     records = list(records)
     taken = [r for r in records if "wall_s" in r.measurement and "same_as" not in r.measurement]
     if not taken:
@@ -252,8 +251,7 @@ def ms(value: float | None) -> str:
 
 
 def serving_rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
-    """One row per scenario with a serving job (``ScenarioRecord.serving``); a saturated one says so instead of
-    its percentiles."""
+    """A row per scenario with a serving job; a saturated one says so instead of its percentiles."""
     table = []
     for name, scenario in entries:
         facts = scenario.serving

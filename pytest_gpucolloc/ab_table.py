@@ -2,13 +2,13 @@
 and said below) and the least important columns left out until it fits, as the gate's and compare's tables do."""
 from __future__ import annotations
 
+from .report import cell
 from .table_fit import fitted_table
 
 COLUMNS = ["scenario", "measure", "verdict", "blocks", "pairs", "change", "interval", "p", "detectable", "why"]
 HEADERS = ["scenario", "measure", "verdict", "blocks", "pairs", "change (candidate vs baseline)", "interval",
            "p (slower)", "detectable worsening", "why"]
-TERMINAL_HEADERS = ["scenario", "measure", "verdict", "blocks", "pairs", "change", "interval", "p (slower)",
-                    "detectable", "why"]  # the title says what a change is against
+TERMINAL_HEADERS = [n if n != "p" else "p (slower)" for n in COLUMNS]  # the title says what a change is against
 # left out first where a terminal is too narrow; never the scenario, its measure, the verdict, the change or why
 DROP_ORDER = ["pairs", "p", "detectable", "blocks", "interval"]
 
@@ -21,11 +21,9 @@ def _measure(judged) -> str:
 
 def rows(judgements) -> list[list[str]]:
     """A row per judgement (``ab_judge.Judgement``), in ``COLUMNS``' order."""
-    return [[j.scenario, _measure(j), j.verdict, str(j.blocks), str(j.pairs),
-             "-" if j.change is None else f"{j.change:+.2%}",
-             "-" if j.ci is None else f"[{j.ci[0]:+.2%}, {j.ci[1]:+.2%}]",
-             "-" if j.p_slower is None else f"{j.p_slower:.2g}",
-             "-" if j.detectable is None else f"{j.detectable:.2%}", j.reason or "-"] for j in judgements]
+    return [[j.scenario, _measure(j), j.verdict, str(j.blocks), str(j.pairs), cell(j.change, "+.2%"),
+             "-" if j.ci is None else f"[{j.ci[0]:+.2%}, {j.ci[1]:+.2%}]", cell(j.p_slower, ".2g"),
+             cell(j.detectable, ".2%"), j.reason or "-"] for j in judgements]
 
 
 def table(judgements, fmt: str = "simple", columns: list[str] | None = None, width: int | None = None) -> str:

@@ -2,15 +2,12 @@
 over ``history.History``."""
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
-import json
 import math
 import statistics
 
-from . import gate, gate_table, shift
-from .history import LATENCY, History, SavedRun, short_name
+from . import gate, shift
+from .history import LATENCY, History, SavedRun
 from .verdict import with_latency
 from .words import count
 
@@ -25,17 +22,11 @@ class SelectionError(ValueError):
 def select(history: History, *, runs: list[str] | None = None, commits: list[str] | None = None,
            group_by: str | None = None,
            groups: list[str] | None = None) -> tuple[list[SavedRun], list[SavedRun], str, str]:
-    """Two sets of runs (before, after) and their labels."""
+    """Two sets of runs (before, after) and their labels; ``runs`` and ``commits`` are pairs (argparse's nargs=2)."""
     if runs:
-        if len(runs) != 2:
-            raise SelectionError("--runs-ids takes two run ids (file names or their NNNN prefix)")
-        sets = [_named(history, wanted) for wanted in runs]
-        labels = runs
+        sets, labels = [_named(history, wanted) for wanted in runs], runs
     elif commits:
-        if len(commits) != 2:
-            raise SelectionError("--commits takes two commit ids (or prefixes)")
-        sets = [[r for r in history.runs if r.commit and r.commit.startswith(c)] for c in commits]
-        labels = commits
+        sets, labels = [[r for r in history.runs if r.commit and r.commit.startswith(c)] for c in commits], commits
     elif group_by:
         if group_by not in GROUPABLE:
             raise SelectionError(f"--group-by takes one of {', '.join(GROUPABLE)}")
@@ -162,15 +153,3 @@ def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) 
         rows.append((name, verdict))
     return rows
 
-
-def render(rows: list[Row], fmt: str, title: str, width: int | None = None) -> str:
-    if fmt == "json":
-        return json.dumps([{"scenario": name, **verdict} for name, verdict in rows], indent=2)
-    if fmt == "csv":
-        out = io.StringIO()
-        csv.writer(out).writerows([gate_table.GATE_HEADERS, *gate_table.rows(rows)])
-        return out.getvalue()
-    if fmt == "markdown":
-        return f"### {title}\n\n" + gate_table.table(rows, "github")
-    shown = [(short_name(name), verdict) for name, verdict in rows]  # as gate's table: the test's name
-    return f"{title}\n" + gate_table.table(shown, width=width)

@@ -3,10 +3,12 @@ verdict and per judged latency, fitted to a terminal (short cells, long ones num
 CSV and JSON."""
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
-from .report import ms, rate
-from .table_fit import fitted_table
+from .history import short_name
+from .report import cell, ms, rate
+from .table_fit import fitted_table, tabular, wrapped
 
 
 def _bound(value: float) -> str:
@@ -14,6 +16,9 @@ def _bound(value: float) -> str:
     return ">+1000%" if value > 10 else f"{value:+.1%}"
 
 
+# a regressed run is saved, but it is no baseline: a retry of the same commit would pass on it
+ACCEPT_HINT = ("a regressed run stays out of later baselines until accepted: if the change is intended, "
+               "`pytest-gpucolloc accept {run}` makes it the new level")
 GATE_HEADERS = ["scenario", "verdict", "baseline samples/s", "current samples/s", "change", "interval",
                 "detectable drop", "baseline runs", "noise (share of a run's variance)", "lever", "why"]
 
@@ -34,7 +39,7 @@ def rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
     out = []
     for name, v in verdicts:
         latency = v.get("metric", "throughput") != "throughput"
-        change = "-" if v.get("change") is None else f"{v['change']:+.1%}"
+        change = cell(v.get("change"), "+.1%")
         interval = "-" if not v.get("ci") else f"[{_bound(v['ci'][0])}, {_bound(v['ci'][1])}]"
         mde = "-" if v.get("mde") is None else f"{'rise ' if latency else ''}{v['mde']:.1%}"
         if v.get("mde_noise") is not None and v["mde_noise"] < v["mde"]:  # the threshold binds, not the noise
@@ -63,8 +68,7 @@ def left_to_ab_line(nodeids: list[str], modes: Iterable[str]) -> str:
 
 GATE_COLUMNS = ["scenario", "verdict", "baseline", "current", "change", "interval", "detectable", "runs", "noise",
                 "lever", "why"]  # --columns' names of GATE_HEADERS, in order
-TERMINAL_HEADERS = ["scenario", "verdict", "baseline", "current", "change", "interval", "detectable", "runs",
-                    "noise (dominant)", "lever", "why"]  # GATE_HEADERS in a terminal; throughput in samples/s
+TERMINAL_HEADERS = [n if n != "noise" else "noise (dominant)" for n in GATE_COLUMNS]  # throughput in samples/s
 # left out first where a terminal is too narrow; never the scenario, its verdict, the change or why
 GATE_DROP_ORDER = ["lever", "noise", "runs", "interval", "baseline", "current", "detectable"]
 
@@ -80,3 +84,16 @@ def table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple", columns: li
     return fitted_table(body, GATE_COLUMNS, GATE_HEADERS if fmt != "simple" else TERMINAL_HEADERS, GATE_DROP_ORDER,
                         fmt, width, ask, columns, ("lever", "why"),
                         lambda full, _, name: f"{full[0]} {full[1]}: {GATE_HEADERS[GATE_COLUMNS.index(name)]}")
+
+
+def render(verdicts: list[tuple[str, dict]], fmt: str, title: str, columns: list[str] | None = None,
+           width: int | None = None) -> str:
+    """The verdicts (saved ``Verdict.to_dict()``s) in a command's format under ``title``: JSON each verdict as saved,
+    the latency ones inside it; a terminal's table names a scenario by its test's name."""
+    if fmt == "json":
+        return json.dumps([{"scenario": name, **verdict} for name, verdict in verdicts], indent=2)
+    if fmt == "csv":
+        return tabular(rows(verdicts), GATE_HEADERS, fmt)
+    if fmt == "markdown":
+        return f"### {title}\n\n{table(verdicts, 'github', columns)}"
+    return f"{wrapped(title, width)}\n{table([(short_name(n), v) for n, v in verdicts], 'simple', columns, width)}"

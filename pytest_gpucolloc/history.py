@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import math
 from collections.abc import Collection, Iterator, Mapping
@@ -37,8 +38,7 @@ def run_number(run_id: str) -> str:
 
 
 def numbered(run_ids: list[str], whole: list[str] | None = None) -> list[str]:
-    """How a terminal names each run: its number where that names it alone among ``run_ids``, else ``whole`` (its
-    id, by default)."""
+    """How a terminal names each run: its number where that names it alone among ``run_ids``, else ``whole``."""
     numbers = [run_number(run_id) for run_id in run_ids]
     return [number if numbers.count(number) == 1 else name for number, name in zip(numbers, whole or run_ids)]
 
@@ -79,10 +79,8 @@ class SavedRun:
         if key not in self.samples:
             if fullname not in self.scenarios:
                 return None
-            scenario = self.scenarios[fullname]
-            self.samples[key] = sample_of(scenario, self.run_id, self.machine, self.datetime, self.commit) \
-                if metric == "throughput" else \
-                latency_sample_of(scenario, self.run_id, self.machine, self.datetime, self.commit, metric)
+            own = (self.scenarios[fullname], self.run_id, self.machine, self.datetime, self.commit)
+            self.samples[key] = sample_of(*own) if metric == "throughput" else latency_sample_of(*own, metric)
         return self.samples[key]
 
     def level(self, fullname: str, metric: str = "throughput") -> float | None:
@@ -160,12 +158,10 @@ def latency_sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine:
         return None
     alone = metric.startswith("alone ")
     rounds = serving.get(f"{'alone_' if alone else ''}round_{metric.split()[-1]}_ms") or []
-    sizes = [len(r) for r in scenario.repeats]
-    if not alone and sum(sizes) == len(rounds) and len(sizes) > 1:
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        sets = [rounds[start:start + size] for start, size in zip(starts, sizes)]
-    else:
-        sets = [rounds]
+    ends = list(itertools.accumulate(len(r) for r in scenario.repeats))
+    if alone or ends[-1:] != [len(rounds)] or len(ends) < 2:
+        ends = [len(rounds)]
+    sets = [rounds[start:end] for start, end in zip([0, *ends], ends)]
     inverse = [kept for part in sets if (kept := tuple(1 / ms for ms in part if ms is not None and ms > 0))]
     if not inverse:
         return None

@@ -88,8 +88,7 @@ def for_runs(runs: list) -> list:
 
 
 def draw_ab(latency: dict[str, list[dict[str, list[dict]]]], labels: tuple[str, str], out, say) -> None:
-    """An A/B's serving scenarios: each one's latency distribution per arm, every block's requests merged, as
-    latency-TEST.png in ``out``; said with ``say``."""
+    """Each serving scenario of an A/B: its latency distribution per arm (every block's requests) in ``out``."""
     for test, blocks in latency.items():
         curves = {label: merged([w for block in blocks for w in block.get(label, [])]) for label in labels}
         name = short_name(test)

@@ -95,11 +95,6 @@ def parse_mig_layout(text: str) -> str | None:
     return text or None
 
 
-def _names(text: str) -> str | None:
-    """Column names as given (checked against the table's own when the session starts)."""
-    return text.strip() or None
-
-
 def _path(name: str) -> Callable[[str], str | None]:
     def parse(text: str) -> str | None:
         if not text:
@@ -260,7 +255,8 @@ class Config:
         "summaries)", _path("--colloc-gate-report"), "")
     colloc_columns: str | None = option("the summary table's columns, comma-separated (as pytest-benchmark's "
         "--benchmark-columns), among scenario, mode, workers, per-worker, aggregate, cv, speedup, efficiency, sm, "
-        "memory, data-wait, energy, rounds, start-up, flags (default all)", _names, "")
+        "memory, data-wait, energy, rounds, start-up, flags (default all)",
+        lambda text: text.strip() or None, "")  # names as given: the session checks them against the table's
     mps_oversubscribe: bool = option("allow mps-partitioned shares that add up to more than 100 percent",
         parse_flag, "false", flag=True)
 

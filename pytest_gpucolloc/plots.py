@@ -190,19 +190,14 @@ def _scaling_panel(axes, label: str, modes: dict[str, list], alone: float | None
     axes.grid(alpha=0.3)
 
 
-def _medians(entries: Entries, value, n_min: int = 1) -> dict[tuple[str, int], dict[str, list]]:
+def _medians(entries: Entries, value) -> dict[tuple[str, int], dict[str, list]]:
     """(jobs, count) -> mode -> the values of its runs, for scenarios where ``value`` says something."""
     rows: dict[tuple[str, int], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for _, scenario in entries:
         found = value(scenario)
-        if scenario.n_workers >= n_min and found is not None:
+        if found is not None:
             rows[(jobs(scenario), scenario.n_workers)][scenario.mode].append(found)
     return rows
-
-
-def _row_label(key: tuple[str, int]) -> str:
-    label, n = key
-    return label if "+" in label or n == 1 else f"{n}x {label}"
 
 
 def _row_order(key: tuple[str, int]) -> tuple:
@@ -270,7 +265,8 @@ def _rows_figure(section: str, stem: str, caption: str, title: str, keys: list, 
             for row in range(1, len(chunk)):
                 axes.axhline(row - 0.5, color="#eee", linewidth=0.6, zorder=0)
         first = grid[0][0]
-        first.set_yticks(range(len(chunk)), [_row_label(key) for key in chunk], fontsize=7)
+        labels = [label if "+" in label or n == 1 else f"{n}x {label}" for label, n in chunk]  # a mix names its jobs
+        first.set_yticks(range(len(chunk)), labels, fontsize=7)
         first.set_ylim(len(chunk) - 0.5, -0.5)
         figure.legend(handles=_mode_handles(modes), loc="outside lower center", ncol=len(modes), fontsize=8,
                       frameon=False)
@@ -311,8 +307,7 @@ def _slowest_to_fastest(runs: list[list[float]]) -> tuple[float, float]:
 
 
 def efficiency(kind: str, entries: Entries) -> list[Figure]:
-    """Samples per joule and SM activity per workload, count and mode (medians of the runs), where GPU telemetry
-    measured them."""
+    """Samples per joule and SM activity per workload, count and mode, where GPU telemetry measured them."""
     joules = _medians(entries, lambda s: s.samples_per_joule or None)
     activity = _medians(entries, lambda s: s.sm_activity)
     keys = sorted(set(joules) | set(activity), key=_row_order)

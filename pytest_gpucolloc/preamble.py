@@ -3,6 +3,8 @@ was saved or cleaned up) and, once collected, how long the selected scenarios ma
 (``session.CollocSession``); it changes nothing but starting the live progress line."""
 from __future__ import annotations
 
+import contextlib
+
 from . import benchmark_api, progress, report, timings
 from .device import DeviceUnavailable
 from .table_fit import terminal_width, wrapped
@@ -27,10 +29,8 @@ def header_lines(s, config) -> list[str]:
     except DeviceUnavailable as exc:
         where = str(exc)
     lines = [f"gpucolloc: modes {', '.join(s.modes)}; {where}"]
-    try:
+    with contextlib.suppress(DeviceUnavailable):
         lines.append(machine_warmup_line(s))
-    except DeviceUnavailable:
-        pass
     if s.autosaved:
         lines.append(f"gpucolloc: --colloc-gate saves this run into "
                      f"{benchmark_api.storage_path(config.getoption('benchmark_storage', None))} as "

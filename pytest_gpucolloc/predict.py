@@ -92,12 +92,11 @@ def profiles_of(scenarios: Iterable[ScenarioRecord]) -> dict[str, Profile]:
     return profiles
 
 
-def observations_of(scenarios: Iterable[ScenarioRecord], modes: Iterable[str] = PREDICTED_MODES) -> list[Observation]:
-    """Every measured scenario of two or more training jobs under ``modes`` whose jobs' speeds alone are known."""
-    wanted = set(modes)
+def observations_of(scenarios: Iterable[ScenarioRecord]) -> list[Observation]:
+    """Every measured scenario of two or more training jobs under PREDICTED_MODES whose jobs' speeds alone are known."""
     found = []
     for scenario in scenarios:
-        if scenario.n_workers < 2 or scenario.mode not in wanted or not _usable(scenario):
+        if scenario.n_workers < 2 or scenario.mode not in PREDICTED_MODES or not _usable(scenario):
             continue
         alone = [scenario.alone_of(i) for i in range(scenario.n_workers)]
         shares = tuple(w.throughput / a for w, a in zip(scenario.workers, alone) if a)

@@ -24,14 +24,9 @@ MARKER = "gpucolloc"  # the extra_info key holding the version: a scenario of th
 # ResNet152 pair: 95%).
 LAUNCH_BOUND_SM_ACTIVITY = 50.0
 
-_WORKER_FIELDS = ("workload", "params", "throughput", "round_throughputs", "cv", "step_time_median_s",
-                  "step_time_cv", "measured_s", "peak_memory_bytes", "reserved_memory_bytes", "device_memory_bytes",
-                  "cpus", "pid", "startup_s", "startup_phases_s", "cuda_visible_devices", "device_uuid_seen",
-                  "gpm_of_its_mig_instance", "alone_throughput", "tokens_per_s", "data_wait_share", "serving")
-_SCENARIO_FIELDS = ("mode", "device", "gpu", "workloads", "n_workers", "aggregate_round_throughputs", "repeats",
-                    "aggregate_throughput", "aggregate_cv", "speedup_vs_sequential", "ideal_throughput",
-                    "efficiency", "cpu_affinity", "samples_per_joule", "throttled", "foreign_pids", "telemetry",
-                    "gate", "gate_by", "workers", "measurement", "warnings", "serving")
+# every field a writer writes (version 1 kept mode facts beside them): the checked ones and those never read
+_WORKER_FIELDS = ("workload", *check.WORKER, "gpm_of_its_mig_instance")
+_SCENARIO_FIELDS = ("mode", "workloads", "aggregate_round_throughputs", "repeats", "workers", *check.SCENARIO)
 
 
 @dataclass(frozen=True)
@@ -310,7 +305,7 @@ def read(info: Any) -> ScenarioRecord:
         repeats, "repeats")
     if sorted(x for r in repeats for x in r) != sorted(rounds):
         raise RecordError("repeats must split aggregate_round_throughputs into non-empty lists")
-    facts = {k: v for k, v in info.items() if k not in (*_SCENARIO_FIELDS, "cpu_placement", MARKER)} if version == 1 \
+    facts = {k: v for k, v in info.items() if k not in (*_SCENARIO_FIELDS, MARKER)} if version == 1 \
         else info.get("mode_facts") or {}
     telemetry = checked["telemetry"] or []
     gpu = checked["gpu"]

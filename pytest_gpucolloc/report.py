@@ -18,19 +18,16 @@ HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate sam
            "flags"]
 
 
-def _num(value: float | None, digits: int = 0) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
+def cell(value: float | None, spec: str, unit: str = "") -> str:
+    """A number in a table, "-" where there is none."""
+    return "-" if value is None else f"{value:{spec}}{unit}"
 
 
 def rate(value: float | None) -> str:
     """A throughput: whole numbers with separators, but at least two significant digits (0.42, not 0)."""
     if value is None or value == 0 or not math.isfinite(value) or abs(value) >= 10:
-        return _num(value)
+        return cell(value, ",.0f")
     return f"{value:.{1 - math.floor(math.log10(abs(value)))}f}"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def _flags(scenario: ScenarioRecord) -> str:
@@ -68,22 +65,20 @@ def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
         found.append([
             name, scenario.mode, describe_workers(list(scenario.workloads)),
             ", ".join(rate(w.throughput) for w in workers), rate(scenario.throughput) + _tokens(scenario),
-            _pct(scenario.cv), "-" if scenario.speedup is None else f"{scenario.speedup:.2f}x",
-            _pct(scenario.efficiency),
+            cell(scenario.cv, ".1%"), cell(scenario.speedup, ".2f", "x"), cell(scenario.efficiency, ".1%"),
             ", ".join(f"{v:.0f}%" for v in activity) if activity and all(isinstance(v, (int, float)) for v in activity)
             else "-",
             ", ".join("-" if w.device_memory_bytes is None else f"{w.device_memory_bytes / 1e9:.1f}" for w in workers),
-            "-" if all(v is None for v in waits) else ", ".join(map(_pct, waits)),
-            _num(scenario.samples_per_joule, 1), str(measured.get("rounds", len(scenario.rounds))),
+            "-" if all(v is None for v in waits) else ", ".join(cell(v, ".1%") for v in waits),
+            cell(scenario.samples_per_joule, ",.1f"), str(measured.get("rounds", len(scenario.rounds))),
             # spawn to every worker warm; "= alone" or "= mps" where the scenario records a measurement taken once
-            f"= {measured['same_as']}" if measured.get("same_as") else _num(measured.get("fixed_cost_s"), 1),
+            f"= {measured['same_as']}" if measured.get("same_as") else cell(measured.get("fixed_cost_s"), ",.1f"),
             _flags(scenario)])
     return found
 
 
 def time_spent(records: Iterable[ScenarioRecord], round_s: float) -> str | None:
-    """Where a run's time went, in the words of the line it returns; the first training step is where cuDNN
-    autotunes."""
+    """Where a run's time went, in a line; the first training step is where cuDNN autotunes."""
     records = list(records)
     taken = [r for r in records if "wall_s" in r.measurement and "same_as" not in r.measurement]
     if not taken:
@@ -256,8 +251,7 @@ def ms(value: float | None) -> str:
 
 
 def serving_rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
-    """One row per scenario with a serving job (``ScenarioRecord.serving``); a saturated one says so instead of
-    its percentiles."""
+    """A row per scenario with a serving job; a saturated one says so instead of its percentiles."""
     table = []
     for name, scenario in entries:
         facts = scenario.serving
@@ -272,8 +266,8 @@ def serving_rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str
             name, scenario.mode, "max" if facts.get("offered_rps") is None else rate(facts["offered_rps"]),
             rate(facts.get("achieved_rps")), *latencies,
             "-" if versus is None or saturated else f"{versus:.2f}x",
-            str(facts.get("training_jobs", "-")), "-" if reserved is None else f"{reserved:g}%",
-            _pct(facts.get("training_kept")),
+            str(facts.get("training_jobs", "-")), cell(reserved, "g", "%"),
+            cell(facts.get("training_kept"), ".1%"),
         ])
     return table
 

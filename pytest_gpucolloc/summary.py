@@ -13,10 +13,6 @@ from .table_fit import terminal_width, wrapped
 from .words import CPU_SMOKE
 from .workloads import SMOKE_SEQ_LEN
 
-# a regressed run is saved, but it is no baseline: a retry of the same commit would pass on it
-ACCEPT_HINT = ("a regressed run stays out of later baselines until accepted: if the change is intended, "
-               "`pytest-gpucolloc accept {run}` makes it the new level")
-
 
 class Summary:
     def __init__(self, session: CollocSession):
@@ -143,7 +139,7 @@ class Summary:
             terminalreporter.write_line(gate_table.table(self._shown_verdicts(), width=width,
                                                          ask=f"pytest-gpucolloc gate {self._saved_run()} --columns"))
         if regressed:
-            say(ACCEPT_HINT.format(run=self._saved_run()))
+            say(gate_table.ACCEPT_HINT.format(run=self._saved_run()))
 
     def _saved_run(self) -> str:
         """The run saved now as the console command names it (its number; the storage where not the default), else

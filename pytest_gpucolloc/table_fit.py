@@ -2,6 +2,9 @@
 out until the table is within it, said in one line with the option that shows them (pure: text in, text out)."""
 from __future__ import annotations
 
+import csv
+import io
+import json
 import shutil
 import textwrap
 from collections.abc import Callable
@@ -22,7 +25,7 @@ def terminal_width() -> int:
     return columns if columns >= MIN_WIDTH else LOG_WIDTH
 
 
-def wrapped(text: str, width: int | None, indent: str = "  ") -> str:
+def wrapped(text: str, width: int | None) -> str:
     """Prose (a footnote, a note below a table) wrapped to ``width`` line by line, each line's later lines indented;
     a path or an option is never broken inside, nor a command line (one that starts ``pytest-gpucolloc``), so that it
     can be copied whole."""
@@ -31,7 +34,7 @@ def wrapped(text: str, width: int | None, indent: str = "  ") -> str:
 
     def fill(line: str) -> str:
         lead = line[:len(line) - len(line.lstrip())]
-        return textwrap.fill(line.lstrip(), width, initial_indent=lead, subsequent_indent=lead + indent,
+        return textwrap.fill(line.lstrip(), width, initial_indent=lead, subsequent_indent=lead + "  ",
                              break_long_words=False, break_on_hyphens=False)
 
     return "\n".join(line if len(line) <= width or line.lstrip().startswith(COMMAND) else fill(line)
@@ -95,3 +98,14 @@ def fitted_table(body: list[list[str]], names: list[str], headers: list[str], dr
         return tabulate(cells, headers=heads, tablefmt=fmt, disable_numparse=True), notes
 
     return fitted(render, asked, names, drop_order, fmt, width, ask)
+
+
+def tabular(rows: list[list], headers: list[str], fmt: str) -> str:
+    """Rows in one of the commands' formats: table, markdown, csv, json (one object per row, keyed by the headers)."""
+    if fmt == "json":
+        return json.dumps([dict(zip(headers, row)) for row in rows], indent=2)
+    if fmt == "csv":
+        out = io.StringIO()
+        csv.writer(out).writerows([headers, *rows])
+        return out.getvalue().rstrip("\n")
+    return tabulate(rows, headers=headers, tablefmt="github" if fmt == "markdown" else "simple", disable_numparse=True)

@@ -49,18 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {PLUGIN_VERSION}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser("info", help="GPUs, driver and sharing modes as this machine reports them"
-                        ).set_defaults(run_command=cmd_info)
-    check = commands.add_parser("check", help="what on this machine would make numbers unsteady, before a benchmark: "
-                                "GPU persistence, power limit, clocks, other processes, MIG; MPS daemons, CPU "
-                                "governor and load (read-only; exit 1: something would)")
-    format_argument(check)
-    check.set_defaults(run_command=cmd_check)
+
+    def command(name: str, run, text: str, under=commands) -> argparse.ArgumentParser:
+        """A command (``under``: its parent's subparsers) and the function that runs it."""
+        sub = under.add_parser(name, help=text)
+        sub.set_defaults(run_command=run)
+        return sub
+
+    command("info", cmd_info, "GPUs, driver and sharing modes as this machine reports them")
+    format_argument(command("check", cmd_check, "what on this machine would make numbers unsteady, before a benchmark: "
+                            "GPU persistence, power limit, clocks, other processes, MIG; MPS daemons, CPU governor "
+                            "and load (read-only; exit 1: something would)"))
     mig = commands.add_parser("mig", help="MIG profiles and layout plans (read-only unless 'restore')")
     mig_commands = mig.add_subparsers(dest="mig_command", required=True)
     for name, run, text in (("profiles", cmd_mig_profiles, "the GPU's MIG profile table"),
                             ("plan", cmd_mig_plan, "placements for a layout, or why it does not fit")):
-        sub = mig_commands.add_parser(name, help=text)
+        sub = command(name, run, text, mig_commands)
         if name == "plan":
             sub.add_argument("layout", help="e.g. '4g,2g,2g' or '3g.71gb,2g.35gb,1g.18gb*2'")
         sub.add_argument("--table", help="a named table instead of the live GPU: h200, h100-80gb, a100-40gb, a100-80gb")
@@ -68,26 +72,22 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "profiles":
             format_argument(sub)
             sub.add_argument("--json", action="store_true", help="the same as --format json")
-        sub.set_defaults(run_command=run)
-    restore = mig_commands.add_parser("restore", help="restore a MIG layout a killed run left saved")
+    restore = command("restore", cmd_mig_restore, "restore a MIG layout a killed run left saved", mig_commands)
     restore.add_argument("--gpu", default="0", help="GPU index or UUID (default 0)")
     restore.add_argument("--checkpoint-dir", help="where runs save the layout they changed (default: the plugin's, "
                          "as --mig-checkpoint-dir)")
-    restore.set_defaults(run_command=cmd_mig_restore)
 
-    gate_cmd = commands.add_parser("gate", help="judge a saved run against the history in the storage "
-                                   "(exit 1: a regression; 3: the storage holds no saved runs; 5: nothing judged, "
-                                   "as pytest's gate)")
+    gate_cmd = command("gate", cmd_gate, "judge a saved run against the history in the storage (exit 1: a regression; "
+                       "3: the storage holds no saved runs; 5: nothing judged, as pytest's gate)")
     gate_cmd.add_argument("run", nargs="?", help=RUN_HELP + " (default: the storage's latest run)")
     gate_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file (a CI job summary)")
     gate_cmd.add_argument("--columns", type=columns_argument(GATE_COLUMNS),
                           help=f"the table's columns, comma-separated, among {', '.join(GATE_COLUMNS)} (default all; "
                           "in a terminal a long reason is numbered and said below the table)")
     gate_arguments(gate_cmd)
-    gate_cmd.set_defaults(run_command=cmd_gate)
 
-    compare_cmd = commands.add_parser("compare", help="compare two sets of saved runs, per scenario (exit 1: a "
-                                      "regression; one run against one says the change, not a verdict)")
+    compare_cmd = command("compare", cmd_compare, "compare two sets of saved runs, per scenario (exit 1: a regression; "
+                          "one run against one says the change, not a verdict)")
     compare_cmd.add_argument("runs", nargs="*", metavar="RUN",
                              help="two run ids, before then after (file names or their NNNN prefix), as gate names "
                                   "one; the same as --runs-ids")
@@ -99,10 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare_cmd.add_argument("--group-by", help="a machine_info key: driver_version, cuda_driver_version, torch, ...")
     compare_cmd.add_argument("--groups", nargs=2, metavar=("BEFORE", "AFTER"), help="the two values of --group-by")
     gate_arguments(compare_cmd)
-    compare_cmd.set_defaults(run_command=cmd_compare)
 
-    history_cmd = commands.add_parser("history", help="level shifts (change points) in each scenario's saved history, "
-                                      "per physical GPU")
+    history_cmd = command("history", cmd_history, "level shifts (change points) in each scenario's saved history, per "
+                          "physical GPU")
     storage_argument(history_cmd)
     history_cmd.add_argument("--scenario", help="only scenarios whose name contains this")
     history_cmd.add_argument("--gpu", help="only the GPU whose UUID starts with this")
@@ -116,11 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
                                   "(default throughput)")
     window_arguments(history_cmd, "list the level shifts of")
     format_argument(history_cmd)
-    history_cmd.set_defaults(run_command=cmd_history)
 
-    ab_cmd = commands.add_parser("ab", help="paired A/B in one job: two interpreters, environments or git revisions "
-                                 "of the scenario code, both warm at once and measured in alternating short windows "
-                                 "(exit 0 no regression, 1 regression, 2 usage error)")
+    ab_cmd = command("ab", cmd_ab, "paired A/B in one job: two interpreters, environments or git revisions of the "
+                     "scenario code, both warm at once and measured in alternating short windows (exit 0 no "
+                     "regression, 1 regression, 2 usage error)")
     ab_cmd.add_argument("--baseline", required=True,
                         help="a Python interpreter, a virtual environment or a git revision")
     ab_cmd.add_argument("--candidate", required=True, help="the same kinds as --baseline")
@@ -149,13 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     judging_arguments(ab_cmd, storage=False)
     ab_cmd.add_argument("pytest_args", nargs=argparse.REMAINDER,
                         help="what each arm's pytest runs, e.g. benchmarks/ -m gpucolloc_quick --gpu-mode=mps")
-    ab_cmd.set_defaults(run_command=cmd_ab)
 
     for name, text in (("forget", "leave saved runs out of the history (gate, compare, history, plot, "
                                   "--benchmark-compare) without deleting them: a disturbed run, an experiment"),
                        ("accept", "accept runs the gate judged regressed as the new level (a regression is no "
                                   "baseline until then: a retry would pass on it)")):
-        listing = commands.add_parser(name, help=f"{text}; --list shows them, --undo takes one back")
+        listing = command(name, cmd_forget, f"{text}; --list shows them, --undo takes one back")
         listing.add_argument("runs", nargs="*", metavar="RUN", help="run ids (file names or their NNNN prefix) or "
                              "files in the storage")
         listing.add_argument("--why", help="the reason, kept in the list")
@@ -163,22 +160,19 @@ def build_parser() -> argparse.ArgumentParser:
         listing.add_argument("--list", action="store_true", help="the runs on the list (the default without RUN)")
         storage_argument(listing)
         format_argument(listing)
-        listing.set_defaults(run_command=cmd_forget)
 
-    report_cmd = commands.add_parser("report", help="an HTML page of runs (and the history of a storage) that answers "
-                                     "first: the best way to share, a summary table, then figures linked in figures/")
+    report_cmd = command("report", cmd_report, "an HTML page of runs (and the history of a storage) that answers "
+                         "first: the best way to share, a summary table, then figures linked in figures/")
     report_cmd.add_argument("runs", nargs="*", help=RUN_HELP + " (default: the latest run of --storage or .benchmarks)")
     report_cmd.add_argument("--storage", type=storage_folder,
                             help="also draw the history of this pytest-benchmark storage (a folder or a file:// URL)")
     report_cmd.add_argument("--out", default="gpucolloc-report", help="folder for index.html and figures/ "
                             "(default gpucolloc-report)")
     window_arguments(report_cmd, "with --storage: show the history of")
-    report_cmd.set_defaults(run_command=cmd_report)
 
-    advise_cmd = commands.add_parser("advise", help="rank the measured ways a job mix can share this GPU, and say "
-                                     "which and why (exit 3: nothing measured runs these jobs); or, with "
-                                     "--p99-within, which way keeps a service's p99 within a budget while training "
-                                     "gets the most (exit 1: no measured way does)")
+    advise_cmd = command("advise", cmd_advise, "rank the measured ways a job mix can share this GPU, and say which and "
+                         "why (exit 3: nothing measured runs these jobs); or, with --p99-within, which way keeps a "
+                         "service's p99 within a budget while training gets the most (exit 1: no measured way does)")
     advise_cmd.add_argument("runs", nargs="*", help=RUN_HELP + " (default: the storage's latest run)")
     storage_argument(advise_cmd)
     question = advise_cmd.add_mutually_exclusive_group(required=True)
@@ -189,25 +183,22 @@ def build_parser() -> argparse.ArgumentParser:
                           "multiple of its p99 alone at the same rate (2x); answers, per service and number of "
                           "training jobs, the mode and SM reservation within it where training keeps the most")
     format_argument(advise_cmd, extra=("text",))
-    advise_cmd.set_defaults(run_command=cmd_advise)
 
-    plot = commands.add_parser("plot", help="the report's figures as files: scaling, mixes, each job's share, energy "
-                               "(of one run), history with gate decisions")
+    plot = command("plot", cmd_plot, "the report's figures as files: scaling, mixes, each job's share, energy (of one "
+                   "run), history with gate decisions")
     storage_argument(plot)
     plot.add_argument("--out", default="gpucolloc-plots", help="folder for the figures (default gpucolloc-plots)")
     plot.add_argument("--run", help="run for the figures of one run (default: the newest)")
     window_arguments(plot, "draw the history of")
     plot.add_argument("--format", choices=["png", "svg"], default="png",
                       help="the figures' file format (default png); this command writes figures, not tables")
-    plot.set_defaults(run_command=cmd_plot)
 
-    table = commands.add_parser("table", help="table of the scenarios in pytest-benchmark JSON files")
+    table = command("table", cmd_table, "table of the scenarios in pytest-benchmark JSON files")
     table.add_argument("files", nargs="*", metavar="run", help=RUN_HELP + " (default: the storage's latest run)")
     storage_argument(table)
     table.add_argument("--columns", type=columns_argument(TABLE_COLUMNS),
                        help=f"the table's columns, comma-separated, among {', '.join(TABLE_COLUMNS)} (default all)")
     format_argument(table, extra=("text",))  # text: the name "table" had before
-    table.set_defaults(run_command=cmd_table)
     return parser
 
 
@@ -229,13 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         # wrapped on a terminal; one line in a log, where it is searched for
         print(wrapped(f"error: {error}", terminal_width() if sys.stderr.isatty() else None), file=sys.stderr)
         return error.code
-    except BrokenPipeError:
-        # stdout's reader stopped reading (| head): end quietly, with nothing left for Python to flush at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return PIPE_CLOSED
     except OSError as error:  # the commands name what they cannot read: this is stdout that cannot be written
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (/dev/full): nothing left to fail at exit
-        print(f"error: cannot write the output: {error.strerror or error}", file=sys.stderr)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush, or fail, at exit
+        if isinstance(error, BrokenPipeError):  # stdout's reader stopped reading (| head): end quietly
+            return PIPE_CLOSED
+        print(f"error: cannot write the output: {error.strerror or error}", file=sys.stderr)  # e.g. /dev/full
         return UNWRITABLE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import difflib
-import io
-import json
 import re
 import sys
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import NoReturn
@@ -54,6 +52,15 @@ class CommandError(Exception):
     def __init__(self, message: str, code: int):
         super().__init__(message)
         self.code = code
+
+
+@contextmanager
+def failing(errors, code: int, prefix: str = ""):
+    """An error of the kinds ``errors`` raised inside fails the command with its message and exit ``code``."""
+    try:
+        yield
+    except errors as error:
+        raise CommandError(f"{prefix}{error}", code) from None
 
 
 def read_runs(paths) -> list:
@@ -129,21 +136,6 @@ def out_folder(path) -> Path:
     if not can_write_in(folder):
         raise CommandError(f"cannot write into {folder}: a file cannot be created there", UNWRITABLE)
     return folder
-
-
-def tabular(rows: list[list], headers: list[str], fmt: str) -> str:
-    """Rows in one of FORMATS (json: one object per row, keyed by the headers)."""
-    from tabulate import tabulate
-
-    if fmt == "json":
-        return json.dumps([dict(zip(headers, row)) for row in rows], indent=2)
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out)
-        writer.writerow(headers)
-        writer.writerows(rows)
-        return out.getvalue().rstrip("\n")
-    return tabulate(rows, headers=headers, tablefmt="github" if fmt == "markdown" else "simple", disable_numparse=True)
 
 
 def storage_folder(text: str) -> Path:

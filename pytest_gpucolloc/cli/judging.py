@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import changepoints, compare, forget, gate, gate_table, history, history_shifts, report, table_fit
 from ..history import LATENCY, experiment, numbered, run_number, short_name
 from ..scratch import clean_stale_scratch
-from ..table_fit import terminal_width, wrapped
+from ..table_fit import tabular, terminal_width, wrapped
 from ..verdict import with_latency
 from ..words import count
 from .common import (
@@ -22,6 +22,7 @@ from .common import (
     OK,
     USAGE,
     CommandError,
+    failing,
     is_path,
     load_history,
     named_runs,
@@ -29,7 +30,6 @@ from .common import (
     policy_of,
     prose_width,
     read_runs,
-    tabular,
     write_out,
 )
 
@@ -55,8 +55,8 @@ def cmd_compare(args) -> int:
         args.runs_ids = args.runs
     files = bool(args.runs_ids) and all(is_path(name) and not Path(name).is_dir() for name in args.runs_ids)
     loaded = None if files else load_history(args.storage, named=bool(args.runs_ids))  # two files need no storage
-    try:
-        if args.runs_ids and len(args.runs_ids) == 2 and any(map(is_path, args.runs_ids)):
+    with failing(compare.SelectionError, USAGE):
+        if args.runs_ids and any(map(is_path, args.runs_ids)):
             # files or storage folders (their latest run), named as `gate` names them
             before, after = ([run] for run in (named_runs([name], args.storage, loaded)[0] for name in args.runs_ids))
             a, b = numbered([before[0].run_id, after[0].run_id])  # named as the commands take them
@@ -66,8 +66,6 @@ def cmd_compare(args) -> int:
             commits = [_commit(loaded, c) for c in args.commits] if args.commits else None
             before, after, a, b = compare.select(loaded, runs=args.runs_ids, commits=commits,
                                                  group_by=args.group_by, groups=args.groups)
-    except compare.SelectionError as error:
-        raise CommandError(str(error), USAGE) from None
     shared = {run.path.resolve() for run in before} & {run.path.resolve() for run in after}  # files, not names
     if shared:  # a run on both sides is paired with its own neighbours: a change out of nothing
         raise CommandError(f"both sides hold the same run(s) ({', '.join(sorted(p.stem for p in shared))}): name "
@@ -80,7 +78,8 @@ def cmd_compare(args) -> int:
     rows = compare.compare(before, after, policy_of(args))
     title = (f"compare {found} ({count(len(before), 'run')} -> {count(len(after), 'run')}; a change is {said[1]} "
              f"against {said[0]})")
-    print(compare.render(rows, args.format, wrapped(title, prose_width(args.format)), terminal_width()))
+    print(gate_table.render(rows, args.format, title, width=terminal_width()),
+          end="\n\n" if args.format == "csv" else "\n")  # its CSV has always ended with an empty line
     return NEGATIVE if any(verdict["verdict"] == "regressed" for _, verdict in rows) else OK
 
 
@@ -121,12 +120,13 @@ def cmd_gate(args) -> int:
                 with_latency(verdict, gate.decide(
                     latency, loaded.samples(name, exclude=excluded, metric=metric, last=last), policy))
         verdicts.append((name, verdict))
+    shown = [(name, verdict.to_dict()) for name, verdict in verdicts]
     # as the pytest summary says it: CPU runs check the suite
     smoke = f"; {CPU_SMOKE}" if run.machine.get("device") == "cpu" else ""
     if args.markdown:  # written first: an output that cannot be written is said before the verdicts
-        markdown = _gate_render(verdicts, "markdown", f"Collocation regression gate: {run.run_id}{smoke}")
+        markdown = gate_table.render(shown, "markdown", f"Collocation regression gate: {run.run_id}{smoke}")
         write_out(args.markdown, markdown + "\n")
-    print(_gate_render(verdicts, args.format, f"gate: {run.run_id}{smoke}", args.columns))
+    print(gate_table.render(shown, args.format, f"gate: {run.run_id}{smoke}", args.columns, terminal_width()))
     if smoke and args.format in ("json", "csv"):  # data on stdout: said beside it
         print(CPU_SMOKE, file=sys.stderr)
     prose = sys.stdout if args.format in ("table", "markdown") else sys.stderr  # below the table, or where not data
@@ -141,21 +141,8 @@ def cmd_gate(args) -> int:
                       "(`pytest-gpucolloc accept`): its regression is intended, not a failure", width), file=prose)
         return OK
     if failed:
-        print(wrapped(f"a regressed run stays out of later baselines until accepted: if the change is intended, "
-                      f"`pytest-gpucolloc accept {run_number(run.run_id)}` makes it the new level", width), file=prose)
+        print(wrapped(gate_table.ACCEPT_HINT.format(run=run_number(run.run_id)), width), file=prose)
     return NEGATIVE if failed else OK
-
-
-def _gate_render(verdicts, fmt: str, title: str, columns: list[str] | None = None) -> str:
-    """The gate's table: a row per scenario, and below a serving scenario's a row per latency judged
-    (``gate_table.rows``). JSON: each verdict as saved, the latency ones inside it."""
-    if fmt == "json":
-        return json.dumps([{"scenario": name, **verdict.to_dict()} for name, verdict in verdicts], indent=2)
-    entries = [(name if fmt != "table" else short_name(name), verdict.to_dict()) for name, verdict in verdicts]
-    if fmt == "csv":
-        return tabular(gate_table.rows(entries), gate_table.GATE_HEADERS, fmt)
-    table = gate_table.table(entries, "github" if fmt == "markdown" else "simple", columns, terminal_width())
-    return f"### {title}\n\n{table}" if fmt == "markdown" else f"{wrapped(title, terminal_width())}\n{table}"
 
 
 def cmd_history(args) -> int:
@@ -312,7 +299,7 @@ def cmd_ab(args) -> int:
     removed = clean_stale_scratch()  # a killed ab's arms, worktrees and socket folder (and a killed run's scratch)
     if removed:
         print(f"removed what killed runs left: {', '.join(removed)}", file=sys.stderr)
-    try:
+    with failing(ab_arms.ABError, USAGE):
         ab_arms.check_pytest_args(pytest_args)
         arms = [ab_arms.resolve(args.baseline, "baseline", here), ab_arms.resolve(args.candidate, "candidate", here)]
         if any(arm.kind == "revision" for arm in arms):
@@ -324,8 +311,6 @@ def cmd_ab(args) -> int:
             note(f"{args.out} holds an earlier A/B's arms (kept): this one writes into {out}")
         with ab_arms.sigterm_as_interrupt(), ab_arms.checked_out(arms, here):
             judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, out, say=note)
-    except ab_arms.ABError as error:
-        raise CommandError(str(error), USAGE) from None
     title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "
              f"{settings.window_s:g} s in blocks of fresh processes")
     scenarios = [s for run in runs for s in history.read_run(run.path).scenarios.values()]

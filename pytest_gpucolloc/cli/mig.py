@@ -10,13 +10,14 @@ from ..mig.nvml_backend import NvmlMigBackend
 from ..mig.profiles import UnknownTable, live_table, named_table
 from ..mig.provision import MigProvisioner
 from ..modes.mig import DEFAULT_CHECKPOINT_DIR
+from ..table_fit import tabular
 from .common import (
     NEGATIVE,
     NOTHING_TO_READ,
     OK,
     USAGE,
     CommandError,
-    tabular,
+    failing,
 )
 
 
@@ -34,10 +35,8 @@ def _gpu(selector: str, hint: str = ""):
 
 def _mig_table(args):
     if args.table:
-        try:
+        with failing(UnknownTable, USAGE):
             return named_table(args.table)
-        except UnknownTable as error:
-            raise CommandError(str(error), USAGE) from None
     gpu = _gpu(args.gpu, "; name a table with --table (h200, h100-80gb, a100-40gb, a100-80gb)")
     return live_table(gpu.uuid, gpu.name)
 
@@ -59,11 +58,8 @@ def cmd_mig_profiles(args) -> int:
 
 def cmd_mig_plan(args) -> int:
     table = _mig_table(args)
-    try:
-        layout = planner.parse_layout(args.layout)
-        plan = planner.plan(table, layout)
-    except planner.LayoutError as error:
-        raise CommandError(str(error), USAGE) from None
+    with failing(planner.LayoutError, USAGE):
+        plan = planner.plan(table, planner.parse_layout(args.layout))
     print(f"{args.layout} on {table.gpu}:")
     print(plan.explain())
     return OK if plan.feasible else NEGATIVE

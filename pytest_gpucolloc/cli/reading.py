@@ -6,7 +6,8 @@ from pathlib import Path
 
 from .. import advisor, checkup, history, nvml, report
 from ..modes import MODES
-from ..table_fit import terminal_width
+from ..report import cell
+from ..table_fit import tabular, terminal_width
 from .common import (
     CPU_SMOKE,
     NEGATIVE,
@@ -15,10 +16,10 @@ from .common import (
     UNWRITABLE,
     USAGE,
     CommandError,
+    failing,
     load_history,
     named_runs,
     out_folder,
-    tabular,
 )
 
 
@@ -82,11 +83,9 @@ def cmd_report(args) -> int:
         raise CommandError("no pytest-gpucolloc scenarios in the given runs (name run files, or --storage)",
                            NOTHING_TO_READ)
     out = out_folder(args.out)
-    try:
+    with failing(OSError, UNWRITABLE, f"cannot write the report into {out}: "):
         page = html_report.build([run for run in runs if run.scenarios], loaded, out,
                                  loaded.recent(args.last, args.since) if loaded is not None else [])
-    except OSError as error:
-        raise CommandError(f"cannot write the report into {out}: {error}", UNWRITABLE) from None
     print(f"wrote {page} ({page.stat().st_size / 1e3:,.0f} KB) and its figures in {page.parent / 'figures'}")
     return OK
 
@@ -98,10 +97,8 @@ def cmd_advise(args) -> int:
     if args.format == "json":
         print(json.dumps({**advice, "options": [vars(o) for o in advice["options"]]}, indent=2))
         return OK
-    rows = [[o.way, o.scenario, o.run_id, "-" if o.speedup is None else f"{o.speedup:.2f}x",
-             "-" if o.worst_share is None else f"{o.worst_share:.0%}",
-             "-" if o.samples_per_joule is None else f"{o.samples_per_joule:.1f}",
-             "-" if o.memory_headroom_gb is None else f"{o.memory_headroom_gb:.0f}"] for o in advice["options"]]
+    rows = [[o.way, o.scenario, o.run_id, cell(o.speedup, ".2f", "x"), cell(o.worst_share, ".0%"),
+             cell(o.samples_per_joule, ".1f"), cell(o.memory_headroom_gb, ".0f")] for o in advice["options"]]
     headers = ["way", "scenario", "run", "speedup", "slowest job", "samples/J", "memory free GB"]
     if args.format == "csv":
         print(tabular(rows, headers, "csv"))
@@ -119,15 +116,11 @@ def cmd_advise(args) -> int:
 
 def _advice(args, parse, text: str, answer) -> dict:
     """The advisor's answer to the question asked: a question it cannot read exits 2, runs that cannot answer it 3."""
-    try:
+    with failing(advisor.AdviceError, USAGE):
         asked = parse(text)
-    except advisor.AdviceError as error:
-        raise CommandError(str(error), USAGE) from None
     runs = named_runs(args.runs, args.storage)
-    try:
+    with failing(advisor.AdviceError, NOTHING_TO_READ):
         return answer(runs, asked)
-    except advisor.AdviceError as error:
-        raise CommandError(str(error), NOTHING_TO_READ) from None
 
 
 def _advise_serving(args) -> int:
@@ -142,10 +135,9 @@ def _advise_serving(args) -> int:
     rows = []
     for answer in advice["answers"]:
         o = answer["option"]
-        p99 = "saturated" if o.saturated else "-" if o.p99_ms is None else f"{o.p99_ms:,.1f}"
         rows.append([answer["service"], str(answer["training_jobs"]), "yes" if answer["within"] else "no", o.way,
-                     o.scenario, str(o.runs), p99, "-" if o.p99_vs_alone is None or o.saturated
-                     else f"{o.p99_vs_alone:.2f}x", "-" if o.training_kept is None else f"{o.training_kept:.0%}"])
+                     o.scenario, str(o.runs), "saturated" if o.saturated else cell(o.p99_ms, ",.1f"),
+                     "-" if o.saturated else cell(o.p99_vs_alone, ".2f", "x"), cell(o.training_kept, ".0%")])
     headers = ["service", "training jobs", f"p99 within {advice['budget']}", "way", "scenario", "runs", "p99 ms",
                "p99 vs alone", "training kept"]
     if args.format != "csv":
@@ -164,12 +156,10 @@ def cmd_plot(args) -> int:
     if run is None:
         raise CommandError(f"no saved run {args.run!r} under {args.storage}", USAGE)
     out = out_folder(args.out)
-    try:
+    with failing(OSError, UNWRITABLE, f"cannot write the figures into {out}: "):
         written = plots.write(itertools.chain(plots.for_runs([run]), latency_plot.trade_offs([run]),
                                               history_plot.figures(loaded, loaded.recent(args.last, args.since))),
                               out, args.format)
-    except OSError as error:
-        raise CommandError(f"cannot write the figures into {out}: {error}", UNWRITABLE) from None
     for figure, path in written:
         print(path)
         for note in figure.notes:  # e.g. the older runs not drawn, and their level shifts

@@ -158,7 +158,7 @@ class LanguageModelStep(TrainingStep):
 SMOKE_LANGUAGE_MODEL = LanguageModelShape(layers=2, d_model=64, heads=4, vocab=512, seq_len=SMOKE_SEQ_LEN)
 
 
-class GraphedStep:
+class GraphedStep(TrainingStep):
     """A training step captured once as a CUDA graph and replayed. ``step_fn`` is warmed up on a side stream
     (cuDNN autotuning, allocator, optimiser state), then captured; ``extra_step_every`` replays once more after
     every K counted steps (the known slowdown of the named workloads). ``fetch``, when given, runs before every
@@ -169,12 +169,9 @@ class GraphedStep:
 
     def __init__(self, step_fn, samples_per_step: int, extra_step_every: int | None = None, fetch=None,
                  loader=None):
-        self.step_fn = step_fn
-        self.samples_per_step = samples_per_step
-        self.extra_step_every = extra_step_every
+        self.step_fn, self.samples_per_step, self.extra_step_every = step_fn, samples_per_step, extra_step_every
         self.fetch = fetch or (lambda: None)
         self.loader = loader
-        self.steps = 0
         self.graph: torch.cuda.CUDAGraph | None = None  # capture() makes it
 
     def capture(self) -> None:
@@ -196,16 +193,11 @@ class GraphedStep:
                 "CPU-side work") from error
         self.graph = graph
 
-    def train_step(self) -> None:
-        graph = self.graph
-        if graph is None:
+    def _step(self) -> None:
+        if self.graph is None:
             raise RuntimeError("GraphedStep.capture() must come before train_step()")
         self.fetch()
-        graph.replay()
-        self.steps += 1
-        if self.extra_step_every and self.steps % self.extra_step_every == 0:
-            self.fetch()
-            graph.replay()  # uncounted extra work (a known slowdown)
+        self.graph.replay()
 
 
 def build_named(workload: Workload, device: torch.device, image_size: int | None = None):

@@ -20,23 +20,12 @@ except importlib.metadata.PackageNotFoundError:  # imported from a source tree t
 
 # (key in machine_info["gpucolloc"], words used when it changes)
 DESCRIBED = [
-    ("gpu_name", "GPU"),
-    ("gpu_uuid", "physical GPU"),
-    ("gpu_count", "GPU count"),
-    ("driver_version", "driver"),
-    ("cuda_driver_version", "CUDA driver"),
-    ("cuda_runtime", "CUDA runtime (torch)"),
-    ("cudnn", "cuDNN"),
-    ("torch", "torch"),
-    ("torchvision", "torchvision"),
-    ("mig_mode", "MIG mode"),
-    ("persistence_mode", "persistence mode"),
-    ("ecc_mode", "ECC"),
-    ("power_limit_w", "power limit (W)"),
-    ("max_sm_clock_mhz", "max SM clock (MHz)"),
-    ("application_sm_clock_mhz", "application SM clock (MHz)"),
-    ("plugin_version", "pytest-gpucolloc"),
-    ("device", "device"),
+    ("gpu_name", "GPU"), ("gpu_uuid", "physical GPU"), ("gpu_count", "GPU count"), ("driver_version", "driver"),
+    ("cuda_driver_version", "CUDA driver"), ("cuda_runtime", "CUDA runtime (torch)"), ("cudnn", "cuDNN"),
+    ("torch", "torch"), ("torchvision", "torchvision"), ("mig_mode", "MIG mode"),
+    ("persistence_mode", "persistence mode"), ("ecc_mode", "ECC"), ("power_limit_w", "power limit (W)"),
+    ("max_sm_clock_mhz", "max SM clock (MHz)"), ("application_sm_clock_mhz", "application SM clock (MHz)"),
+    ("plugin_version", "pytest-gpucolloc"), ("device", "device"),
 ]
 
 
@@ -66,9 +55,8 @@ def identity(gpu: nvml.GpuInfo | None, worker_report: dict | None) -> dict[str, 
         info.update(gpu_name=gpu.name, gpu_uuid=gpu.uuid, gpu_index=gpu.index,
                     gpu_memory_total_bytes=gpu.memory_total_bytes, mig_mode=gpu.mig_mode,
                     compute_capability=list(gpu.compute_capability) if gpu.compute_capability else None,
-                    **{k: v for k, v in gpu.extra.items()})
-        info["gpu_count"] = nvml.device_count()
-        info.update(nvml.driver())
+                    **gpu.extra)
+        info.update(gpu_count=nvml.device_count(), **nvml.driver())
     for package in ("torch", "torchvision"):  # without importing them: the pytest process stays light
         try:
             info[package] = importlib.metadata.version(package)
@@ -77,9 +65,7 @@ def identity(gpu: nvml.GpuInfo | None, worker_report: dict | None) -> dict[str, 
     # torch's own view: from a worker once a scenario has run, else asked of a short-lived python, so that a
     # run's identity has the same keys at the start (--benchmark-compare) as when it is saved
     view = worker_report or torch_view(gpu is not None)
-    info["cuda_runtime"] = view.get("cuda_runtime")
-    info["cudnn"] = view.get("cudnn")
-    return info
+    return info | {"cuda_runtime": view.get("cuda_runtime"), "cudnn": view.get("cudnn")}
 
 
 @functools.cache

@@ -15,20 +15,11 @@ try:
 except ImportError:  # nvidia-ml-py is a dependency, but a broken install must still give a reason
     pynvml = None
 
-GPM_METRICS = {  # NVML_GPM_METRIC_* ids
-    "sm_activity_pct": 2,
-    "sm_occupancy_pct": 3,
-    "tensor_activity_pct": 5,
-    "dram_bw_util_pct": 10,
-}
+GPM_METRICS = {"sm_activity_pct": 2, "sm_occupancy_pct": 3, "tensor_activity_pct": 5, "dram_bw_util_pct": 10}  # ids
 GPU_IDLE = 0x1  # clock-event reason: the GPU lowered its clock for lack of work
-THROTTLE_REASONS = {  # clock-event reason bits recorded with a run (telemetry.py decides what they mean)
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "hw_power_brake",
-}
+# clock-event reason bits recorded with a run (telemetry.py decides what they mean)
+THROTTLE_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                    0x80: "hw_power_brake"}
 
 
 class NvmlUnavailable(RuntimeError):
@@ -116,15 +107,11 @@ def gpus() -> list[GpuInfo]:
             "max_memory_clock_mhz": try_call(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_MEM),
             "sm_count": _full_gpu_sm_count(h),
         }
-        result.append(GpuInfo(
-            index=index,
-            uuid=as_text(pynvml.nvmlDeviceGetUUID(h)),
-            name=as_text(pynvml.nvmlDeviceGetName(h)),
-            memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
-            mig_mode=mig[0] if mig else None,
-            compute_capability=try_call(pynvml.nvmlDeviceGetCudaComputeCapability, h),
-            extra=extra,
-        ))
+        result.append(GpuInfo(index=index, uuid=as_text(pynvml.nvmlDeviceGetUUID(h)),
+                              name=as_text(pynvml.nvmlDeviceGetName(h)),
+                              memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+                              mig_mode=mig[0] if mig else None,
+                              compute_capability=try_call(pynvml.nvmlDeviceGetCudaComputeCapability, h), extra=extra))
     return result
 
 

@@ -185,8 +185,7 @@ class WorkerPool:
                     raise ScenarioTimeout(
                         f"timed out after {timeout_s:.0f}s waiting for {what} of {', '.join(waiting)}"
                         + "".join(f"\n--- last lines of {w.label} ---\n{tail(w.log_path, 10)}"
-                                  for i, w in enumerate(self.workers) if i not in results)
-                    )
+                                  for i, w in enumerate(self.workers) if i not in results))
                 phases.tick(len(results))  # a terminal's progress line, about once a second
                 ready = selector.select(timeout=min(remaining, 1.0))
                 for key, _ in ready:

@@ -290,10 +290,8 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
 
 def measure_until_precise(pool: WorkerPool, start: float, settings: Settings, serves: list[bool] | None = None
                           ) -> tuple[list[protocol.Result], str]:
-    """The fewest rounds first; then more, as many as the spread so far says are needed, until the mean
-    aggregate throughput is known within ``settings.precision`` or ``settings.max_rounds`` is reached, or the
-    precision is out of reach within the most rounds. The workers train on between batches, so every round is
-    taken under the same load."""
+    """The fewest rounds, then as many more as the spread so far needs (``measure.enough_rounds``). The workers
+    train on between batches, so every round is taken under the same load."""
     longest = max(settings.max_rounds, settings.rounds)
     batch = settings.rounds if settings.precision > 0 else longest
     merged: list[protocol.Result] = []

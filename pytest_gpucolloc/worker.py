@@ -62,12 +62,8 @@ def stack_versions(torch, cuda: bool) -> dict:
 
 
 def device_report(torch, device) -> dict:
-    report = {
-        "torch": torch.__version__,
-        **stack_versions(torch, device.type == "cuda"),
-        "device_type": device.type,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-    }
+    report = {"torch": torch.__version__, **stack_versions(torch, device.type == "cuda"), "device_type": device.type,
+              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
     vision = sys.modules.get("torchvision")  # imported by the job, or its version as installed: importing it
     try:  # only to say its version cost each worker a second of CPU (it imports torch._dynamo and sympy)
         report["torchvision"] = vision.__version__ if vision else importlib.metadata.version("torchvision")
@@ -75,12 +71,8 @@ def device_report(torch, device) -> dict:
         report["torchvision"] = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        report.update(
-            device_name=props.name,
-            sm_count=props.multi_processor_count,
-            total_memory=props.total_memory,
-            device_uuid=str(getattr(props, "uuid", "")) or None,
-        )
+        report.update(device_name=props.name, sm_count=props.multi_processor_count, total_memory=props.total_memory,
+                      device_uuid=str(getattr(props, "uuid", "")) or None)
     return report
 
 

@@ -87,24 +87,17 @@ def known_workloads() -> list[str]:
 
 @dataclass(frozen=True)
 class Workload:
-    """One training process of a scenario (README.md lists every field).
+    """One training process of a scenario (README.md lists every field)."""
 
-    ``model`` is a named workload (``known_workloads()``) or a user factory ``"package.module:factory"``, which gets
-    ``options`` as keyword arguments. ``sm_percent`` / ``memory_limit_mb`` are per-client MPS limits, ``mig`` a MIG
-    profile (``"1g.18gb"`` or ``"1g"``). ``rate`` makes it a serving job (``serving.py``): requests of
-    ``batch_size`` samples at ``rate`` per second, open loop; ``"max"`` back to back, ``"80%"`` that share of the
-    rate it sustains alone. ``data="loader"`` feeds a built-in image workload from a DataLoader decoding JPEGs.
-    """
-
-    model: str
+    model: str  # a named workload (``known_workloads()``) or a user factory "package.module:factory"
     batch_size: int = 32
     precision: str = "fp32"
-    sm_percent: float | None = None
+    sm_percent: float | None = None  # per-client MPS limits
     memory_limit_mb: int | None = None
-    mig: str | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
+    mig: str | None = None  # a MIG profile ("1g.18gb" or "1g")
+    options: Mapping[str, Any] = field(default_factory=dict)  # a user factory's keyword arguments
     cuda_graph: bool = False
-    data: str = "synthetic"
+    data: str = "synthetic"  # "loader": a DataLoader decoding JPEGs feeds a built-in image workload
     loader_workers: int = 4  # the paper's jobs used 4; only with data="loader"
     rate: float | str | None = None  # a serving job: requests/s, "max" (back to back) or "NN%" of "max" alone
     arrivals: str = "even"  # a serving job's: "even" (every 1/rate s) or "poisson" (random gaps, the same each run)
@@ -115,10 +108,8 @@ class Workload:
             raise WorkloadError(f"workload model must be a non-empty string, got {self.model!r}")
         name = ALIASES.get(name, name)
         if name not in NAMED_WORKLOADS and not _IMPORT_PATH.match(name):
-            raise WorkloadError(
-                f"unknown workload {self.model!r}; known workloads: {', '.join(known_workloads())}, "
-                "or a factory given as 'package.module:factory'"
-            )
+            raise WorkloadError(f"unknown workload {self.model!r}; known workloads: {', '.join(known_workloads())}, "
+                                "or a factory given as 'package.module:factory'")
         object.__setattr__(self, "model", name)
         if not _is(self.batch_size, int):
             raise WorkloadError(f"batch_size must be an integer, got {self.batch_size!r}")

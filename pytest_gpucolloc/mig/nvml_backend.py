@@ -36,15 +36,10 @@ def read_profiles(gpu_uuid: str, lib=None) -> list[dict]:
         except lib.NVMLError:
             pass
         profiles.append({
-            "nvml_index": index,
-            "profile_id": int(info.id),
-            "name": as_text(getattr(info, "name", b"")) or None,
-            "slice_count": int(info.sliceCount),
-            "instance_count": int(info.instanceCount),
-            "memory_mb": int(info.memorySizeMB),
-            "multiprocessor_count": int(info.multiprocessorCount),
-            "placements": {"starts": starts, "size": size},
-        })
+            "nvml_index": index, "profile_id": int(info.id), "name": as_text(getattr(info, "name", b"")) or None,
+            "slice_count": int(info.sliceCount), "instance_count": int(info.instanceCount),
+            "memory_mb": int(info.memorySizeMB), "multiprocessor_count": int(info.multiprocessorCount),
+            "placements": {"starts": starts, "size": size}})
     return profiles
 
 

@@ -1,17 +1,10 @@
 """Worker-side construction of training steps (imports torch; never imported by the pytest process).
 
-Every workload, built-in or user-supplied, follows one protocol (as TorchBench's model wrappers do):
-
-    factory(*, batch_size: int, device: torch.device, precision: str, **options) -> obj
-    obj.train_step() -> None       # one optimiser step on `device`
-    obj.samples_per_step: int      # optional; defaults to batch_size
-
-A serving job (``Workload(..., rate=...)``) answers requests instead:
-
-    obj.serve_step() -> None       # one request: a forward pass on `batch_size` samples, no gradients
-
-The worker drives both kinds through ``train_step``; ``cuda_graph=True`` captures either once as a CUDA graph after
-warm-up (``GraphedStep``).
+Every workload, built-in or user-supplied, follows one protocol (README.md; as TorchBench's model wrappers do): a
+factory ``(*, batch_size, device, precision, **options)`` returns an object whose ``train_step()`` is one optimiser
+step on ``device`` (a serving job's ``serve_step()``: one request, no gradients), with an optional
+``samples_per_step`` (default ``batch_size``). The worker drives both kinds through ``train_step``;
+``cuda_graph=True`` captures either once as a CUDA graph after warm-up (``GraphedStep``).
 """
 from __future__ import annotations
 

@@ -62,15 +62,13 @@ def mps_processes() -> dict[int, dict]:
     """Every MPS control daemon and server on this machine: pid -> {name, pipe_dir (None if unreadable)}.
     A server inherits no pipe directory in its environment: it belongs to the control daemon that started it."""
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        name = _proc_name(int(entry.name))
+    for pid in process_marks.pids():
+        name = _proc_name(pid)
         if name.startswith("nvidia-cuda-mps"):
-            env = _proc_env(int(entry.name))
+            env = _proc_env(pid)
             pipe = None if env is None else env.get("CUDA_MPS_PIPE_DIRECTORY")
-            fields = process_marks.stat_fields(int(entry.name))
-            found[int(entry.name)] = {"name": name, "pipe_dir": pipe, "parent": int(fields[1]) if fields else None}
+            fields = process_marks.stat_fields(pid)
+            found[pid] = {"name": name, "pipe_dir": pipe, "parent": int(fields[1]) if fields else None}
     for info in found.values():
         if info["pipe_dir"] is None and info["parent"] in found:
             info["pipe_dir"] = found[info["parent"]]["pipe_dir"]

@@ -30,6 +30,11 @@ def stat_fields(pid: int) -> list[str] | None:
         return None
 
 
+def pids() -> list[int]:
+    """Every process's pid (any user's)."""
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
 def _start_time(pid: int) -> str | None:
     fields = stat_fields(pid)
     return fields[19] if fields else None
@@ -74,11 +79,7 @@ def _mark_of(pid: int) -> str | None:
 
 def _marks() -> dict[int, str]:
     """pid -> mark, for every process of this user that carries one."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (mark := _mark_of(int(entry.name))) is not None:
-            found[int(entry.name)] = mark
-    return found
+    return {pid: mark for pid in pids() if (mark := _mark_of(pid)) is not None}
 
 
 def _kill(pids: list[int]) -> list[int]:
@@ -98,8 +99,7 @@ def _kill(pids: list[int]) -> list[int]:
 
 def _where(field: int, values: Collection[int]) -> set[int]:
     """The processes whose /proc/PID/stat field ``field`` (1: parent, 2: process group) is one of ``values``."""
-    return {int(entry.name) for entry in Path("/proc").iterdir()
-            if entry.name.isdigit() and (fields := stat_fields(int(entry.name))) and int(fields[field]) in values}
+    return {pid for pid in pids() if (fields := stat_fields(pid)) and int(fields[field]) in values}
 
 
 def kill_marked(marks: set[str], groups: Collection[int] = frozenset()) -> list[int]:

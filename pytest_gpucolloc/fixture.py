@@ -143,8 +143,7 @@ class CollocateFixture:
         return resolved
 
     def _serving(self, result: ScenarioResult, context: ScenarioContext) -> dict | None:
-        """The serving job's latencies, with the same job alone at the same rate (its p99's reference) and how its
-        rate was chosen."""
+        """The serving job's latencies, the same job's alone at its rate (their reference), how its rate was chosen."""
         worker = next((w for w in result.workers if w.workload.serves), None)
         if worker is None or worker.serving is None:
             return None

@@ -164,8 +164,7 @@ _SHARED: dict[bool, ForkServer] = {}  # exec_workers -> the session's server of 
 
 
 def shared(exec_workers: bool = False) -> ForkServer:
-    """The session's fork server (``exec_workers``: the one for fresh workers), started on first use (again if it
-    died)."""
+    """The session's fork server (``exec_workers``: for fresh workers), started on first use (again if it died)."""
     server = _SHARED.get(exec_workers)
     if server is None or server.process.poll() is not None:
         if server is not None:

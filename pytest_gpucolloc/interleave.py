@@ -101,8 +101,7 @@ _link: Link | None = None
 
 
 def link(tests: list[str]) -> Link | None:
-    """The connection when this session is an arm of ``ab`` (made on first use, saying the session's ``tests`` in
-    order), else None."""
+    """The connection when this session is an arm of ``ab`` (made on first use, with ``tests`` in order), else None."""
     global _link
     path = os.environ.get(SOCKET_ENV)
     if _link is None and path:

@@ -71,8 +71,7 @@ def counted_aggregate(rounds: Sequence[list[Round]], serves: Sequence[bool]) -> 
 
 
 def sequential_aggregate(workers: Sequence[WorkerStats]) -> list[float]:
-    """Aggregate throughput per round when the jobs run one after another, each doing equal work:
-    N samples take sum(1/throughput_i) seconds."""
+    """Aggregate throughput per round of jobs one after another, equal work each: N samples take sum(1/x_i) s."""
     n_rounds = min(len(w.rounds) for w in workers)
     return [len(workers) / sum(1.0 / w.round_throughputs[k] for w in workers) for k in range(n_rounds)]
 
@@ -122,8 +121,7 @@ OUT_OF_REACH_FACTOR = 2
 
 
 def enough_rounds(aggregate_rounds: Sequence[float], precision: float, most: int) -> tuple[str | None, int]:
-    """Why no more rounds are needed (None while they are), and how many rounds in all the precision needs.
-    ``precision`` 0 asks for the most rounds."""
+    """Why no more rounds are needed (None while they are), and how many in all the precision (0: the most) needs."""
     done = len(aggregate_rounds)
     if precision <= 0:
         return ("most rounds reached" if done >= most else None), most

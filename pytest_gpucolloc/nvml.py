@@ -116,8 +116,7 @@ def gpus() -> list[GpuInfo]:
 
 
 def _full_gpu_sm_count(h) -> int | None:
-    """SM count of the whole GPU, read from its full-size MIG profile (answers with MIG off too);
-    None on GPUs without MIG."""
+    """SM count of the whole GPU, from its full-size MIG profile (answers with MIG off too); None without MIG."""
     info = try_call(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, h, pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE)
     return int(info.multiprocessorCount) if info else None
 
@@ -146,8 +145,7 @@ def gpu_processes(uuid: str) -> dict[int, dict]:
 
 
 def steadiness(uuid: str) -> dict:
-    """Read-only facts that decide whether measurements on a GPU are steady (``checkup.py``); None where the
-    GPU does not say."""
+    """Read-only facts that decide whether measurements on a GPU are steady (``checkup.py``); None: not said."""
     h = _handle(uuid)
     sm = pynvml.NVML_CLOCK_SM
     watts = lambda milliwatts: milliwatts / 1000 if milliwatts else None  # noqa: E731

@@ -170,8 +170,7 @@ class WorkerPool:
         return [w.pid for w in self.workers]
 
     def _collect(self, event: type, timeout_s: float, what: str) -> list:
-        """Wait for an ``event`` message from every worker; any worker's error, death or malformed message
-        fails at once."""
+        """An ``event`` message from every worker; any worker's error, death or malformed message fails at once."""
         results: dict[int, object] = {}
         selector = selectors.DefaultSelector()
         for i, worker in enumerate(self.workers):

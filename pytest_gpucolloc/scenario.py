@@ -187,8 +187,7 @@ def combine_repeats(results: list[ScenarioResult]) -> ScenarioResult:
 
 
 def taken_once(result: ScenarioResult, same_as: str, mode: str | None = None) -> ScenarioResult:
-    """``result`` recorded again for another scenario (under ``mode``), saying whose measurement it is and costing
-    no time of its own."""
+    """``result`` recorded again for another scenario (under ``mode``), saying whose it is, costing no time."""
     return dataclasses.replace(result, mode=mode or result.mode, measurement={
         **result.measurement, "fixed_cost_s": 0.0, "wall_s": 0.0, "same_as": same_as})
 

@@ -114,8 +114,7 @@ class CollocSession:
         self._on_stop.enter_context(sigterm_as_interrupt())
 
     def save_when_gated(self) -> None:
-        """A gated run is saved (as ``--benchmark-autosave``): it is the history of the next ones. Called before
-        pytest-benchmark reads its options."""
+        """A gated run is saved (``--benchmark-autosave``): the next ones' history. Before pytest-benchmark reads it."""
         if self.options.colloc_gate and self.xdist_index is None:
             self.autosaved = benchmark_api.autosave(self.config)
 

@@ -99,12 +99,10 @@ class Sampler:
 
     def __init__(self, gpu_uuid: str, window: tuple[float, float], worker_pids: Sequence[int],
                  gpu_instance_ids: Sequence[int] = (), max_sm_clock_mhz: float | None = None):
-        self.uuid = gpu_uuid
-        self.max_sm_clock_mhz = max_sm_clock_mhz
+        self.uuid, self.max_sm_clock_mhz, self.pids = gpu_uuid, max_sm_clock_mhz, list(worker_pids)
         self.instance_ids = list(gpu_instance_ids)  # under MIG: GPM per GPU instance as well
         self.per_instance: dict[int, dict] = {}
         self.start, self.end = window
-        self.pids = list(worker_pids)
         self.instant: list[dict] = []
         self.memory: dict[int, int] = {}
         self.gpm: dict = {}

@@ -45,12 +45,8 @@ def bounding_differences(baseline: dict, current: dict) -> list[str]:
 
 def identity(gpu: nvml.GpuInfo | None, worker_report: dict | None) -> dict[str, Any]:
     """machine_info["gpucolloc"] for a run; ``worker_report`` is a worker's ready message (torch's view)."""
-    info: dict[str, Any] = {
-        "plugin_version": PLUGIN_VERSION,
-        "hostname": socket.gethostname(),
-        "python": platform.python_version(),
-        "device": "cuda" if gpu else "cpu",
-    }
+    info: dict[str, Any] = {"plugin_version": PLUGIN_VERSION, "hostname": socket.gethostname(),
+                            "python": platform.python_version(), "device": "cuda" if gpu else "cpu"}
     if gpu is not None:
         info.update(gpu_name=gpu.name, gpu_uuid=gpu.uuid, gpu_index=gpu.index,
                     gpu_memory_total_bytes=gpu.memory_total_bytes, mig_mode=gpu.mig_mode,

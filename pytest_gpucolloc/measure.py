@@ -47,14 +47,10 @@ class WorkerStats:
 
     def summary(self) -> dict:
         steps = self.step_times
-        return {
-            "throughput": self.throughput,
-            "round_throughputs": self.round_throughputs,
-            "cv": coefficient_of_variation(self.round_throughputs),
-            "step_time_median_s": statistics.median(steps) if steps else None,
-            "step_time_cv": coefficient_of_variation(steps),
-            "measured_s": sum(t for t, _ in self.rounds),
-        }
+        return {"throughput": self.throughput, "round_throughputs": self.round_throughputs,
+                "cv": coefficient_of_variation(self.round_throughputs),
+                "step_time_median_s": statistics.median(steps) if steps else None,
+                "step_time_cv": coefficient_of_variation(steps), "measured_s": sum(t for t, _ in self.rounds)}
 
 
 def concurrent_aggregate(workers: Sequence[WorkerStats]) -> list[float]:

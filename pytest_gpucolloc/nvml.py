@@ -105,8 +105,7 @@ def gpus() -> list[GpuInfo]:
             "max_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetMaxClockInfo, h, clocks),
             "application_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetApplicationsClock, h, clocks),
             "max_memory_clock_mhz": try_call(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_MEM),
-            "sm_count": _full_gpu_sm_count(h),
-        }
+            "sm_count": _full_gpu_sm_count(h)}
         result.append(GpuInfo(index=index, uuid=as_text(pynvml.nvmlDeviceGetUUID(h)),
                               name=as_text(pynvml.nvmlDeviceGetName(h)),
                               memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
@@ -162,10 +161,7 @@ def steadiness(uuid: str) -> dict:
         "application_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetApplicationsClock, h, sm),
         "default_application_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetDefaultApplicationsClock, h, sm),
         "max_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetMaxClockInfo, h, sm),
-        "mig_mode": mig[0] if mig else None,
-        "mig_pending": mig[1] if mig else None,
-        "processes": processes,
-    }
+        "mig_mode": mig[0] if mig else None, "mig_pending": mig[1] if mig else None, "processes": processes}
 
 
 # --- telemetry -------------------------------------------------------------------------------
@@ -173,13 +169,11 @@ def steadiness(uuid: str) -> dict:
 def instant_sample(uuid: str) -> dict:
     """Cheap counters read many times a second: energy (mJ), power (mW), SM clock, clock-event bits."""
     h = _handle(uuid)
-    return {
-        "energy_mj": try_call(pynvml.nvmlDeviceGetTotalEnergyConsumption, h),
-        "power_mw": try_call(pynvml.nvmlDeviceGetPowerUsage, h),
-        "sm_clock_mhz": try_call(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
-        "clock_event_reasons": try_call(pynvml.nvmlDeviceGetCurrentClocksEventReasons, h),
-        "utilization_gpu_pct": getattr(try_call(pynvml.nvmlDeviceGetUtilizationRates, h), "gpu", None),
-    }
+    return {"energy_mj": try_call(pynvml.nvmlDeviceGetTotalEnergyConsumption, h),
+            "power_mw": try_call(pynvml.nvmlDeviceGetPowerUsage, h),
+            "sm_clock_mhz": try_call(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
+            "clock_event_reasons": try_call(pynvml.nvmlDeviceGetCurrentClocksEventReasons, h),
+            "utilization_gpu_pct": getattr(try_call(pynvml.nvmlDeviceGetUtilizationRates, h), "gpu", None)}
 
 
 def gpm_supported(uuid: str) -> bool:

@@ -84,11 +84,9 @@ class _Worker:
         return self.process.pid
 
     def send(self, command: protocol.Command) -> None:
-        try:
+        with contextlib.suppress(BrokenPipeError, ValueError):  # it died; the message loop reports why
             self.stdin.write(protocol.encode_command(command))
             self.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            pass  # it died; the message loop reports why
 
     def read_messages(self) -> list[protocol.Ready | protocol.Result | protocol.Error] | None:
         """Messages that have arrived (call when the fd is readable); None once the worker closed it.

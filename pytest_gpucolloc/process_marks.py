@@ -59,7 +59,7 @@ def mark_descriptor(mark: str) -> int:
 
 def _mark_of(pid: int) -> str | None:
     """The mark ``pid`` carries, by descriptor or environment; None if none (or it is gone, or another user's)."""
-    try:
+    with contextlib.suppress(OSError):
         with os.scandir(f"/proc/{pid}/fd") as descriptors:
             for fd in descriptors:
                 try:
@@ -72,8 +72,6 @@ def _mark_of(pid: int) -> str | None:
         for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
             if item.startswith(needle):
                 return item[len(needle):].decode(errors="replace")
-    except OSError:
-        pass
     return None
 
 
@@ -125,13 +123,11 @@ def kill_started_in(folder: Path) -> list[int]:
     arms: their worktree, their socket), and wait until they are gone; returns their pids."""
     needle = str(folder).encode() + b"/"
     found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and (needle in (entry / "environ").read_bytes()
-                                         or Path(os.readlink(entry / "cwd")).is_relative_to(folder)):
-                found.append(int(entry.name))
-        except OSError:
-            pass  # gone meanwhile, or another user's
+    for pid in pids():
+        with contextlib.suppress(OSError):  # gone meanwhile, or another user's
+            if needle in Path(f"/proc/{pid}/environ").read_bytes() \
+                    or Path(os.readlink(f"/proc/{pid}/cwd")).is_relative_to(folder):
+                found.append(pid)
     return _kill(found)
 
 

@@ -339,10 +339,8 @@ class CollocSession:
         if not (isinstance(saved, dict) and isinstance(saved.get("gpucolloc"), dict)):
             return (yield)  # not a run of this plugin: pytest-benchmark's comparison as it is
         changes = benchmark_api.machine_differences(saved, machine_info)
-        try:
+        with contextlib.suppress(DeviceUnavailable):  # a usage error, said once the session starts
             changes += machine.differences(saved["gpucolloc"], machine.identity(self.device().gpu, None))
-        except DeviceUnavailable:
-            pass  # a usage error, said once the session starts
         compared_benchmark["machine_info"] = machine_info
         try:
             result = yield

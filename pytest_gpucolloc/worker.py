@@ -265,15 +265,13 @@ def _train_until_told(step, channel: Channel, requests=None, restart: bool = Tru
 def describe_error(exc: BaseException) -> protocol.Error:
     details = {}
     if type(exc).__name__ == "OutOfMemoryError":
-        try:
+        with contextlib.suppress(Exception):  # the report must go out even if the device is unusable
             import torch
 
             details["memory_allocated_bytes"] = torch.cuda.memory_allocated()
             details["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
             free, total = torch.cuda.mem_get_info()
             details["device_free_bytes"], details["device_total_bytes"] = free, total
-        except Exception:  # the report must go out even if the device is unusable
-            pass
     return protocol.Error(type(exc).__name__, str(exc)[-2000:], traceback.format_exc()[-4000:], details)
 
 

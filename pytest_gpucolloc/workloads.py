@@ -47,11 +47,7 @@ NAMED_WORKLOADS: dict[str, ModelShape | LanguageModelShape] = {
     "gpt2-small": LanguageModelShape(layers=12, d_model=768, heads=12, vocab=50257, seq_len=1024),
     "gpt-mini": LanguageModelShape(layers=6, d_model=512, heads=8, vocab=50257, seq_len=512),
 }
-ALIASES = {
-    "resnet26": "resnet26-cifar10",
-    "resnet50": "resnet50-imagenet64",
-    "resnet152": "resnet152-imagenet",
-}
+ALIASES = {"resnet26": "resnet26-cifar10", "resnet50": "resnet50-imagenet64", "resnet152": "resnet152-imagenet"}
 PRECISIONS = ("fp32", "bf16")
 # Options of the named workloads. extra_step_every=K runs one extra, uncounted training step after every
 # K counted ones: a genuine, known slowdown of 1/(K+1) (K=20: -4.8%), for testing regression gates.

@@ -34,8 +34,7 @@ diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, att
 
 def _new_server(k: int) -> None:
     """From the second repeat (or A/B block) on, a new fork server: workers forked from one server appear to share a
-    level (a host-bound service's latency), so repeats or an arm's blocks from one server would not sample it
-    (docs/ab.md)."""
+    level (a host-bound service's latency), which repeats from one server would not sample (docs/ab.md)."""
     if k:
         close_shared()
 
@@ -234,9 +233,8 @@ class CollocateFixture:
         return self._adapted(jobs, context)[0].key(), self.session.device().key
 
     def _measured_before(self, jobs: list[Workload], context: ScenarioContext) -> ScenarioResult | None:
-        """A one-job scenario that is, by construction, a measurement already taken in this session under another
-        mode (``SharingMode.same_with_one_job``; e.g. one job under naive is the job alone): that measurement, recorded
-        under this mode and saying so."""
+        """A one-job scenario that is by construction a measurement taken earlier in this session under another mode
+        (``SharingMode.same_with_one_job``): that measurement, recorded under this mode and saying so."""
         same_as = self.mode_class.same_with_one_job
         if len(jobs) != 1 or same_as is None or jobs[0].sm_percent is not None or jobs[0].memory_limit_mb is not None:
             return None

@@ -153,10 +153,8 @@ SMOKE_LANGUAGE_MODEL = LanguageModelShape(layers=2, d_model=64, heads=4, vocab=5
 
 class GraphedStep(TrainingStep):
     """A training step captured once as a CUDA graph and replayed. ``step_fn`` is warmed up on a side stream
-    (cuDNN autotuning, allocator, optimiser state), then captured; ``extra_step_every`` replays once more after
-    every K counted steps (the known slowdown of the named workloads). ``fetch``, when given, runs before every
-    replay, outside the graph: it puts the next batch into the tensors the graph reads (``loader`` is its
-    data loader, for the time spent waiting on it)."""
+    (cuDNN autotuning, allocator, optimiser state), then captured. ``fetch``, when given, runs before every replay,
+    outside the graph: it puts the next batch into the tensors the graph reads (``loader``: its data loader)."""
 
     WARMUP_STEPS = 3
 
@@ -223,8 +221,7 @@ def build_named(workload: Workload, device: torch.device, image_size: int | None
 
 class ServingStep(TrainingStep):
     """One request per ``train_step``: the model's forward pass in inference mode (eval, no gradients) on one batch
-    resident on the device, in bf16 when asked (autocast); ``extra_step_every`` as for training (a known
-    slowdown)."""
+    resident on the device, in bf16 when asked (autocast); ``extra_step_every`` as for training."""
 
     def __init__(self, model: nn.Module, inputs: torch.Tensor, device: torch.device, precision: str,
                  graph_safe: bool = False, extra_step_every: int | None = None):

@@ -93,9 +93,8 @@ class CollocSession:
 
     # --- set-up and tear-down (called from plugin.py) ------------------------------------------------
     def invite(self, before_running: bool = True) -> None:
-        """The plugin acts only where invited: by one of its options, or by a test that uses its fixtures or markers
-        (an xdist controller: by its workers' scenarios, after they ran). Then usage errors, clean-up after killed
-        runs, and safe saving."""
+        """The plugin acts only where invited (docs/architecture.md: a guest in every session); then usage errors,
+        clean-up after killed runs, and safe saving."""
         if self.invited:
             return
         self.invited = True

@@ -77,9 +77,8 @@ def device_report(torch, device) -> dict:
 
 
 def training_device(torch, kind: str, threads: int | None):
-    """The device a worker trains on, set up as for every worker (CPU threads), with its CUDA context created; and
-    the matching synchronise function. cuDNN's settings are the job's: the named workloads set autotuning
-    themselves (``cudnn_autotune``), a user's step keeps what its own code sets (PyTorch's default: heuristics)."""
+    """The device a worker trains on (CPU threads set, CUDA context created) and its synchronise function. cuDNN's
+    settings are the job's: the named workloads set autotuning (``cudnn_autotune``), a user's step its own."""
     device = torch.device("cuda", 0) if kind == "cuda" else torch.device(kind)
     if threads:
         torch.set_num_threads(threads)
@@ -91,9 +90,8 @@ def training_device(torch, kind: str, threads: int | None):
 
 
 def warm_up(spec: protocol.Spec):
-    """Build the job and warm it up (autotuning, allocator growth, clocks ramping up). Returns the training
-    step, the synchronise function, the device and the Ready message, which says where start-up time went
-    (an MPS client's context, cuDNN autotuning, ...)."""
+    """Build the job and warm it up (autotuning, allocator growth, clocks ramping up): the step, its synchronise
+    function, the device and the Ready message (where start-up time went: an MPS client's context, cuDNN, ...)."""
     phases: dict[str, float] = {}
     mark = time.monotonic()
 
@@ -167,9 +165,8 @@ def warm_until_steady(step, sync, spec: protocol.Spec) -> int:
 
 def measure_rounds(step, sync, command: protocol.Measure, samples_per_step: int, data_wait=lambda: None
                    ) -> tuple[list[tuple[float, int]], list[float] | None]:
-    """Train through the rounds of ``command``; at each shared boundary synchronise once and count. Also
-    returns, per round, the time spent waiting for the data loader (``data_wait()`` is its running total;
-    None for a job without a loader)."""
+    """Train through the rounds of ``command``; at each shared boundary synchronise once and count. Also, per round,
+    the time spent waiting for the data loader (``data_wait()``: its running total; None: no loader)."""
     while time.monotonic() < command.start:
         step.train_step()
     sync()

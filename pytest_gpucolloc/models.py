@@ -226,9 +226,8 @@ class ServingStep(TrainingStep):
     def __init__(self, model: nn.Module, inputs: torch.Tensor, device: torch.device, precision: str,
                  graph_safe: bool = False, extra_step_every: int | None = None):
         self.model, self.inputs, self.device = model.to(device).eval(), inputs, device
-        self.bf16, self.graph_safe = precision == "bf16", graph_safe
+        self.bf16, self.graph_safe, self.extra_step_every = precision == "bf16", graph_safe, extra_step_every
         self.samples_per_step = inputs.shape[0]
-        self.extra_step_every = extra_step_every
 
     def _step(self) -> None:
         with torch.inference_mode(), self.autocast():

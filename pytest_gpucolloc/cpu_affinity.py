@@ -69,9 +69,8 @@ class Assignment:
 
 def assign_cpus(n_workers: int, policy: CpuPolicy, available: list[int] | None = None,
                 wants: list[int] | None = None) -> Assignment:
-    """Cores per worker. ``auto`` splits the cores (less one for the controller, when there is room) in
-    proportion to what each job ``wants`` (``Workload.cores_wanted``: its training process and its data-loader
-    workers; 1 each by default), never two workers on one core, and says when the jobs want more than there is."""
+    """Cores per worker. ``auto`` splits the cores (less one for the controller when there is room) in proportion to
+    each job's ``wants`` (``Workload.cores_wanted``), never two workers on a core, saying when they want more."""
     available = sorted(available if available is not None else os.sched_getaffinity(0))
     wants = wants or [1] * n_workers
     if policy.kind == "none":

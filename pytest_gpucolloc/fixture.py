@@ -209,25 +209,20 @@ class CollocateFixture:
             pytest.fail(f"{self.mode}: {exc}", pytrace=False)
 
     def _run(self, jobs: list[Workload], context: ScenarioContext, mode_name: str | None = None) -> ScenarioResult:
-        """The scenario, its workers started ``context.repeats`` times afresh."""
+        """The scenario, its workers started ``context.repeats`` times afresh (an A/B arm's: once per block)."""
         mode = MODES[mode_name or self.mode]()
-        log_dir = self.log_dir / mode.name
         link = interleave.link([item.nodeid for item in self.node.session.items])
-        if link is None or mode_name is not None:  # an arm of an A/B pairs its scenarios, not their references
-            repeats = []
-            for k in range(context.repeats):
-                _new_server(k)
-                repeats.append(run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{k}",
-                                            context.sampler_factory))
-            return combine_repeats(repeats)
-        blocks: list[ScenarioResult] = []
+        if mode_name is not None:  # an arm of an A/B pairs its scenarios, not their references
+            link = None
         test = self.node.nodeid
-        while not blocks or link.more.get(test):  # fresh processes for each block, as long as the A/B wants more
-            _new_server(len(blocks))
-            pairing = Pairing(link, test, len(blocks))
-            blocks.append(run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{len(blocks)}",
-                                       None, pairing))
-        return combine_repeats(blocks)
+        runs: list[ScenarioResult] = []
+        # fresh processes for each repeat, or for each block as long as the A/B wants more
+        while (len(runs) < context.repeats) if link is None else (not runs or link.more.get(test)):
+            _new_server(len(runs))
+            runs.append(run_scenario(jobs, mode, context.target, context.settings, self.log_dir / mode.name /
+                                     f"r{len(runs)}", None if link else context.sampler_factory,
+                                     Pairing(link, test, len(runs)) if link else None))
+        return combine_repeats(runs)
 
     def _one_job_key(self, jobs: list[Workload], context: ScenarioContext) -> tuple:
         return self._adapted(jobs, context)[0].key(), self.session.device().key

@@ -184,8 +184,7 @@ def close_shared() -> None:
 
 def _take_environment(env: dict, cwd: str) -> None:
     """What a fresh ``python -m`` started by the controller now would have: its environment (set before anything
-    reads it: CUDA reads its variables when it initialises), its working directory, and an import path that
-    begins with that directory and PYTHONPATH."""
+    reads it: CUDA does when it initialises), its working directory, an import path led by it and PYTHONPATH."""
     old_paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     os.environ.clear()
     os.environ.update(env)

@@ -80,11 +80,8 @@ def torch_view(cuda: bool) -> dict:
 
 def differences(saved: dict, current: dict) -> list[str]:
     """What changed, e.g. ``driver 570.86 -> 580.159``; a key only one side recorded is not a change."""
-    changes = []
-    for key, words in DESCRIBED:
-        if key in saved and key in current and saved[key] != current[key]:
-            changes.append(f"{words} {_show(saved[key])} -> {_show(current[key])}")
-    return changes
+    return [f"{words} {_show(saved[key])} -> {_show(current[key])}" for key, words in DESCRIBED
+            if key in saved and key in current and saved[key] != current[key]]
 
 
 def _show(value: Any) -> str:

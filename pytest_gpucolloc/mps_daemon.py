@@ -137,18 +137,12 @@ class MpsDaemon:
         return [int(x) for x in self.control("get_server_list").split() if x.isdigit()]
 
     def clients(self) -> list[int]:
-        pids: list[int] = []
-        for server in self.servers():
-            pids += [int(x) for x in self.control(f"get_client_list {server}").split() if x.isdigit()]
-        return pids
+        return [int(x) for server in self.servers()
+                for x in self.control(f"get_client_list {server}").split() if x.isdigit()]
 
     def log_tail(self, lines: int = 20) -> str:
-        parts = []
-        for name in ("control.log", "server.log"):
-            path = self.log_dir / name
-            if path.exists():
-                parts.append(f"--- MPS {name} ({path}) ---\n" + tail(path, lines))
-        return "\n".join(parts)
+        return "\n".join(f"--- MPS {name} ({path}) ---\n" + tail(path, lines) for name in ("control.log", "server.log")
+                         if (path := self.log_dir / name).exists())
 
     def stop(self, timeout: float = 10.0) -> None:
         """Quit the daemon (forcing after ``timeout``), kill what is left of it, remove its directories."""

@@ -41,12 +41,10 @@ def _worktrees_in(path: Path) -> list[str]:
     """The git directories that register the worktrees in ``path`` (a killed ``ab``'s arms: ``<path>/<arm>``)."""
     gitdirs = []
     for dot_git in path.glob("*/.git"):
-        try:
+        with contextlib.suppress(OSError):  # a folder: no worktree
             gitdir = Path(dot_git.read_text().removeprefix("gitdir:").strip())  # <repo>/.git/worktrees/<name>
-        except OSError:
-            continue  # a folder: no worktree
-        if gitdir.parent.name == "worktrees":
-            gitdirs.append(str(gitdir.parent.parent))
+            if gitdir.parent.name == "worktrees":
+                gitdirs.append(str(gitdir.parent.parent))
     return gitdirs
 
 

@@ -228,9 +228,7 @@ class CollocSession:
         return self._settings
 
     def mode_options(self) -> ModeOptions:
-        return ModeOptions(mps_oversubscribe=self.options.mps_oversubscribe, mig_layout=self.options.mig_layout,
-                           mig_reconfigure=self.options.mig_reconfigure,
-                           mig_checkpoint_dir=self.options.mig_checkpoint_dir)
+        return ModeOptions(**{f.name: getattr(self.options, f.name) for f in dataclasses.fields(ModeOptions)})
 
     def context(self, node) -> ScenarioContext:
         """A scenario's context; its target has a new scratch directory that the caller releases."""

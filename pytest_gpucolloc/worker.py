@@ -241,9 +241,8 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
 
 def _train_until_told(step, channel: Channel, requests=None, restart: bool = True
                       ) -> protocol.Command:
-    """Train (or serve requests at the job's rate: from now, or, ``restart=False``, on the schedule it keeps) until a
-    command arrives. A service waiting for its next request waits for a command at the same time, so that a slow rate
-    never makes a command late."""
+    """Train (or serve at the job's rate: from now, or on the schedule it keeps with ``restart=False``) until a command
+    arrives; a service waits for its next request and a command at once, so a slow rate never delays a command."""
     if requests is not None and restart:
         requests.restart(time.monotonic())
     while True:

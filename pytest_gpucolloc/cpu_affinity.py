@@ -26,10 +26,8 @@ class CpuPolicy:
 def parse_cpu_policy(text: str) -> CpuPolicy:
     """``auto`` | ``none`` | ``"0-3;4-7;8,9"`` (one core list per worker, ``;``-separated)."""
     text = (text or "").strip()
-    if text in ("", "auto"):
-        return CpuPolicy("auto")
-    if text == "none":
-        return CpuPolicy("none")
+    if text in ("", "auto", "none"):
+        return CpuPolicy(text or "auto")
     sets = []
     for group in text.split(";"):
         cores: set[int] = set()

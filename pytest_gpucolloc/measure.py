@@ -60,8 +60,7 @@ def concurrent_aggregate(workers: Sequence[WorkerStats]) -> list[float]:
 
 
 def counted_aggregate(rounds: Sequence[list[Round]], serves: Sequence[bool]) -> list[float]:
-    """Aggregate throughput per round of the workers a scenario counts (``scenario.counted``): its training jobs, a
-    serving job beside them being judged by its latency; a serving job alone counts its answered samples."""
+    """Aggregate throughput per round of the workers a scenario counts (``scenario.counted``)."""
     training = [r for r, serving in zip(rounds, serves) if not serving] or list(rounds)
     return concurrent_aggregate([WorkerStats(list(r), 1) for r in training])
 

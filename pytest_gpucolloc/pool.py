@@ -114,8 +114,7 @@ class _Worker:
         return WorkerFailed(self.label, summary, tail(self.log_path), error)
 
     def stop(self, grace_s: float) -> None:
-        """After a Stop command (``WorkerPool.close`` sends every worker one first): grace, then SIGTERM, then
-        SIGKILL to its process group."""
+        """After a Stop command (``WorkerPool.close``): grace, then SIGTERM, then SIGKILL to its process group."""
         for sig, wait_s in ((None, grace_s), (signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
             if sig is not None:
                 try:

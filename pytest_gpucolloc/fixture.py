@@ -149,8 +149,7 @@ class CollocateFixture:
         facts = worker.serving
         alone = self.session.baselines.alone.get((worker.workload.key(), self.session.device().key))
         alone_facts = alone.workers[0].serving if alone is not None else None
-        facts["workload"] = worker.workload.label
-        facts["rate_asked"] = self.session.rates_asked.get(worker.workload.key())
+        facts.update(workload=worker.workload.label, rate_asked=self.session.rates_asked.get(worker.workload.key()))
         for key in ("p50_ms", "p99_ms", "round_p50_ms", "round_p99_ms", "saturated"):  # its own yardstick, gated too
             facts[f"alone_{key}"] = alone_facts.get(key) if alone_facts else None
         if facts["p99_ms"] and facts["alone_p99_ms"]:

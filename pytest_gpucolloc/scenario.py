@@ -345,12 +345,9 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
                 raise ScenarioFailed(f"{type(exc).__name__}: {exc}", diagnostics) from exc
             raise
 
-    if prov.one_at_a_time:
-        workers = [by_key[w.key()] for w in workloads]
-        aggregate = measure.sequential_aggregate([r.stats for r in counted(workers)])
-    else:
-        workers = records
-        aggregate = measure.concurrent_aggregate([r.stats for r in counted(workers)])
+    workers = [by_key[w.key()] for w in workloads] if prov.one_at_a_time else records
+    aggregate_of = measure.sequential_aggregate if prov.one_at_a_time else measure.concurrent_aggregate
+    aggregate = aggregate_of([r.stats for r in counted(workers)])
     gpu = {"index": target.gpu.index, "uuid": target.gpu.uuid, "name": target.gpu.name,
            **machine.bounding(target.gpu)} if target.gpu else None
     measurement = {"fixed_cost_s": sum(p["fixed_cost_s"] for p in measured), "rounds": len(aggregate),

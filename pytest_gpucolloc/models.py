@@ -58,8 +58,7 @@ class SupervisedStep(TrainingStep):
                  graph_safe: bool = False, loader=None):
         self.device, self.graph_safe, self.extra_step_every = device, graph_safe, extra_step_every
         self.loader = loader  # image_data.LoaderFeed, or None: one synthetic batch stays on the device
-        self.samples_per_step = batch_size
-        self.bf16 = precision == "bf16"
+        self.samples_per_step, self.bf16 = batch_size, precision == "bf16"
         memory_format = torch.channels_last if device.type == "cuda" else torch.contiguous_format
         self.model = model.to(device).to(memory_format=memory_format).train()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
@@ -126,8 +125,7 @@ class LanguageModelStep(TrainingStep):
     def __init__(self, shape: LanguageModelShape, batch_size: int, seq_len: int, device: torch.device,
                  precision: str, extra_step_every: int | None = None, graph_safe: bool = False):
         self.device, self.graph_safe, self.extra_step_every = device, graph_safe, extra_step_every
-        self.samples_per_step = batch_size
-        self.bf16 = precision == "bf16"
+        self.samples_per_step, self.bf16 = batch_size, precision == "bf16"
         self.model = LanguageModel(shape, seq_len).to(device).train()
         # capturable: AdamW's step counter stays on the device, so the step can be captured as a CUDA graph
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4,

@@ -82,11 +82,8 @@ class MpsDaemon:
     """A private MPS control daemon bound to one GPU. Use as a context manager or call stop()."""
 
     def __init__(self, root: Path, gpu_uuid: str | None):
-        self.root = Path(root)
-        self.pipe_dir = self.root / "pipe"
-        self.log_dir = self.root / "log"
-        self.gpu_uuid = gpu_uuid
-        self.running = False
+        self.root, self.gpu_uuid, self.running = Path(root), gpu_uuid, False
+        self.pipe_dir, self.log_dir = self.root / "pipe", self.root / "log"
         check_pipe_directory(self.pipe_dir)
 
     def _env(self) -> dict[str, str]:

@@ -138,12 +138,11 @@ class WorkerPool:
 
     def __init__(self, slots: list[WorkerSlot], *, device: str, warmup_s: float, warmup_steps: int,
                  log_dir: Path, forkserver: ForkServer, image_size: int | None = None, label_offset: int = 0):
-        self.slots = slots
+        self.slots, self.label_offset = slots, label_offset
         self.forkserver = forkserver  # forkserver.shared(): forks each worker, or execs it fresh
         self.spec: dict[str, Any] = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps,
                                          image_size=image_size)  # what every worker's Spec shares
         self.log_dir = Path(log_dir)
-        self.label_offset = label_offset
         self.workers: list[_Worker] = []
 
     def __enter__(self) -> WorkerPool:

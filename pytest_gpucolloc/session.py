@@ -64,8 +64,7 @@ class Baselines:
 
 class CollocSession:
     def __init__(self, config, options: Config):
-        self.config = config
-        self.options = options
+        self.config, self.options = config, options
         self.xdist_index = distributed.xdist_index(config)  # this xdist worker owns the index-th selected GPU
         self.results: list[tuple[str, ScenarioResult, gate.Verdict | None]] = []  # (test, result, gate verdict)
         self.skipped: list[tuple[str, str]] = []  # (scenario, why it was skipped): said in the summary

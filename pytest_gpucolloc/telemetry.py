@@ -57,8 +57,7 @@ def summarise(instant: Sequence[dict], window_s: float, max_sm_clock_mhz: float 
     energy = energy_joules(instant[0].get("energy_mj"), instant[-1].get("energy_mj")) if instant else None
     span = instant[-1]["t"] - instant[0]["t"] if len(instant) > 1 else 0.0
     if energy is not None and span > 0:
-        result["energy_j"] = energy
-        result["avg_power_w"] = energy / span
+        result.update(energy_j=energy, avg_power_w=energy / span)
     else:
         powers = [s["power_mw"] / 1000 for s in instant if s.get("power_mw") is not None]
         if powers:

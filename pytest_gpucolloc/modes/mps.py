@@ -21,8 +21,7 @@ from .base import ModeConfigError, Provision, SharingMode, Target, WorkerCheckFa
 class _DaemonProvision(Provision):
     def __init__(self, phases, mode_facts, daemon: mps.MpsDaemon, gpu_sm_count: int | None):
         super().__init__(phases, mode_facts)
-        self.daemon = daemon
-        self.gpu_sm_count = gpu_sm_count
+        self.daemon, self.gpu_sm_count = daemon, gpu_sm_count
 
     def check_workers(self, slots: list[WorkerSlot], ready: list[protocol.Ready]) -> None:
         # A client that cannot reach the daemon silently runs without MPS: prove each one is ours.

@@ -265,9 +265,8 @@ ARM_GRACE_S = 5.0  # an interrupted arm's time to stop its workers itself; then 
 
 
 def _stop_arms(processes: dict[str, subprocess.Popen]) -> None:
-    """Ctrl-C, SIGTERM or an error here: each arm still running is interrupted, and SIGKILLed with its process group
-    after ARM_GRACE_S (its fork server then ends its workers); what killed arms left in scratch directories is
-    removed."""
+    """Each arm still running is interrupted, then SIGKILLed with its process group after ARM_GRACE_S (its fork
+    server then ends its workers); what killed arms left in scratch directories is removed."""
     running = [process for process in processes.values() if process.poll() is None]
     for process in running:
         process.send_signal(signal.SIGINT)

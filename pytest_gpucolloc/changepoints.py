@@ -26,8 +26,7 @@ def robust_p(before: list[float], after: list[float]) -> float:
     from scipy import special  # Student t; importing scipy.stats costs most of a second
 
     def sides(values: list[float]):
-        """Count, mean, variance, whether all are equal and their value if so: the whole side, then the side
-        without each run."""
+        """Count, mean, variance, all equal and their value if so: of the whole side, then without each run."""
         x = np.asarray(values, dtype=float)
         n, centre = len(x), float(np.mean(x))
         d = x - centre

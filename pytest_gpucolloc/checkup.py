@@ -5,6 +5,8 @@ Severities: ``unsteady`` (numbers vary, or are not comparable with earlier runs,
 1), ``note`` (worth knowing, does not disturb a measurement by itself), ``ok`` (looked at, nothing found)."""
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -26,13 +28,10 @@ class Finding:
 
 
 def cpu_governors(cpu_root: Path = Path("/sys/devices/system/cpu")) -> list[Finding]:
-    governors: dict[str, int] = {}
+    governors: collections.Counter[str] = collections.Counter()
     for path in sorted(cpu_root.glob("cpu[0-9]*/cpufreq/scaling_governor")):
-        try:
-            name = path.read_text().strip()
-        except OSError:
-            continue
-        governors[name] = governors.get(name, 0) + 1
+        with contextlib.suppress(OSError):
+            governors[path.read_text().strip()] += 1
     if not governors:
         return [Finding(NOTE, "CPU governor", "not exposed here (no cpufreq: a VM or a container); the host decides")]
     total = sum(governors.values())
@@ -57,12 +56,9 @@ def cpu_load(load: float | None = None, cores: int | None = None) -> list[Findin
 def mps_daemons(proc_root: Path = Path("/proc")) -> list[Finding]:
     found = []
     for comm in proc_root.glob("[0-9]*/comm"):
-        try:
-            name = comm.read_text().strip()
-        except OSError:
-            continue  # it ended meanwhile
-        if name in MPS_PROGRAMS:
-            found.append(f"{name} (pid {comm.parent.name})")
+        with contextlib.suppress(OSError):  # it ended meanwhile
+            if (name := comm.read_text().strip()) in MPS_PROGRAMS:
+                found.append(f"{name} (pid {comm.parent.name})")
     if not found:
         return [Finding(OK, "MPS daemons", "none running")]
     return [Finding(UNSTEADY, "MPS daemons", f"running: {', '.join(sorted(found))}; processes that see its pipe "

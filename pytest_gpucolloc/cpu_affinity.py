@@ -26,10 +26,8 @@ class CpuPolicy:
 def parse_cpu_policy(text: str) -> CpuPolicy:
     """``auto`` | ``none`` | ``"0-3;4-7;8,9"`` (one core list per worker, ``;``-separated)."""
     text = (text or "").strip()
-    if text in ("", "auto"):
-        return CpuPolicy("auto")
-    if text == "none":
-        return CpuPolicy("none")
+    if text in ("", "auto", "none"):
+        return CpuPolicy(text or "auto")
     sets = []
     for group in text.split(";"):
         cores: set[int] = set()
@@ -69,9 +67,8 @@ class Assignment:
 
 def assign_cpus(n_workers: int, policy: CpuPolicy, available: list[int] | None = None,
                 wants: list[int] | None = None) -> Assignment:
-    """Cores per worker. ``auto`` splits the cores (less one for the controller, when there is room) in
-    proportion to what each job ``wants`` (``Workload.cores_wanted``: its training process and its data-loader
-    workers; 1 each by default), never two workers on one core, and says when the jobs want more than there is."""
+    """Cores per worker. ``auto`` splits the cores (less one for the controller when there is room) in proportion to
+    each job's ``wants`` (``Workload.cores_wanted``), never two workers on a core, saying when they want more."""
     available = sorted(available if available is not None else os.sched_getaffinity(0))
     wants = wants or [1] * n_workers
     if policy.kind == "none":

@@ -34,8 +34,7 @@ diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, att
 
 def _new_server(k: int) -> None:
     """From the second repeat (or A/B block) on, a new fork server: workers forked from one server appear to share a
-    level (a host-bound service's latency), so repeats or an arm's blocks from one server would not sample it
-    (docs/ab.md)."""
+    level (a host-bound service's latency), which repeats from one server would not sample (docs/ab.md)."""
     if k:
         close_shared()
 
@@ -143,16 +142,14 @@ class CollocateFixture:
         return resolved
 
     def _serving(self, result: ScenarioResult, context: ScenarioContext) -> dict | None:
-        """The serving job's latencies, with the same job alone at the same rate (its p99's reference) and how its
-        rate was chosen."""
+        """The serving job's latencies, the same job's alone at its rate (their reference), how its rate was chosen."""
         worker = next((w for w in result.workers if w.workload.serves), None)
         if worker is None or worker.serving is None:
             return None
         facts = worker.serving
         alone = self.session.baselines.alone.get((worker.workload.key(), self.session.device().key))
         alone_facts = alone.workers[0].serving if alone is not None else None
-        facts["workload"] = worker.workload.label
-        facts["rate_asked"] = self.session.rates_asked.get(worker.workload.key())
+        facts.update(workload=worker.workload.label, rate_asked=self.session.rates_asked.get(worker.workload.key()))
         for key in ("p50_ms", "p99_ms", "round_p50_ms", "round_p99_ms", "saturated"):  # its own yardstick, gated too
             facts[f"alone_{key}"] = alone_facts.get(key) if alone_facts else None
         if facts["p99_ms"] and facts["alone_p99_ms"]:
@@ -211,33 +208,27 @@ class CollocateFixture:
             pytest.fail(f"{self.mode}: {exc}", pytrace=False)
 
     def _run(self, jobs: list[Workload], context: ScenarioContext, mode_name: str | None = None) -> ScenarioResult:
-        """The scenario, its workers started ``context.repeats`` times afresh."""
+        """The scenario, its workers started ``context.repeats`` times afresh (an A/B arm's: once per block)."""
         mode = MODES[mode_name or self.mode]()
-        log_dir = self.log_dir / mode.name
         link = interleave.link([item.nodeid for item in self.node.session.items])
-        if link is None or mode_name is not None:  # an arm of an A/B pairs its scenarios, not their references
-            repeats = []
-            for k in range(context.repeats):
-                _new_server(k)
-                repeats.append(run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{k}",
-                                            context.sampler_factory))
-            return combine_repeats(repeats)
-        blocks: list[ScenarioResult] = []
+        if mode_name is not None:  # an arm of an A/B pairs its scenarios, not their references
+            link = None
         test = self.node.nodeid
-        while not blocks or link.more.get(test):  # fresh processes for each block, as long as the A/B wants more
-            _new_server(len(blocks))
-            pairing = Pairing(link, test, len(blocks))
-            blocks.append(run_scenario(jobs, mode, context.target, context.settings, log_dir / f"r{len(blocks)}",
-                                       None, pairing))
-        return combine_repeats(blocks)
+        runs: list[ScenarioResult] = []
+        # fresh processes for each repeat, or for each block as long as the A/B wants more
+        while (len(runs) < context.repeats) if link is None else (not runs or link.more.get(test)):
+            _new_server(len(runs))
+            runs.append(run_scenario(jobs, mode, context.target, context.settings, self.log_dir / mode.name /
+                                     f"r{len(runs)}", None if link else context.sampler_factory,
+                                     Pairing(link, test, len(runs)) if link else None))
+        return combine_repeats(runs)
 
     def _one_job_key(self, jobs: list[Workload], context: ScenarioContext) -> tuple:
         return self._adapted(jobs, context)[0].key(), self.session.device().key
 
     def _measured_before(self, jobs: list[Workload], context: ScenarioContext) -> ScenarioResult | None:
-        """A one-job scenario that is, by construction, a measurement already taken in this session under another
-        mode (``SharingMode.same_with_one_job``; e.g. one job under naive is the job alone): that measurement, recorded
-        under this mode and saying so."""
+        """A one-job scenario that is by construction a measurement taken earlier in this session under another mode
+        (``SharingMode.same_with_one_job``): that measurement, recorded under this mode and saying so."""
         same_as = self.mode_class.same_with_one_job
         if len(jobs) != 1 or same_as is None or jobs[0].sm_percent is not None or jobs[0].memory_limit_mb is not None:
             return None

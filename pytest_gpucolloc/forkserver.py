@@ -164,8 +164,7 @@ _SHARED: dict[bool, ForkServer] = {}  # exec_workers -> the session's server of 
 
 
 def shared(exec_workers: bool = False) -> ForkServer:
-    """The session's fork server (``exec_workers``: the one for fresh workers), started on first use (again if it
-    died)."""
+    """The session's fork server (``exec_workers``: for fresh workers), started on first use (again if it died)."""
     server = _SHARED.get(exec_workers)
     if server is None or server.process.poll() is not None:
         if server is not None:
@@ -185,8 +184,7 @@ def close_shared() -> None:
 
 def _take_environment(env: dict, cwd: str) -> None:
     """What a fresh ``python -m`` started by the controller now would have: its environment (set before anything
-    reads it: CUDA reads its variables when it initialises), its working directory, and an import path that
-    begins with that directory and PYTHONPATH."""
+    reads it: CUDA does when it initialises), its working directory, an import path led by it and PYTHONPATH."""
     old_paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     os.environ.clear()
     os.environ.update(env)

@@ -26,9 +26,8 @@ from .verdict import Policy, RunSample, Terms, Verdict, terms_of, variance_of
 
 
 def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy(), references=()) -> Verdict:
-    """``references``: pairs of (another scenario's run on the current GPU, that scenario's history), from which
-    this GPU's level is estimated when it has too little history of its own (``machine_levels``). A latency sample is
-    judged on its 1/latency, and its verdict said in ms and as changes of the latency."""
+    """``references``: pairs of (another scenario's run on this GPU, its history) that place this GPU's level when
+    it has too little history (``machine_levels``). A latency is judged on its 1/latency and said in ms."""
     terms = terms_of(current)
     result = Verdict(verdict="unchanged", threshold=policy.threshold, current=current.throughput, metric=terms.metric)
     served = [r for r in comparable(current, history)[0] if r.gpu_uuid == current.gpu_uuid] \

@@ -56,8 +56,7 @@ class JpegImages(Dataset):
 
 class LoaderFeed:
     """Batches from a DataLoader, copied into the step's own input tensors (pinned memory, non-blocking copies).
-    ``wait_s`` adds up the time the training process waited for a batch: while it waits it issues no work, so
-    this is the time the data loader held the GPU back (zero while batches are ready ahead of the step)."""
+    ``wait_s``: the time the training process waited for a batch, issuing no work (the loader held the GPU back)."""
 
     def __init__(self, crop: int, num_classes: int, batch_size: int, workers: int, device: torch.device):
         loader = DataLoader(JpegImages(crop, num_classes), batch_size=batch_size, num_workers=workers,

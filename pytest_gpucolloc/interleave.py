@@ -66,9 +66,8 @@ class Link:
         return paired
 
     def serve(self, test: str, pool: WorkerPool, timeout_s: float) -> tuple[list[protocol.Result], str] | None:
-        """With the workers warm: idle them, then measure a window whenever the controller says, until it is done.
-        Returns every window as a round of each worker, and how the measurement ended; None when the other arm
-        failed before any window (this arm then measures on its own)."""
+        """Idle the warm workers, then measure a window whenever the controller says, until it is done: every window
+        as a round of each worker, and how it ended; None when the other arm failed first (this one measures alone)."""
         pool.idle()
         self._send({"event": "ready"})
         merged: list[protocol.Result] = []
@@ -101,8 +100,7 @@ _link: Link | None = None
 
 
 def link(tests: list[str]) -> Link | None:
-    """The connection when this session is an arm of ``ab`` (made on first use, saying the session's ``tests`` in
-    order), else None."""
+    """The connection when this session is an arm of ``ab`` (made on first use, with ``tests`` in order), else None."""
     global _link
     path = os.environ.get(SOCKET_ENV)
     if _link is None and path:

@@ -20,23 +20,12 @@ except importlib.metadata.PackageNotFoundError:  # imported from a source tree t
 
 # (key in machine_info["gpucolloc"], words used when it changes)
 DESCRIBED = [
-    ("gpu_name", "GPU"),
-    ("gpu_uuid", "physical GPU"),
-    ("gpu_count", "GPU count"),
-    ("driver_version", "driver"),
-    ("cuda_driver_version", "CUDA driver"),
-    ("cuda_runtime", "CUDA runtime (torch)"),
-    ("cudnn", "cuDNN"),
-    ("torch", "torch"),
-    ("torchvision", "torchvision"),
-    ("mig_mode", "MIG mode"),
-    ("persistence_mode", "persistence mode"),
-    ("ecc_mode", "ECC"),
-    ("power_limit_w", "power limit (W)"),
-    ("max_sm_clock_mhz", "max SM clock (MHz)"),
-    ("application_sm_clock_mhz", "application SM clock (MHz)"),
-    ("plugin_version", "pytest-gpucolloc"),
-    ("device", "device"),
+    ("gpu_name", "GPU"), ("gpu_uuid", "physical GPU"), ("gpu_count", "GPU count"), ("driver_version", "driver"),
+    ("cuda_driver_version", "CUDA driver"), ("cuda_runtime", "CUDA runtime (torch)"), ("cudnn", "cuDNN"),
+    ("torch", "torch"), ("torchvision", "torchvision"), ("mig_mode", "MIG mode"),
+    ("persistence_mode", "persistence mode"), ("ecc_mode", "ECC"), ("power_limit_w", "power limit (W)"),
+    ("max_sm_clock_mhz", "max SM clock (MHz)"), ("application_sm_clock_mhz", "application SM clock (MHz)"),
+    ("plugin_version", "pytest-gpucolloc"), ("device", "device"),
 ]
 
 
@@ -56,19 +45,14 @@ def bounding_differences(baseline: dict, current: dict) -> list[str]:
 
 def identity(gpu: nvml.GpuInfo | None, worker_report: dict | None) -> dict[str, Any]:
     """machine_info["gpucolloc"] for a run; ``worker_report`` is a worker's ready message (torch's view)."""
-    info: dict[str, Any] = {
-        "plugin_version": PLUGIN_VERSION,
-        "hostname": socket.gethostname(),
-        "python": platform.python_version(),
-        "device": "cuda" if gpu else "cpu",
-    }
+    info: dict[str, Any] = {"plugin_version": PLUGIN_VERSION, "hostname": socket.gethostname(),
+                            "python": platform.python_version(), "device": "cuda" if gpu else "cpu"}
     if gpu is not None:
         info.update(gpu_name=gpu.name, gpu_uuid=gpu.uuid, gpu_index=gpu.index,
                     gpu_memory_total_bytes=gpu.memory_total_bytes, mig_mode=gpu.mig_mode,
                     compute_capability=list(gpu.compute_capability) if gpu.compute_capability else None,
-                    **{k: v for k, v in gpu.extra.items()})
-        info["gpu_count"] = nvml.device_count()
-        info.update(nvml.driver())
+                    **gpu.extra)
+        info.update(gpu_count=nvml.device_count(), **nvml.driver())
     for package in ("torch", "torchvision"):  # without importing them: the pytest process stays light
         try:
             info[package] = importlib.metadata.version(package)
@@ -77,9 +61,7 @@ def identity(gpu: nvml.GpuInfo | None, worker_report: dict | None) -> dict[str, 
     # torch's own view: from a worker once a scenario has run, else asked of a short-lived python, so that a
     # run's identity has the same keys at the start (--benchmark-compare) as when it is saved
     view = worker_report or torch_view(gpu is not None)
-    info["cuda_runtime"] = view.get("cuda_runtime")
-    info["cudnn"] = view.get("cudnn")
-    return info
+    return info | {"cuda_runtime": view.get("cuda_runtime"), "cudnn": view.get("cudnn")}
 
 
 @functools.cache
@@ -98,11 +80,8 @@ def torch_view(cuda: bool) -> dict:
 
 def differences(saved: dict, current: dict) -> list[str]:
     """What changed, e.g. ``driver 570.86 -> 580.159``; a key only one side recorded is not a change."""
-    changes = []
-    for key, words in DESCRIBED:
-        if key in saved and key in current and saved[key] != current[key]:
-            changes.append(f"{words} {_show(saved[key])} -> {_show(current[key])}")
-    return changes
+    return [f"{words} {_show(saved[key])} -> {_show(current[key])}" for key, words in DESCRIBED
+            if key in saved and key in current and saved[key] != current[key]]
 
 
 def _show(value: Any) -> str:

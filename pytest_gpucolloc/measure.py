@@ -47,14 +47,10 @@ class WorkerStats:
 
     def summary(self) -> dict:
         steps = self.step_times
-        return {
-            "throughput": self.throughput,
-            "round_throughputs": self.round_throughputs,
-            "cv": coefficient_of_variation(self.round_throughputs),
-            "step_time_median_s": statistics.median(steps) if steps else None,
-            "step_time_cv": coefficient_of_variation(steps),
-            "measured_s": sum(t for t, _ in self.rounds),
-        }
+        return {"throughput": self.throughput, "round_throughputs": self.round_throughputs,
+                "cv": coefficient_of_variation(self.round_throughputs),
+                "step_time_median_s": statistics.median(steps) if steps else None,
+                "step_time_cv": coefficient_of_variation(steps), "measured_s": sum(t for t, _ in self.rounds)}
 
 
 def concurrent_aggregate(workers: Sequence[WorkerStats]) -> list[float]:
@@ -64,15 +60,13 @@ def concurrent_aggregate(workers: Sequence[WorkerStats]) -> list[float]:
 
 
 def counted_aggregate(rounds: Sequence[list[Round]], serves: Sequence[bool]) -> list[float]:
-    """Aggregate throughput per round of the workers a scenario counts (``scenario.counted``): its training jobs, a
-    serving job beside them being judged by its latency; a serving job alone counts its answered samples."""
+    """Aggregate throughput per round of the workers a scenario counts (``scenario.counted``)."""
     training = [r for r, serving in zip(rounds, serves) if not serving] or list(rounds)
     return concurrent_aggregate([WorkerStats(list(r), 1) for r in training])
 
 
 def sequential_aggregate(workers: Sequence[WorkerStats]) -> list[float]:
-    """Aggregate throughput per round when the jobs run one after another, each doing equal work:
-    N samples take sum(1/throughput_i) seconds."""
+    """Aggregate throughput per round of jobs one after another, equal work each: N samples take sum(1/x_i) s."""
     n_rounds = min(len(w.rounds) for w in workers)
     return [len(workers) / sum(1.0 / w.round_throughputs[k] for w in workers) for k in range(n_rounds)]
 
@@ -122,8 +116,7 @@ OUT_OF_REACH_FACTOR = 2
 
 
 def enough_rounds(aggregate_rounds: Sequence[float], precision: float, most: int) -> tuple[str | None, int]:
-    """Why no more rounds are needed (None while they are), and how many rounds in all the precision needs.
-    ``precision`` 0 asks for the most rounds."""
+    """Why no more rounds are needed (None while they are), and how many in all the precision (0: the most) needs."""
     done = len(aggregate_rounds)
     if precision <= 0:
         return ("most rounds reached" if done >= most else None), most

@@ -1,17 +1,10 @@
 """Worker-side construction of training steps (imports torch; never imported by the pytest process).
 
-Every workload, built-in or user-supplied, follows one protocol (as TorchBench's model wrappers do):
-
-    factory(*, batch_size: int, device: torch.device, precision: str, **options) -> obj
-    obj.train_step() -> None       # one optimiser step on `device`
-    obj.samples_per_step: int      # optional; defaults to batch_size
-
-A serving job (``Workload(..., rate=...)``) answers requests instead:
-
-    obj.serve_step() -> None       # one request: a forward pass on `batch_size` samples, no gradients
-
-The worker drives both kinds through ``train_step``; ``cuda_graph=True`` captures either once as a CUDA graph after
-warm-up (``GraphedStep``).
+Every workload, built-in or user-supplied, follows one protocol (README.md; as TorchBench's model wrappers do): a
+factory ``(*, batch_size, device, precision, **options)`` returns an object whose ``train_step()`` is one optimiser
+step on ``device`` (a serving job's ``serve_step()``: one request, no gradients), with an optional
+``samples_per_step`` (default ``batch_size``). The worker drives both kinds through ``train_step``;
+``cuda_graph=True`` captures either once as a CUDA graph after warm-up (``GraphedStep``).
 """
 from __future__ import annotations
 
@@ -65,8 +58,7 @@ class SupervisedStep(TrainingStep):
                  graph_safe: bool = False, loader=None):
         self.device, self.graph_safe, self.extra_step_every = device, graph_safe, extra_step_every
         self.loader = loader  # image_data.LoaderFeed, or None: one synthetic batch stays on the device
-        self.samples_per_step = batch_size
-        self.bf16 = precision == "bf16"
+        self.samples_per_step, self.bf16 = batch_size, precision == "bf16"
         memory_format = torch.channels_last if device.type == "cuda" else torch.contiguous_format
         self.model = model.to(device).to(memory_format=memory_format).train()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
@@ -133,8 +125,7 @@ class LanguageModelStep(TrainingStep):
     def __init__(self, shape: LanguageModelShape, batch_size: int, seq_len: int, device: torch.device,
                  precision: str, extra_step_every: int | None = None, graph_safe: bool = False):
         self.device, self.graph_safe, self.extra_step_every = device, graph_safe, extra_step_every
-        self.samples_per_step = batch_size
-        self.bf16 = precision == "bf16"
+        self.samples_per_step, self.bf16 = batch_size, precision == "bf16"
         self.model = LanguageModel(shape, seq_len).to(device).train()
         # capturable: AdamW's step counter stays on the device, so the step can be captured as a CUDA graph
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4,
@@ -158,23 +149,18 @@ class LanguageModelStep(TrainingStep):
 SMOKE_LANGUAGE_MODEL = LanguageModelShape(layers=2, d_model=64, heads=4, vocab=512, seq_len=SMOKE_SEQ_LEN)
 
 
-class GraphedStep:
+class GraphedStep(TrainingStep):
     """A training step captured once as a CUDA graph and replayed. ``step_fn`` is warmed up on a side stream
-    (cuDNN autotuning, allocator, optimiser state), then captured; ``extra_step_every`` replays once more after
-    every K counted steps (the known slowdown of the named workloads). ``fetch``, when given, runs before every
-    replay, outside the graph: it puts the next batch into the tensors the graph reads (``loader`` is its
-    data loader, for the time spent waiting on it)."""
+    (cuDNN autotuning, allocator, optimiser state), then captured. ``fetch``, when given, runs before every replay,
+    outside the graph: it puts the next batch into the tensors the graph reads (``loader``: its data loader)."""
 
     WARMUP_STEPS = 3
 
     def __init__(self, step_fn, samples_per_step: int, extra_step_every: int | None = None, fetch=None,
                  loader=None):
-        self.step_fn = step_fn
-        self.samples_per_step = samples_per_step
-        self.extra_step_every = extra_step_every
+        self.step_fn, self.samples_per_step, self.extra_step_every = step_fn, samples_per_step, extra_step_every
         self.fetch = fetch or (lambda: None)
         self.loader = loader
-        self.steps = 0
         self.graph: torch.cuda.CUDAGraph | None = None  # capture() makes it
 
     def capture(self) -> None:
@@ -196,16 +182,11 @@ class GraphedStep:
                 "CPU-side work") from error
         self.graph = graph
 
-    def train_step(self) -> None:
-        graph = self.graph
-        if graph is None:
+    def _step(self) -> None:
+        if self.graph is None:
             raise RuntimeError("GraphedStep.capture() must come before train_step()")
         self.fetch()
-        graph.replay()
-        self.steps += 1
-        if self.extra_step_every and self.steps % self.extra_step_every == 0:
-            self.fetch()
-            graph.replay()  # uncounted extra work (a known slowdown)
+        self.graph.replay()
 
 
 def build_named(workload: Workload, device: torch.device, image_size: int | None = None):
@@ -238,15 +219,13 @@ def build_named(workload: Workload, device: torch.device, image_size: int | None
 
 class ServingStep(TrainingStep):
     """One request per ``train_step``: the model's forward pass in inference mode (eval, no gradients) on one batch
-    resident on the device, in bf16 when asked (autocast); ``extra_step_every`` as for training (a known
-    slowdown)."""
+    resident on the device, in bf16 when asked (autocast); ``extra_step_every`` as for training."""
 
     def __init__(self, model: nn.Module, inputs: torch.Tensor, device: torch.device, precision: str,
                  graph_safe: bool = False, extra_step_every: int | None = None):
         self.model, self.inputs, self.device = model.to(device).eval(), inputs, device
-        self.bf16, self.graph_safe = precision == "bf16", graph_safe
+        self.bf16, self.graph_safe, self.extra_step_every = precision == "bf16", graph_safe, extra_step_every
         self.samples_per_step = inputs.shape[0]
-        self.extra_step_every = extra_step_every
 
     def _step(self) -> None:
         with torch.inference_mode(), self.autocast():

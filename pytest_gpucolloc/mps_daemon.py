@@ -62,15 +62,13 @@ def mps_processes() -> dict[int, dict]:
     """Every MPS control daemon and server on this machine: pid -> {name, pipe_dir (None if unreadable)}.
     A server inherits no pipe directory in its environment: it belongs to the control daemon that started it."""
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        name = _proc_name(int(entry.name))
+    for pid in process_marks.pids():
+        name = _proc_name(pid)
         if name.startswith("nvidia-cuda-mps"):
-            env = _proc_env(int(entry.name))
+            env = _proc_env(pid)
             pipe = None if env is None else env.get("CUDA_MPS_PIPE_DIRECTORY")
-            fields = process_marks.stat_fields(int(entry.name))
-            found[int(entry.name)] = {"name": name, "pipe_dir": pipe, "parent": int(fields[1]) if fields else None}
+            fields = process_marks.stat_fields(pid)
+            found[pid] = {"name": name, "pipe_dir": pipe, "parent": int(fields[1]) if fields else None}
     for info in found.values():
         if info["pipe_dir"] is None and info["parent"] in found:
             info["pipe_dir"] = found[info["parent"]]["pipe_dir"]
@@ -84,11 +82,8 @@ class MpsDaemon:
     """A private MPS control daemon bound to one GPU. Use as a context manager or call stop()."""
 
     def __init__(self, root: Path, gpu_uuid: str | None):
-        self.root = Path(root)
-        self.pipe_dir = self.root / "pipe"
-        self.log_dir = self.root / "log"
-        self.gpu_uuid = gpu_uuid
-        self.running = False
+        self.root, self.gpu_uuid, self.running = Path(root), gpu_uuid, False
+        self.pipe_dir, self.log_dir = self.root / "pipe", self.root / "log"
         check_pipe_directory(self.pipe_dir)
 
     def _env(self) -> dict[str, str]:
@@ -139,18 +134,12 @@ class MpsDaemon:
         return [int(x) for x in self.control("get_server_list").split() if x.isdigit()]
 
     def clients(self) -> list[int]:
-        pids: list[int] = []
-        for server in self.servers():
-            pids += [int(x) for x in self.control(f"get_client_list {server}").split() if x.isdigit()]
-        return pids
+        return [int(x) for server in self.servers()
+                for x in self.control(f"get_client_list {server}").split() if x.isdigit()]
 
     def log_tail(self, lines: int = 20) -> str:
-        parts = []
-        for name in ("control.log", "server.log"):
-            path = self.log_dir / name
-            if path.exists():
-                parts.append(f"--- MPS {name} ({path}) ---\n" + tail(path, lines))
-        return "\n".join(parts)
+        return "\n".join(f"--- MPS {name} ({path}) ---\n" + tail(path, lines) for name in ("control.log", "server.log")
+                         if (path := self.log_dir / name).exists())
 
     def stop(self, timeout: float = 10.0) -> None:
         """Quit the daemon (forcing after ``timeout``), kill what is left of it, remove its directories."""

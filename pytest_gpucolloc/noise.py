@@ -92,10 +92,9 @@ def noise_levels(baseline: list[RunSample], spread: float, policy: Policy, too_n
     sets = statistics.fmean(len(r.process_sets) for r in baseline)  # sets of processes per run
     round_var = statistics.fmean(r.log_sd ** 2 for r in baseline)
     per_run = [_variance([statistics.fmean(math.log(x) for x in s) for s in r.process_sets]) for r in baseline]
-    process_var = None
     measured_runs = [v for v in per_run if v is not None]
-    if len(measured_runs) == len(per_run):
-        process_var = max(statistics.fmean(measured_runs) - round_var / n, 0.0)
+    process_var = (max(statistics.fmean(measured_runs) - round_var / n, 0.0)
+                   if len(measured_runs) == len(per_run) else None)
     run_var = max(spread ** 2 - (process_var or 0.0) / sets - round_var / (sets * n), 0.0)
     parts = {"rounds": round_var / (sets * n), "processes": None if process_var is None else process_var / sets,
              "runs": run_var}

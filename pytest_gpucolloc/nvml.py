@@ -15,20 +15,11 @@ try:
 except ImportError:  # nvidia-ml-py is a dependency, but a broken install must still give a reason
     pynvml = None
 
-GPM_METRICS = {  # NVML_GPM_METRIC_* ids
-    "sm_activity_pct": 2,
-    "sm_occupancy_pct": 3,
-    "tensor_activity_pct": 5,
-    "dram_bw_util_pct": 10,
-}
+GPM_METRICS = {"sm_activity_pct": 2, "sm_occupancy_pct": 3, "tensor_activity_pct": 5, "dram_bw_util_pct": 10}  # ids
 GPU_IDLE = 0x1  # clock-event reason: the GPU lowered its clock for lack of work
-THROTTLE_REASONS = {  # clock-event reason bits recorded with a run (telemetry.py decides what they mean)
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "hw_power_brake",
-}
+# clock-event reason bits recorded with a run (telemetry.py decides what they mean)
+THROTTLE_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                    0x80: "hw_power_brake"}
 
 
 class NvmlUnavailable(RuntimeError):
@@ -114,23 +105,17 @@ def gpus() -> list[GpuInfo]:
             "max_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetMaxClockInfo, h, clocks),
             "application_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetApplicationsClock, h, clocks),
             "max_memory_clock_mhz": try_call(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_MEM),
-            "sm_count": _full_gpu_sm_count(h),
-        }
-        result.append(GpuInfo(
-            index=index,
-            uuid=as_text(pynvml.nvmlDeviceGetUUID(h)),
-            name=as_text(pynvml.nvmlDeviceGetName(h)),
-            memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
-            mig_mode=mig[0] if mig else None,
-            compute_capability=try_call(pynvml.nvmlDeviceGetCudaComputeCapability, h),
-            extra=extra,
-        ))
+            "sm_count": _full_gpu_sm_count(h)}
+        result.append(GpuInfo(index=index, uuid=as_text(pynvml.nvmlDeviceGetUUID(h)),
+                              name=as_text(pynvml.nvmlDeviceGetName(h)),
+                              memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+                              mig_mode=mig[0] if mig else None,
+                              compute_capability=try_call(pynvml.nvmlDeviceGetCudaComputeCapability, h), extra=extra))
     return result
 
 
 def _full_gpu_sm_count(h) -> int | None:
-    """SM count of the whole GPU, read from its full-size MIG profile (answers with MIG off too);
-    None on GPUs without MIG."""
+    """SM count of the whole GPU, from its full-size MIG profile (answers with MIG off too); None without MIG."""
     info = try_call(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, h, pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE)
     return int(info.multiprocessorCount) if info else None
 
@@ -159,8 +144,7 @@ def gpu_processes(uuid: str) -> dict[int, dict]:
 
 
 def steadiness(uuid: str) -> dict:
-    """Read-only facts that decide whether measurements on a GPU are steady (``checkup.py``); None where the
-    GPU does not say."""
+    """Read-only facts that decide whether measurements on a GPU are steady (``checkup.py``); None: not said."""
     h = _handle(uuid)
     sm = pynvml.NVML_CLOCK_SM
     watts = lambda milliwatts: milliwatts / 1000 if milliwatts else None  # noqa: E731
@@ -177,10 +161,7 @@ def steadiness(uuid: str) -> dict:
         "application_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetApplicationsClock, h, sm),
         "default_application_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetDefaultApplicationsClock, h, sm),
         "max_sm_clock_mhz": try_call(pynvml.nvmlDeviceGetMaxClockInfo, h, sm),
-        "mig_mode": mig[0] if mig else None,
-        "mig_pending": mig[1] if mig else None,
-        "processes": processes,
-    }
+        "mig_mode": mig[0] if mig else None, "mig_pending": mig[1] if mig else None, "processes": processes}
 
 
 # --- telemetry -------------------------------------------------------------------------------
@@ -188,13 +169,11 @@ def steadiness(uuid: str) -> dict:
 def instant_sample(uuid: str) -> dict:
     """Cheap counters read many times a second: energy (mJ), power (mW), SM clock, clock-event bits."""
     h = _handle(uuid)
-    return {
-        "energy_mj": try_call(pynvml.nvmlDeviceGetTotalEnergyConsumption, h),
-        "power_mw": try_call(pynvml.nvmlDeviceGetPowerUsage, h),
-        "sm_clock_mhz": try_call(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
-        "clock_event_reasons": try_call(pynvml.nvmlDeviceGetCurrentClocksEventReasons, h),
-        "utilization_gpu_pct": getattr(try_call(pynvml.nvmlDeviceGetUtilizationRates, h), "gpu", None),
-    }
+    return {"energy_mj": try_call(pynvml.nvmlDeviceGetTotalEnergyConsumption, h),
+            "power_mw": try_call(pynvml.nvmlDeviceGetPowerUsage, h),
+            "sm_clock_mhz": try_call(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
+            "clock_event_reasons": try_call(pynvml.nvmlDeviceGetCurrentClocksEventReasons, h),
+            "utilization_gpu_pct": getattr(try_call(pynvml.nvmlDeviceGetUtilizationRates, h), "gpu", None)}
 
 
 def gpm_supported(uuid: str) -> bool:

@@ -2,7 +2,6 @@
 
 The gate can say all six; a paired A/B says one of the first four (both arms are measured on this machine, now).
 """
-from typing import Literal, get_args
+from typing import Literal
 
 Outcome = Literal["regressed", "improved", "unchanged", "inconclusive", "no baseline", "not comparable"]
-OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)

@@ -84,11 +84,9 @@ class _Worker:
         return self.process.pid
 
     def send(self, command: protocol.Command) -> None:
-        try:
+        with contextlib.suppress(BrokenPipeError, ValueError):  # it died; the message loop reports why
             self.stdin.write(protocol.encode_command(command))
             self.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            pass  # it died; the message loop reports why
 
     def read_messages(self) -> list[protocol.Ready | protocol.Result | protocol.Error] | None:
         """Messages that have arrived (call when the fd is readable); None once the worker closed it.
@@ -116,8 +114,7 @@ class _Worker:
         return WorkerFailed(self.label, summary, tail(self.log_path), error)
 
     def stop(self, grace_s: float) -> None:
-        """After a Stop command (``WorkerPool.close`` sends every worker one first): grace, then SIGTERM, then
-        SIGKILL to its process group."""
+        """After a Stop command (``WorkerPool.close``): grace, then SIGTERM, then SIGKILL to its process group."""
         for sig, wait_s in ((None, grace_s), (signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
             if sig is not None:
                 try:
@@ -141,12 +138,11 @@ class WorkerPool:
 
     def __init__(self, slots: list[WorkerSlot], *, device: str, warmup_s: float, warmup_steps: int,
                  log_dir: Path, forkserver: ForkServer, image_size: int | None = None, label_offset: int = 0):
-        self.slots = slots
+        self.slots, self.label_offset = slots, label_offset
         self.forkserver = forkserver  # forkserver.shared(): forks each worker, or execs it fresh
         self.spec: dict[str, Any] = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps,
                                          image_size=image_size)  # what every worker's Spec shares
         self.log_dir = Path(log_dir)
-        self.label_offset = label_offset
         self.workers: list[_Worker] = []
 
     def __enter__(self) -> WorkerPool:
@@ -170,8 +166,7 @@ class WorkerPool:
         return [w.pid for w in self.workers]
 
     def _collect(self, event: type, timeout_s: float, what: str) -> list:
-        """Wait for an ``event`` message from every worker; any worker's error, death or malformed message
-        fails at once."""
+        """An ``event`` message from every worker; any worker's error, death or malformed message fails at once."""
         results: dict[int, object] = {}
         selector = selectors.DefaultSelector()
         for i, worker in enumerate(self.workers):
@@ -185,8 +180,7 @@ class WorkerPool:
                     raise ScenarioTimeout(
                         f"timed out after {timeout_s:.0f}s waiting for {what} of {', '.join(waiting)}"
                         + "".join(f"\n--- last lines of {w.label} ---\n{tail(w.log_path, 10)}"
-                                  for i, w in enumerate(self.workers) if i not in results)
-                    )
+                                  for i, w in enumerate(self.workers) if i not in results))
                 phases.tick(len(results))  # a terminal's progress line, about once a second
                 ready = selector.select(timeout=min(remaining, 1.0))
                 for key, _ in ready:

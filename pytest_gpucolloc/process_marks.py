@@ -30,6 +30,11 @@ def stat_fields(pid: int) -> list[str] | None:
         return None
 
 
+def pids() -> list[int]:
+    """Every process's pid (any user's)."""
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
 def _start_time(pid: int) -> str | None:
     fields = stat_fields(pid)
     return fields[19] if fields else None
@@ -54,7 +59,7 @@ def mark_descriptor(mark: str) -> int:
 
 def _mark_of(pid: int) -> str | None:
     """The mark ``pid`` carries, by descriptor or environment; None if none (or it is gone, or another user's)."""
-    try:
+    with contextlib.suppress(OSError):
         with os.scandir(f"/proc/{pid}/fd") as descriptors:
             for fd in descriptors:
                 try:
@@ -67,18 +72,12 @@ def _mark_of(pid: int) -> str | None:
         for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
             if item.startswith(needle):
                 return item[len(needle):].decode(errors="replace")
-    except OSError:
-        pass
     return None
 
 
 def _marks() -> dict[int, str]:
     """pid -> mark, for every process of this user that carries one."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (mark := _mark_of(int(entry.name))) is not None:
-            found[int(entry.name)] = mark
-    return found
+    return {pid: mark for pid in pids() if (mark := _mark_of(pid)) is not None}
 
 
 def _kill(pids: list[int]) -> list[int]:
@@ -98,8 +97,7 @@ def _kill(pids: list[int]) -> list[int]:
 
 def _where(field: int, values: Collection[int]) -> set[int]:
     """The processes whose /proc/PID/stat field ``field`` (1: parent, 2: process group) is one of ``values``."""
-    return {int(entry.name) for entry in Path("/proc").iterdir()
-            if entry.name.isdigit() and (fields := stat_fields(int(entry.name))) and int(fields[field]) in values}
+    return {pid for pid in pids() if (fields := stat_fields(pid)) and int(fields[field]) in values}
 
 
 def kill_marked(marks: set[str], groups: Collection[int] = frozenset()) -> list[int]:
@@ -125,13 +123,11 @@ def kill_started_in(folder: Path) -> list[int]:
     arms: their worktree, their socket), and wait until they are gone; returns their pids."""
     needle = str(folder).encode() + b"/"
     found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and (needle in (entry / "environ").read_bytes()
-                                         or Path(os.readlink(entry / "cwd")).is_relative_to(folder)):
-                found.append(int(entry.name))
-        except OSError:
-            pass  # gone meanwhile, or another user's
+    for pid in pids():
+        with contextlib.suppress(OSError):  # gone meanwhile, or another user's
+            if needle in Path(f"/proc/{pid}/environ").read_bytes() \
+                    or Path(os.readlink(f"/proc/{pid}/cwd")).is_relative_to(folder):
+                found.append(pid)
     return _kill(found)
 
 

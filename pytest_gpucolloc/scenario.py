@@ -187,8 +187,7 @@ def combine_repeats(results: list[ScenarioResult]) -> ScenarioResult:
 
 
 def taken_once(result: ScenarioResult, same_as: str, mode: str | None = None) -> ScenarioResult:
-    """``result`` recorded again for another scenario (under ``mode``), saying whose measurement it is and costing
-    no time of its own."""
+    """``result`` recorded again for another scenario (under ``mode``), saying whose it is, costing no time."""
     return dataclasses.replace(result, mode=mode or result.mode, measurement={
         **result.measurement, "fixed_cost_s": 0.0, "wall_s": 0.0, "same_as": same_as})
 
@@ -290,10 +289,8 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
 
 def measure_until_precise(pool: WorkerPool, start: float, settings: Settings, serves: list[bool] | None = None
                           ) -> tuple[list[protocol.Result], str]:
-    """The fewest rounds first; then more, as many as the spread so far says are needed, until the mean
-    aggregate throughput is known within ``settings.precision`` or ``settings.max_rounds`` is reached, or the
-    precision is out of reach within the most rounds. The workers train on between batches, so every round is
-    taken under the same load."""
+    """The fewest rounds, then as many more as the spread so far needs (``measure.enough_rounds``). The workers
+    train on between batches, so every round is taken under the same load."""
     longest = max(settings.max_rounds, settings.rounds)
     batch = settings.rounds if settings.precision > 0 else longest
     merged: list[protocol.Result] = []
@@ -348,12 +345,9 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
                 raise ScenarioFailed(f"{type(exc).__name__}: {exc}", diagnostics) from exc
             raise
 
-    if prov.one_at_a_time:
-        workers = [by_key[w.key()] for w in workloads]
-        aggregate = measure.sequential_aggregate([r.stats for r in counted(workers)])
-    else:
-        workers = records
-        aggregate = measure.concurrent_aggregate([r.stats for r in counted(workers)])
+    workers = [by_key[w.key()] for w in workloads] if prov.one_at_a_time else records
+    aggregate_of = measure.sequential_aggregate if prov.one_at_a_time else measure.concurrent_aggregate
+    aggregate = aggregate_of([r.stats for r in counted(workers)])
     gpu = {"index": target.gpu.index, "uuid": target.gpu.uuid, "name": target.gpu.name,
            **machine.bounding(target.gpu)} if target.gpu else None
     measurement = {"fixed_cost_s": sum(p["fixed_cost_s"] for p in measured), "rounds": len(aggregate),

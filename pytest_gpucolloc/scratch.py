@@ -41,19 +41,16 @@ def _worktrees_in(path: Path) -> list[str]:
     """The git directories that register the worktrees in ``path`` (a killed ``ab``'s arms: ``<path>/<arm>``)."""
     gitdirs = []
     for dot_git in path.glob("*/.git"):
-        try:
+        with contextlib.suppress(OSError):  # a folder: no worktree
             gitdir = Path(dot_git.read_text().removeprefix("gitdir:").strip())  # <repo>/.git/worktrees/<name>
-        except OSError:
-            continue  # a folder: no worktree
-        if gitdir.parent.name == "worktrees":
-            gitdirs.append(str(gitdir.parent.parent))
+            if gitdir.parent.name == "worktrees":
+                gitdirs.append(str(gitdir.parent.parent))
     return gitdirs
 
 
 def clean_stale_scratch() -> list[str]:
-    """Remove what killed runs of this user left: scratch directories whose owner process is gone, after stopping
-    any MPS daemon still serving from them and any process still working in them (a killed ``ab``'s arms), and
-    unregistering the git worktrees they held. Returns what was removed."""
+    """Remove the scratch directories of this user's killed runs (their owner is gone), stopping any MPS daemon or
+    process still working in them (a killed ``ab``'s arms) and unregistering their git worktrees; what was removed."""
     removed, killed = [], False
     for path in scratch_base().glob(f"{SCRATCH_PREFIX}*"):
         try:

@@ -64,8 +64,7 @@ class Baselines:
 
 class CollocSession:
     def __init__(self, config, options: Config):
-        self.config = config
-        self.options = options
+        self.config, self.options = config, options
         self.xdist_index = distributed.xdist_index(config)  # this xdist worker owns the index-th selected GPU
         self.results: list[tuple[str, ScenarioResult, gate.Verdict | None]] = []  # (test, result, gate verdict)
         self.skipped: list[tuple[str, str]] = []  # (scenario, why it was skipped): said in the summary
@@ -93,9 +92,8 @@ class CollocSession:
 
     # --- set-up and tear-down (called from plugin.py) ------------------------------------------------
     def invite(self, before_running: bool = True) -> None:
-        """The plugin acts only where invited: by one of its options, or by a test that uses its fixtures or markers
-        (an xdist controller: by its workers' scenarios, after they ran). Then usage errors, clean-up after killed
-        runs, and safe saving."""
+        """The plugin acts only where invited (docs/architecture.md: a guest in every session); then usage errors,
+        clean-up after killed runs, and safe saving."""
         if self.invited:
             return
         self.invited = True
@@ -114,8 +112,7 @@ class CollocSession:
         self._on_stop.enter_context(sigterm_as_interrupt())
 
     def save_when_gated(self) -> None:
-        """A gated run is saved (as ``--benchmark-autosave``): it is the history of the next ones. Called before
-        pytest-benchmark reads its options."""
+        """A gated run is saved (``--benchmark-autosave``): the next ones' history. Before pytest-benchmark reads it."""
         if self.options.colloc_gate and self.xdist_index is None:
             self.autosaved = benchmark_api.autosave(self.config)
 
@@ -230,9 +227,7 @@ class CollocSession:
         return self._settings
 
     def mode_options(self) -> ModeOptions:
-        return ModeOptions(mps_oversubscribe=self.options.mps_oversubscribe, mig_layout=self.options.mig_layout,
-                           mig_reconfigure=self.options.mig_reconfigure,
-                           mig_checkpoint_dir=self.options.mig_checkpoint_dir)
+        return ModeOptions(**{f.name: getattr(self.options, f.name) for f in dataclasses.fields(ModeOptions)})
 
     def context(self, node) -> ScenarioContext:
         """A scenario's context; its target has a new scratch directory that the caller releases."""
@@ -340,10 +335,8 @@ class CollocSession:
         if not (isinstance(saved, dict) and isinstance(saved.get("gpucolloc"), dict)):
             return (yield)  # not a run of this plugin: pytest-benchmark's comparison as it is
         changes = benchmark_api.machine_differences(saved, machine_info)
-        try:
+        with contextlib.suppress(DeviceUnavailable):  # a usage error, said once the session starts
             changes += machine.differences(saved["gpucolloc"], machine.identity(self.device().gpu, None))
-        except DeviceUnavailable:
-            pass  # a usage error, said once the session starts
         compared_benchmark["machine_info"] = machine_info
         try:
             result = yield

@@ -57,8 +57,7 @@ def summarise(instant: Sequence[dict], window_s: float, max_sm_clock_mhz: float 
     energy = energy_joules(instant[0].get("energy_mj"), instant[-1].get("energy_mj")) if instant else None
     span = instant[-1]["t"] - instant[0]["t"] if len(instant) > 1 else 0.0
     if energy is not None and span > 0:
-        result["energy_j"] = energy
-        result["avg_power_w"] = energy / span
+        result.update(energy_j=energy, avg_power_w=energy / span)
     else:
         powers = [s["power_mw"] / 1000 for s in instant if s.get("power_mw") is not None]
         if powers:
@@ -99,12 +98,10 @@ class Sampler:
 
     def __init__(self, gpu_uuid: str, window: tuple[float, float], worker_pids: Sequence[int],
                  gpu_instance_ids: Sequence[int] = (), max_sm_clock_mhz: float | None = None):
-        self.uuid = gpu_uuid
-        self.max_sm_clock_mhz = max_sm_clock_mhz
+        self.uuid, self.max_sm_clock_mhz, self.pids = gpu_uuid, max_sm_clock_mhz, list(worker_pids)
         self.instance_ids = list(gpu_instance_ids)  # under MIG: GPM per GPU instance as well
         self.per_instance: dict[int, dict] = {}
         self.start, self.end = window
-        self.pids = list(worker_pids)
         self.instant: list[dict] = []
         self.memory: dict[int, int] = {}
         self.gpm: dict = {}

@@ -62,12 +62,8 @@ def stack_versions(torch, cuda: bool) -> dict:
 
 
 def device_report(torch, device) -> dict:
-    report = {
-        "torch": torch.__version__,
-        **stack_versions(torch, device.type == "cuda"),
-        "device_type": device.type,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-    }
+    report = {"torch": torch.__version__, **stack_versions(torch, device.type == "cuda"), "device_type": device.type,
+              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
     vision = sys.modules.get("torchvision")  # imported by the job, or its version as installed: importing it
     try:  # only to say its version cost each worker a second of CPU (it imports torch._dynamo and sympy)
         report["torchvision"] = vision.__version__ if vision else importlib.metadata.version("torchvision")
@@ -75,19 +71,14 @@ def device_report(torch, device) -> dict:
         report["torchvision"] = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        report.update(
-            device_name=props.name,
-            sm_count=props.multi_processor_count,
-            total_memory=props.total_memory,
-            device_uuid=str(getattr(props, "uuid", "")) or None,
-        )
+        report.update(device_name=props.name, sm_count=props.multi_processor_count, total_memory=props.total_memory,
+                      device_uuid=str(getattr(props, "uuid", "")) or None)
     return report
 
 
 def training_device(torch, kind: str, threads: int | None):
-    """The device a worker trains on, set up as for every worker (CPU threads), with its CUDA context created; and
-    the matching synchronise function. cuDNN's settings are the job's: the named workloads set autotuning
-    themselves (``cudnn_autotune``), a user's step keeps what its own code sets (PyTorch's default: heuristics)."""
+    """The device a worker trains on (CPU threads set, CUDA context created) and its synchronise function. cuDNN's
+    settings are the job's: the named workloads set autotuning (``cudnn_autotune``), a user's step its own."""
     device = torch.device("cuda", 0) if kind == "cuda" else torch.device(kind)
     if threads:
         torch.set_num_threads(threads)
@@ -99,9 +90,8 @@ def training_device(torch, kind: str, threads: int | None):
 
 
 def warm_up(spec: protocol.Spec):
-    """Build the job and warm it up (autotuning, allocator growth, clocks ramping up). Returns the training
-    step, the synchronise function, the device and the Ready message, which says where start-up time went
-    (an MPS client's context, cuDNN autotuning, ...)."""
+    """Build the job and warm it up (autotuning, allocator growth, clocks ramping up): the step, its synchronise
+    function, the device and the Ready message (where start-up time went: an MPS client's context, cuDNN, ...)."""
     phases: dict[str, float] = {}
     mark = time.monotonic()
 
@@ -175,9 +165,8 @@ def warm_until_steady(step, sync, spec: protocol.Spec) -> int:
 
 def measure_rounds(step, sync, command: protocol.Measure, samples_per_step: int, data_wait=lambda: None
                    ) -> tuple[list[tuple[float, int]], list[float] | None]:
-    """Train through the rounds of ``command``; at each shared boundary synchronise once and count. Also
-    returns, per round, the time spent waiting for the data loader (``data_wait()`` is its running total;
-    None for a job without a loader)."""
+    """Train through the rounds of ``command``; at each shared boundary synchronise once and count. Also, per round,
+    the time spent waiting for the data loader (``data_wait()``: its running total; None: no loader)."""
     while time.monotonic() < command.start:
         step.train_step()
     sync()
@@ -252,9 +241,8 @@ def run(spec: protocol.Spec, channel: Channel) -> int:
 
 def _train_until_told(step, channel: Channel, requests=None, restart: bool = True
                       ) -> protocol.Command:
-    """Train (or serve requests at the job's rate: from now, or, ``restart=False``, on the schedule it keeps) until a
-    command arrives. A service waiting for its next request waits for a command at the same time, so that a slow rate
-    never makes a command late."""
+    """Train (or serve at the job's rate: from now, or on the schedule it keeps with ``restart=False``) until a command
+    arrives; a service waits for its next request and a command at once, so a slow rate never delays a command."""
     if requests is not None and restart:
         requests.restart(time.monotonic())
     while True:
@@ -273,15 +261,13 @@ def _train_until_told(step, channel: Channel, requests=None, restart: bool = Tru
 def describe_error(exc: BaseException) -> protocol.Error:
     details = {}
     if type(exc).__name__ == "OutOfMemoryError":
-        try:
+        with contextlib.suppress(Exception):  # the report must go out even if the device is unusable
             import torch
 
             details["memory_allocated_bytes"] = torch.cuda.memory_allocated()
             details["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
             free, total = torch.cuda.mem_get_info()
             details["device_free_bytes"], details["device_total_bytes"] = free, total
-        except Exception:  # the report must go out even if the device is unusable
-            pass
     return protocol.Error(type(exc).__name__, str(exc)[-2000:], traceback.format_exc()[-4000:], details)
 
 

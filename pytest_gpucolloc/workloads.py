@@ -47,11 +47,7 @@ NAMED_WORKLOADS: dict[str, ModelShape | LanguageModelShape] = {
     "gpt2-small": LanguageModelShape(layers=12, d_model=768, heads=12, vocab=50257, seq_len=1024),
     "gpt-mini": LanguageModelShape(layers=6, d_model=512, heads=8, vocab=50257, seq_len=512),
 }
-ALIASES = {
-    "resnet26": "resnet26-cifar10",
-    "resnet50": "resnet50-imagenet64",
-    "resnet152": "resnet152-imagenet",
-}
+ALIASES = {"resnet26": "resnet26-cifar10", "resnet50": "resnet50-imagenet64", "resnet152": "resnet152-imagenet"}
 PRECISIONS = ("fp32", "bf16")
 # Options of the named workloads. extra_step_every=K runs one extra, uncounted training step after every
 # K counted ones: a genuine, known slowdown of 1/(K+1) (K=20: -4.8%), for testing regression gates.
@@ -87,24 +83,17 @@ def known_workloads() -> list[str]:
 
 @dataclass(frozen=True)
 class Workload:
-    """One training process of a scenario (README.md lists every field).
+    """One training process of a scenario (README.md lists every field)."""
 
-    ``model`` is a named workload (``known_workloads()``) or a user factory ``"package.module:factory"``, which gets
-    ``options`` as keyword arguments. ``sm_percent`` / ``memory_limit_mb`` are per-client MPS limits, ``mig`` a MIG
-    profile (``"1g.18gb"`` or ``"1g"``). ``rate`` makes it a serving job (``serving.py``): requests of
-    ``batch_size`` samples at ``rate`` per second, open loop; ``"max"`` back to back, ``"80%"`` that share of the
-    rate it sustains alone. ``data="loader"`` feeds a built-in image workload from a DataLoader decoding JPEGs.
-    """
-
-    model: str
+    model: str  # a named workload (``known_workloads()``) or a user factory "package.module:factory"
     batch_size: int = 32
     precision: str = "fp32"
-    sm_percent: float | None = None
+    sm_percent: float | None = None  # per-client MPS limits
     memory_limit_mb: int | None = None
-    mig: str | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
+    mig: str | None = None  # a MIG profile ("1g.18gb" or "1g")
+    options: Mapping[str, Any] = field(default_factory=dict)  # a user factory's keyword arguments
     cuda_graph: bool = False
-    data: str = "synthetic"
+    data: str = "synthetic"  # "loader": a DataLoader decoding JPEGs feeds a built-in image workload
     loader_workers: int = 4  # the paper's jobs used 4; only with data="loader"
     rate: float | str | None = None  # a serving job: requests/s, "max" (back to back) or "NN%" of "max" alone
     arrivals: str = "even"  # a serving job's: "even" (every 1/rate s) or "poisson" (random gaps, the same each run)
@@ -115,25 +104,19 @@ class Workload:
             raise WorkloadError(f"workload model must be a non-empty string, got {self.model!r}")
         name = ALIASES.get(name, name)
         if name not in NAMED_WORKLOADS and not _IMPORT_PATH.match(name):
-            raise WorkloadError(
-                f"unknown workload {self.model!r}; known workloads: {', '.join(known_workloads())}, "
-                "or a factory given as 'package.module:factory'"
-            )
+            raise WorkloadError(f"unknown workload {self.model!r}; known workloads: {', '.join(known_workloads())}, "
+                                "or a factory given as 'package.module:factory'")
         object.__setattr__(self, "model", name)
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
+        if not _is(self.batch_size, int):
             raise WorkloadError(f"batch_size must be an integer, got {self.batch_size!r}")
         if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
             raise WorkloadError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}, got {self.batch_size}")
         if self.precision not in PRECISIONS:
             raise WorkloadError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.sm_percent is not None:
-            if isinstance(self.sm_percent, bool) or not isinstance(self.sm_percent, (int, float)) \
-                    or not 0 < self.sm_percent <= 100:
-                raise WorkloadError(f"sm_percent must be a number in (0, 100], got {self.sm_percent!r}")
-        if self.memory_limit_mb is not None:
-            if isinstance(self.memory_limit_mb, bool) or not isinstance(self.memory_limit_mb, int) \
-                    or self.memory_limit_mb < 1:
-                raise WorkloadError(f"memory_limit_mb must be a positive integer, got {self.memory_limit_mb!r}")
+        if self.sm_percent is not None and not (_is(self.sm_percent, int, float) and 0 < self.sm_percent <= 100):
+            raise WorkloadError(f"sm_percent must be a number in (0, 100], got {self.sm_percent!r}")
+        if self.memory_limit_mb is not None and not (_is(self.memory_limit_mb, int) and self.memory_limit_mb >= 1):
+            raise WorkloadError(f"memory_limit_mb must be a positive integer, got {self.memory_limit_mb!r}")
         if self.mig is not None and (not isinstance(self.mig, str)
                                      or not re.match(r"^\d+g(\.\d+gb)?(\+me)?$", self.mig, re.ASCII)):
             raise WorkloadError(f"mig profile must look like '1g' or '1g.18gb', got {self.mig!r}")
@@ -141,8 +124,7 @@ class Workload:
             raise WorkloadError(f"cuda_graph must be True or False, got {self.cuda_graph!r}")
         if self.data not in DATA_SOURCES:
             raise WorkloadError(f"data must be one of {', '.join(DATA_SOURCES)}, got {self.data!r}")
-        if isinstance(self.loader_workers, bool) or not isinstance(self.loader_workers, int) \
-                or not 0 <= self.loader_workers <= MAX_LOADER_WORKERS:
+        if not (_is(self.loader_workers, int) and 0 <= self.loader_workers <= MAX_LOADER_WORKERS):
             raise WorkloadError(f"loader_workers must be an integer from 0 to {MAX_LOADER_WORKERS}, "
                                 f"got {self.loader_workers!r}")
         if self.data == "loader" and not isinstance(NAMED_WORKLOADS.get(name), ModelShape):
@@ -160,13 +142,12 @@ class Workload:
             if unknown:
                 raise WorkloadError(f"unknown option(s) {sorted(unknown)} for {name}; known: {sorted(known)}")
             seq_len = self.options.get("seq_len")
-            if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
-                                        or not 1 <= seq_len <= MAX_SEQ_LEN):
+            if seq_len is not None and not (_is(seq_len, int) and 1 <= seq_len <= MAX_SEQ_LEN):
                 raise WorkloadError(f"seq_len must be an integer from 1 to {MAX_SEQ_LEN}, got {seq_len!r}")
             if not isinstance(self.options.get("cudnn_autotune", True), bool):
                 raise WorkloadError(f"cudnn_autotune must be True or False, got {self.options['cudnn_autotune']!r}")
             every = self.options.get("extra_step_every")
-            if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            if every is not None and not (_is(every, int) and every >= 1):
                 raise WorkloadError(f"extra_step_every must be a positive integer, got {every!r}")
         object.__setattr__(self, "options", dict(self.options))
 
@@ -180,7 +161,7 @@ class Workload:
                 raise WorkloadError(f"rate must be requests per second, {BACK_TO_BACK!r} (back to back) or a share "
                                     f"of that like '80%' (above 0, at most 100%), got {rate!r}")
             object.__setattr__(self, "rate", rate.strip())
-        elif isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= MAX_RATE:
+        elif not (_is(rate, int, float) and 0 < rate <= MAX_RATE):
             raise WorkloadError(f"rate must be a number of requests per second above 0 and at most {MAX_RATE:g}, "
                                 f"got {rate!r}")
         if self.arrivals not in ARRIVALS:
@@ -271,6 +252,11 @@ class Workload:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workload:
         return cls(**data)
+
+
+def _is(value: Any, *kinds: type) -> bool:
+    """``isinstance`` where a bool is no number: ``True`` is an int to Python, not to a user."""
+    return isinstance(value, kinds) and not isinstance(value, bool)
 
 
 def _canonical(options: Mapping[str, Any]) -> str:

@@ -2,6 +2,7 @@
 simulator enforces the rules. Every NVML error becomes a ``MigBackendError`` with a code."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 
 from .. import nvml
@@ -29,22 +30,15 @@ def read_profiles(gpu_uuid: str, lib=None) -> list[dict]:
         placements = (lib.c_nvmlGpuInstancePlacement_t * 8)()
         count = ctypes.c_uint(8)
         starts, size = [], None
-        try:
+        with contextlib.suppress(lib.NVMLError):
             lib.nvmlDeviceGetGpuInstancePossiblePlacements(h, info.id, placements, ctypes.byref(count))
             starts = [int(placements[i].start) for i in range(count.value)]
             size = int(placements[0].size) if count.value else None
-        except lib.NVMLError:
-            pass
         profiles.append({
-            "nvml_index": index,
-            "profile_id": int(info.id),
-            "name": as_text(getattr(info, "name", b"")) or None,
-            "slice_count": int(info.sliceCount),
-            "instance_count": int(info.instanceCount),
-            "memory_mb": int(info.memorySizeMB),
-            "multiprocessor_count": int(info.multiprocessorCount),
-            "placements": {"starts": starts, "size": size},
-        })
+            "nvml_index": index, "profile_id": int(info.id), "name": as_text(getattr(info, "name", b"")) or None,
+            "slice_count": int(info.sliceCount), "instance_count": int(info.instanceCount),
+            "memory_mb": int(info.memorySizeMB), "multiprocessor_count": int(info.multiprocessorCount),
+            "placements": {"starts": starts, "size": size}})
     return profiles
 
 

@@ -159,9 +159,8 @@ def _alternative(table: ProfileTable, profiles: list[Profile]) -> list[str] | No
 
 
 def why_it_cannot_exist(gpu_name: str | None, sizes: list) -> str | None:
-    """Why one MIG instance of each of these sizes (the jobs' ``mig`` settings) cannot exist on this GPU model,
-    by the planner on the model's in-repo profile table; None when it fits, when a job names no size, or when there
-    is no table for the model."""
+    """Why one MIG instance of each of these sizes (the jobs' ``mig``) cannot exist on this GPU model, by its
+    in-repo profile table; None when it fits, a job names no size, or the model has no table."""
     table = table_for_gpu(gpu_name or "")
     if table is None or not sizes or not all(sizes):
         return None

@@ -68,20 +68,12 @@ class ProfileTable:
 
 
 def table_from_dict(data: dict) -> ProfileTable:
-    profiles = tuple(
-        Profile(
-            name=_clean_name(p["name"], p["slice_count"], p["memory_mb"]),
-            profile_id=int(p["profile_id"]),
-            nvml_index=p.get("nvml_index"),
-            slice_count=int(p["slice_count"]),
-            instance_count=int(p["instance_count"]),
-            memory_mb=int(p["memory_mb"]),
-            multiprocessor_count=int(p["multiprocessor_count"]),
-            starts=tuple(int(s) for s in p["placements"]["starts"]),
-            size=int(p["placements"]["size"] or 0),
-        )
-        for p in data["profiles"]
-    )
+    profiles = tuple(Profile(
+        name=_clean_name(p["name"], p["slice_count"], p["memory_mb"]), profile_id=int(p["profile_id"]),
+        nvml_index=p.get("nvml_index"), slice_count=int(p["slice_count"]), instance_count=int(p["instance_count"]),
+        memory_mb=int(p["memory_mb"]), multiprocessor_count=int(p["multiprocessor_count"]),
+        starts=tuple(int(s) for s in p["placements"]["starts"]), size=int(p["placements"]["size"] or 0))
+        for p in data["profiles"])
     return ProfileTable(data.get("gpu", "unknown GPU"), profiles, int(data.get("memory_slices", 8)),
                         int(data.get("compute_slices", 7)), data.get("source", ""))
 

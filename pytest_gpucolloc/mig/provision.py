@@ -57,10 +57,7 @@ def _permission_hint(error: MigBackendError) -> str:
 class MigProvisioner:
     def __init__(self, backend: MigBackend, table: ProfileTable, gpu_uuid: str, gpu_index: int,
                  allow_reconfigure: bool, checkpoint_dir: Path):
-        self.backend = backend
-        self.table = table
-        self.gpu_uuid = gpu_uuid
-        self.gpu_index = gpu_index
+        self.backend, self.table, self.gpu_uuid, self.gpu_index = backend, table, gpu_uuid, gpu_index
         self.allow_reconfigure = allow_reconfigure
         self.checkpoint_path = Path(checkpoint_dir) / f"mig-checkpoint-{gpu_uuid}.json"
 

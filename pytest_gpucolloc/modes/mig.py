@@ -74,8 +74,7 @@ class MigMode(SharingMode):
         provisioner = MigProvisioner(
             backend, self.table(target), target.cuda_gpu.uuid, target.cuda_gpu.index,
             allow_reconfigure=target.options.mig_reconfigure,
-            checkpoint_dir=Path(target.options.mig_checkpoint_dir or DEFAULT_CHECKPOINT_DIR),
-        )
+            checkpoint_dir=Path(target.options.mig_checkpoint_dir or DEFAULT_CHECKPOINT_DIR))
         with provisioner.provision(plan) as instances:
             slots = [WorkerSlot(workload, {**isolated_from_mps(target), "CUDA_VISIBLE_DEVICES": instance.uuid},
                                 mode_facts=instance.to_dict()) for workload, instance in zip(workloads, instances)]

@@ -21,18 +21,15 @@ from .base import ModeConfigError, Provision, SharingMode, Target, WorkerCheckFa
 class _DaemonProvision(Provision):
     def __init__(self, phases, mode_facts, daemon: mps.MpsDaemon, gpu_sm_count: int | None):
         super().__init__(phases, mode_facts)
-        self.daemon = daemon
-        self.gpu_sm_count = gpu_sm_count
+        self.daemon, self.gpu_sm_count = daemon, gpu_sm_count
 
     def check_workers(self, slots: list[WorkerSlot], ready: list[protocol.Ready]) -> None:
         # A client that cannot reach the daemon silently runs without MPS: prove each one is ours.
         clients = set(self.daemon.clients())
         strays = [r.pid for r in ready if r.pid not in clients]
         if strays:
-            raise WorkerCheckFailed(
-                f"workers {strays} are not clients of this test's MPS daemon (its clients: {sorted(clients)}); "
-                "they would have run without MPS"
-            )
+            raise WorkerCheckFailed(f"workers {strays} are not clients of this test's MPS daemon (its clients: "
+                                    f"{sorted(clients)}); they would have run without MPS")
         for slot, report in zip(slots, ready):
             limit, seen = slot.mode_facts.get("sm_percent"), report.sm_count
             slot.mode_facts.update(mps_client_verified=True, sm_count_seen=seen,
@@ -44,8 +41,7 @@ class _DaemonProvision(Provision):
             if not (expected - 2 <= seen <= math.ceil(expected) + 1) or (limit < 100 and seen >= self.gpu_sm_count):
                 raise WorkerCheckFailed(
                     f"worker pid {report.pid} sees {seen} SMs but its limit of {limit:g}% of "
-                    f"{self.gpu_sm_count} SMs should give about {expected:.0f}: the limit did not take effect"
-                )
+                    f"{self.gpu_sm_count} SMs should give about {expected:.0f}: the limit did not take effect")
 
     def diagnostics(self) -> str:
         return self.daemon.log_tail()
@@ -141,10 +137,8 @@ def _fill_shares(given: list, total: float, name: str, unit: str, oversubscribe:
     """Explicit shares stay; the rest split what remains equally (Kubernetes: total/N each)."""
     explicit = sum(g for g in given if g is not None)
     if explicit > total and not oversubscribe:
-        raise ModeConfigError(
-            f"the workloads' {name} add up to {explicit:g} {unit}, more than the {total:g} available; "
-            "lower them, or pass --mps-oversubscribe if that is intended"
-        )
+        raise ModeConfigError(f"the workloads' {name} add up to {explicit:g} {unit}, more than the {total:g} "
+                              "available; lower them, or pass --mps-oversubscribe if that is intended")
     missing = [i for i, g in enumerate(given) if g is None]
     if not missing:
         return list(given)

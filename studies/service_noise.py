@@ -9,10 +9,17 @@ Variants (``--variants``, in this order by default):
   one-core     pinned to one core, one thread
   spin         five cores; each wait for the next arrival spun, never slept (no idle core to wake)
   graphed      five cores; Workload(cuda_graph=True): the forward pass replayed as one CUDA graph (no launches)
+  no-aslr      spin, started with address-space randomisation off and PYTHONHASHSEED=0 (every process one layout)
 Per process: a warm-up at the rate, then rounds of 1 s; each round's p50/p90/p99, and the host-side time of
 serve_step (its kernel launches, before synchronising) against the answered time, over 50 requests.
 
+``--beside N`` runs each service process beside N of the zoo's GPU-bound transformer trainers under a private MPS
+daemon (pinned to cores of their own, as --colloc-cpus=auto places them), started anew for each of ``--epochs``
+epochs, the trainers' own start alternating plain and no-aslr: a level that moves between a service's processes
+within an epoch lives in the service's process; one that moves only between epochs lives in the trainers'.
+
     python studies/service_noise.py --service decoder --batch 8 --rate 50 --processes 6 --json OUT.json
+    python studies/service_noise.py --beside 2 --epochs 4 --processes 2 --variants spin,no-aslr,graphed --json OUT.json
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +38,30 @@ REPO = Path(__file__).resolve().parent.parent
 FIVE, TWO, ONE = set(range(1, 6)), {1, 2}, {1}
 VARIANTS = {"five-cores": (FIVE, False, False), "two-cores": (TWO, False, False), "one-core": (ONE, False, False),
             "spin": (FIVE, True, False),
-            "graphed": (FIVE, False, True)}  # cores, spin, cuda_graph
+            "graphed": (FIVE, False, True), "no-aslr": (FIVE, True, False)}  # cores, spin, cuda_graph
+TRAINER_CORES = [set(range(6, 11)), set(range(11, 16)), set(range(1, 6))]
+
+
+def no_aslr(command: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The command started with one address-space layout for every process, and one hash seed."""
+    return ["setarch", os.uname().machine, "-R", *command], {"PYTHONHASHSEED": "0"}
+
+
+def trainer(args) -> None:
+    """One of the zoo's GPU-bound trainers, stepping until killed."""
+    os.sched_setaffinity(0, TRAINER_CORES[args.index] & os.sched_getaffinity(0) or os.sched_getaffinity(0))
+    sys.path.insert(0, str(REPO))
+    import torch
+
+    from pytest_gpucolloc import models
+    from pytest_gpucolloc.workloads import Workload
+
+    torch.cuda.set_device(0)
+    step = models.build(Workload("zoo.models:transformer_encoder", batch_size=32, precision="bf16"),
+                        torch.device("cuda", 0))
+    print("ready", flush=True)
+    while True:
+        step.train_step()
 
 
 def child(args) -> None:
@@ -91,6 +122,20 @@ def steal() -> tuple[int, int]:
     return (fields[7] if len(fields) > 7 else 0), sum(fields)
 
 
+def start_trainers(count: int, way: str, env: dict[str, str]) -> list[subprocess.Popen]:
+    """``count`` trainers, each stepping once it prints "ready"; the warm-up is theirs before any service starts."""
+    trainers = []
+    for index in range(count):
+        command = [sys.executable, __file__, "--trainer", "--index", str(index)]
+        command, extra = no_aslr(command) if way == "no-aslr" else (command, {})
+        trainers.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env={**env, **extra}))
+    for process in trainers:
+        if process.stdout is None or process.stdout.readline().strip() != "ready":
+            raise RuntimeError("a trainer did not start")
+    time.sleep(5.0)
+    return trainers
+
+
 def cv(values: list[float]) -> float:
     return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else 0.0
 
@@ -107,11 +152,18 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=8.0, help="no process starts after this long")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--beside", type=int, default=0, choices=[0, 1, 2, 3], help="trainers beside, under MPS")
+    parser.add_argument("--epochs", type=int, default=1, help="with --beside: trainers started anew this often")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
+        return 0
+    if args.trainer:
+        trainer(args)
         return 0
     variants = args.variants.split(",")
     unknown = set(variants) - set(VARIANTS)
@@ -122,20 +174,42 @@ def main() -> int:
     base = [sys.executable, __file__, "--child", "--service", args.service, "--batch", str(args.batch),
             "--rate", str(args.rate), "--rounds", str(args.rounds), "--warmup", str(args.warmup),
             "--device", args.device]
-    for _ in range(args.processes):
-        if time.monotonic() > deadline:
-            break
-        for variant in variants:  # alternated, so drift over the call touches each alike
-            out = subprocess.run(base + ["--variant", variant], capture_output=True, text=True, timeout=300)
-            if out.returncode:
-                print(out.stderr[-3000:], file=sys.stderr)
-                return 1
-            result = json.loads(out.stdout.strip().splitlines()[-1])
-            processes[variant].append(result)
-            print(f"{variant}: p50 {result['p50']:.2f} ms, p90 {result['p90']:.2f}, p99 {result['p99']:.2f}; "
-                  f"rounds' p50 {[round(r['p50'], 2) for r in result['rounds']]}; serve_step launches "
-                  f"{result['launch_ms']:.2f} ms of {result['answered_ms']:.2f} ms answered; stolen "
-                  f"{result['steal_share']:.1%}", flush=True)
+    daemon = None
+    if args.beside:
+        from pytest_gpucolloc.mps_daemon import MpsDaemon
+        daemon = MpsDaemon(Path(tempfile.mkdtemp(prefix="noise-mps-")), None).start()
+    env = {**os.environ, **(daemon.client_env() if daemon else {})}
+    try:
+        for epoch in range(args.epochs):
+            trainers_way = "no-aslr" if epoch % 2 else "plain"
+            trainers = start_trainers(args.beside, trainers_way, env)
+            try:
+                for _ in range(args.processes):
+                    if time.monotonic() > deadline:
+                        break
+                    for variant in variants:  # alternated, so drift over the call touches each alike
+                        command, extra = no_aslr(base + ["--variant", variant]) if variant == "no-aslr" else (
+                            base + ["--variant", variant], {})
+                        out = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                                             env={**env, **extra})
+                        if out.returncode:
+                            print(out.stderr[-3000:], file=sys.stderr)
+                            return 1
+                        result = json.loads(out.stdout.strip().splitlines()[-1])
+                        result.update(epoch=epoch, trainers=trainers_way if args.beside else None)
+                        processes[variant].append(result)
+                        print(f"epoch {epoch} ({trainers_way} trainers x{args.beside}) {variant}: p50 "
+                              f"{result['p50']:.2f} ms, p90 {result['p90']:.2f}, p99 {result['p99']:.2f}; rounds' p50 "
+                              f"{[round(r['p50'], 2) for r in result['rounds']]}; serve_step launches "
+                              f"{result['launch_ms']:.2f} ms of {result['answered_ms']:.2f} ms answered; stolen "
+                              f"{result['steal_share']:.1%}", flush=True)
+            finally:
+                for process in trainers:
+                    process.kill()
+                    process.wait()
+    finally:
+        if daemon:
+            daemon.stop()
     summary = {}
     for variant, results in processes.items():
         if not results:
@@ -148,6 +222,12 @@ def main() -> int:
             "launch_ms_median": statistics.median(r["launch_ms"] for r in results),
             "answered_ms_median": statistics.median(r["answered_ms"] for r in results),
             "steal_share_max": max(r["steal_share"] for r in results)}
+        epochs = [[r["p50"] for r in results if r["epoch"] == e] for e in range(args.epochs)]
+        epochs = [e for e in epochs if e]
+        if len(epochs) > 1:  # where the level lives: between a service's processes, or between trainers' epochs
+            summary[variant].update(
+                p50_within_epoch_cv=statistics.fmean(cv(e) for e in epochs),
+                p50_between_epoch_cv=cv([statistics.fmean(e) for e in epochs]))
         s = summary[variant]
         print(f"{variant}: p50 {s['p50_mean']:.2f} ms mean of {len(results)} processes, between processes CV "
               f"{s['p50_between_process_cv']:.1%} (p90 {s['p90_between_process_cv']:.1%}), rounds CV "

@@ -105,11 +105,11 @@ def _paired(timeline: list[tuple[int, SavedRun]], name: str, metric: str, policy
     reason = f"paired: {count(len(ratios), 'run')}, each against the runs on either side of it (alternating sessions)"
     sign = 1 if metric == "throughput" else -1  # a latency sample holds 1/latency: its log-ratios turned round
     judged: shift.Shift | ab_judge.Judgement
-    if metric != "throughput":  # judged by signs
-        judged = found = shift.judge([-d for d in ratios], policy.threshold, policy.alpha)
+    if metric != "throughput":  # judged as ab judges a latency: p50 by signed ranks, a tail by signs
+        judged = found = shift.judge([-d for d in ratios], policy.threshold, policy.alpha, ranks=metric.endswith("p50"))
         reason += f", {found.above} of {found.units} slower"
         if found.ci is None:
-            reason += f" (a latency is judged by signs: {shift.units_needed(policy.alpha)} pairs needed at this alpha)"
+            reason += f" (a latency's verdict needs {shift.units_needed(policy.alpha)} pairs at this alpha)"
     else:
         judged = by_pairs = ab_judge.judge(name, ratios, policy.threshold, policy.alpha)
         reason += "" if by_pairs.p_slower is None else f", p(slower)={by_pairs.p_slower:.2g}"

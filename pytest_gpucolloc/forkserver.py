@@ -39,6 +39,7 @@ from .scratch import private_scratch
 
 SOCKET_ENV = "GPUCOLLOC_FORKSERVER_FD"
 EXEC_ENV = "GPUCOLLOC_FORKSERVER_EXEC"  # "1": exec each worker (--colloc-spawn=fresh), importing nothing first
+VISION_ENV = "GPUCOLLOC_FORKSERVER_VISION"  # "1": import VISION at start, before any worker is asked for
 # What every worker imports anyway; none of it initialises CUDA.
 PRELOAD = ("torch", "pytest_gpucolloc.models", "pytest_gpucolloc.worker")
 # What an image workload imports too (a named ResNet, a data loader; on a GPU any job: a user's model usually does),
@@ -79,13 +80,13 @@ class ForkedProcess:
 class ForkServer:
     """Controller side: starts the server, asks it for workers, learns how they ended."""
 
-    def __init__(self, env: dict[str, str], exec_workers: bool = False):
+    def __init__(self, env: dict[str, str], exec_workers: bool = False, vision: bool = False):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # in a scratch directory of this process: removed on close, or by the next run if this one is killed
         self.scratch = private_scratch()
         self.log_path = self.scratch / "forkserver.log"
         env = {**env, SOCKET_ENV: str(theirs.fileno()), EXEC_ENV: "1" if exec_workers else "0",
-               "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+               VISION_ENV: "1" if vision else "0", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen([sys.executable, "-m", "pytest_gpucolloc.forkserver"], env=env,
                                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -163,15 +164,17 @@ class ForkServer:
 _SHARED: dict[bool, ForkServer] = {}  # exec_workers -> the session's server of that kind
 
 
-def shared(exec_workers: bool = False) -> ForkServer:
-    """The session's fork server (``exec_workers``: for fresh workers), started on first use (again if it died)."""
+def shared(exec_workers: bool = False, vision: bool = False) -> ForkServer:
+    """The session's fork server (``exec_workers``: for fresh workers), started on first use (again if it died);
+    ``vision``: it imports VISION as it starts, not at its first fork (an A/B's two arms start their servers at once,
+    before either is told to start its workers, so neither waits for those imports then)."""
     server = _SHARED.get(exec_workers)
     if server is None or server.process.poll() is not None:
         if server is not None:
             server.close()
         atexit.unregister(close_shared)  # once, however often the servers were closed and started again
         atexit.register(close_shared)
-        _SHARED[exec_workers] = server = ForkServer(base_environment(), exec_workers)
+        _SHARED[exec_workers] = server = ForkServer(base_environment(), exec_workers, vision and not exec_workers)
     return server
 
 
@@ -286,7 +289,8 @@ def main() -> int:
     process_marks.become_subreaper()
     sock = socket.socket(fileno=int(os.environ.pop(SOCKET_ENV)))
     exec_workers = os.environ.pop(EXEC_ENV, "0") == "1"
-    for name in () if exec_workers else PRELOAD:
+    vision = os.environ.pop(VISION_ENV, "0") == "1"
+    for name in () if exec_workers else PRELOAD + (VISION if vision else ()):
         importlib.import_module(name)
     sock.send(json.dumps({"ready": True}).encode())
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):

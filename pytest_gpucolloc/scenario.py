@@ -253,7 +253,7 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
     for slot, cpus in zip(slots, assignment.cpus):
         slot.cpus = cpus
     telemetry: dict = {}
-    server = forkserver.shared(exec_workers=settings.spawn == "fresh")
+    server = forkserver.shared(exec_workers=settings.spawn == "fresh", vision=target.device != "cpu")
     paired = pairing if pairing is not None and pairing.link.start(pairing.test, pairing.block, phase) else None
     began = time.monotonic()
     with WorkerPool(slots, device=target.device, warmup_s=settings.warmup_s,

@@ -1,14 +1,22 @@
-"""A paired shift judged by signs: how much a latency percentile moved between two arms, robust to a disturbed unit.
+"""A paired shift of a latency percentile between two arms, robust to a disturbed unit.
 
 Each unit (a block of fresh processes in ``ab``) gives one log-ratio d = log(candidate / baseline) of a percentile.
-Latencies are heavy-tailed: one stalled block moves a mean (and even a signed rank) far, but costs exactly one sign.
-The change is the median d, its p value the exact one-sided sign test, its (1 - 2 alpha) interval the
-distribution-free one for the median; with too few units there is none (n units give at best p = 2^-n). Why, and
-the verdicts: docs/ab.md. Pure functions over numbers.
+Two rules, both exact and distribution-free, each with the (1 - 2 alpha) interval its test inverts:
+
+- **signs** (a tail): the change is the median d, its p the one-sided sign test's. A stalled block moves a tail
+  by 2-5x; under signs it costs exactly one unit, whatever its size.
+- **signed ranks** (the median, p50): the change is the Hodges-Lehmann estimate (the median of the pairwise means
+  of the d), its p the exact Wilcoxon signed-rank test's. A block's p50 barely moves on a stall, but a process's
+  level moves it by about 10% in either arm: a block whose two arms drew different levels lands near 0 or beyond
+  it, and signs count each such block as a full vote against; ranks count it by its size.
+
+With too few units there is no interval (n units give at best p = 2^-n, under either rule). Units that did not
+move count against a change either way. Why, and the verdicts: docs/ab.md. Pure functions over numbers.
 """
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import statistics
 from dataclasses import dataclass
@@ -28,31 +36,42 @@ class Shift:
 
 
 @functools.cache
-def critical_rank(n: int, alpha: float) -> int:
-    """The largest k with P(Bin(n, 1/2) <= k - 1) <= alpha (0: no interval at this alpha with n units)."""
+def _null_cdf(n: int, ranks: bool) -> tuple[float, ...]:
+    """P(S <= s) for s = 0, 1, ... under no change: S the count of units above 0 (signs), or the sum of the ranks
+    of the units above 0 (signed ranks; counted exactly, for every subset of ranks)."""
     from scipy import stats
 
-    k = 0
-    while k < n and stats.binom.cdf(k, n, 0.5) <= alpha:
-        k += 1
-    return k
+    if not ranks:
+        return tuple(stats.binom.cdf(range(n + 1), n, 0.5))
+    ways = [1] + [0] * (n * (n + 1) // 2)
+    for rank in range(1, n + 1):
+        for total in range(len(ways) - 1, rank - 1, -1):
+            ways[total] += ways[total - rank]
+    return tuple(x / 2**n for x in itertools.accumulate(ways))
 
 
-def judge(log_ratios: list[float], threshold: float, alpha: float) -> Shift:
-    """The paired shift of ``log_ratios`` (lower is better) at one-sided ``alpha``, a rise of ``threshold`` at least."""
-    from scipy import stats
+@functools.cache
+def critical_rank(n: int, alpha: float, ranks: bool = False) -> int:
+    """The largest k with P(S <= k - 1) <= alpha under no change (0: no interval at this alpha with n units)."""
+    cdf = _null_cdf(n, ranks)
+    return next((k for k, p in enumerate(cdf) if p > alpha), len(cdf))
 
+
+def judge(log_ratios: list[float], threshold: float, alpha: float, ranks: bool = False) -> Shift:
+    """The paired shift of ``log_ratios`` (lower is better) at one-sided ``alpha``, a rise of ``threshold`` at least;
+    by signed ranks when ``ranks``, else by signs."""
     n = len(log_ratios)
     if n == 0:
         return Shift("inconclusive", 0)
-    ordered = sorted(log_ratios)
-    median = statistics.median(ordered)
-    above, below = sum(d > 0 for d in ordered), sum(d < 0 for d in ordered)
-    # a unit that did not move counts against a change either way: the test and the interval count the same units
-    p_worse = float(stats.binomtest(above, n, alternative="greater").pvalue)
-    p_better = float(stats.binomtest(below, n, alternative="greater").pvalue)
-    k = critical_rank(n, alpha)
-    low, high = (ordered[k - 1], ordered[-k]) if k else (None, None)
+    # signs look at the units, signed ranks at their pairwise means (Walsh averages): the count of those below 0 is
+    # the sum of the ranks of the units below 0, so one ordered list gives the estimate, the test and the interval
+    points = sorted((a + b) / 2 for a, b in itertools.combinations_with_replacement(log_ratios, 2)) if ranks \
+        else sorted(log_ratios)
+    median = statistics.median(points)
+    cdf = _null_cdf(n, ranks)
+    p_worse, p_better = cdf[sum(x <= 0 for x in points)], cdf[sum(x >= 0 for x in points)]
+    k = critical_rank(n, alpha, ranks)
+    low, high = (points[k - 1], points[-k]) if k else (None, None)
     bound = math.log(1 + threshold)
     verdict: Outcome
     if p_worse < alpha and median >= bound:
@@ -65,9 +84,10 @@ def judge(log_ratios: list[float], threshold: float, alpha: float) -> Shift:
         verdict = "inconclusive"
     ci = (math.exp(low) - 1, math.exp(high) - 1) if low is not None and high is not None else None
     detectable = math.exp((high - low) / 2) - 1 if low is not None and high is not None else None
-    return Shift(verdict, n, math.exp(median) - 1, ci, p_worse, detectable, above)
+    return Shift(verdict, n, math.exp(median) - 1, ci, p_worse, detectable, sum(d > 0 for d in log_ratios))
 
 
 def units_needed(alpha: float) -> int:
-    """The fewest units for which an interval (and so any verdict but ``inconclusive``) exists at ``alpha``."""
+    """The fewest units for which an interval (and so any verdict but ``inconclusive``) exists at ``alpha`` (the same
+    under either rule: all n units on one side give p = 2^-n)."""
     return next(n for n in range(1, 64) if critical_rank(n, alpha))

@@ -9,7 +9,8 @@ off should shrink the spread between processes.
 issuing kernels (and autograd's device thread): if the spread comes from threads sharing cores, more cores shrink it;
 if from the host (stolen time, clock changes), they do not.
 
-    python studies/process_noise.py --workload resnet26-cifar10 --batch 128 [--graph] [--compare cpus] --processes 8 --json OUT
+    python studies/process_noise.py --workload resnet26-cifar10 --batch 128 [--graph] [--compare cpus] \
+        --processes 8 --json OUT
 """
 from __future__ import annotations
 
@@ -119,7 +120,8 @@ def main() -> int:
     summary = {v: {"processes": per_process[v], "mean": statistics.fmean(per_process[v]),
                    "between_process_cv": cv(per_process[v]), "round_cv_median": statistics.median(round_cvs[v]),
                    "steal_share_max": max(h["steal_share"] for h in hosts[v]),
-                   "involuntary_switches_per_round_median": statistics.median(h["involuntary_switches"] for h in hosts[v]),
+                   "involuntary_switches_per_round_median": statistics.median(
+                       h["involuntary_switches"] for h in hosts[v]),
                    "mhz": [h["mhz"] for h in hosts[v]]}
                for v in variants}
     for v, s in summary.items():

@@ -20,6 +20,13 @@ within an epoch lives in the service's process; one that moves only between epoc
 
     python studies/service_noise.py --service decoder --batch 8 --rate 50 --processes 6 --json OUT.json
     python studies/service_noise.py --beside 2 --epochs 4 --processes 2 --variants spin,no-aslr,graphed --json OUT.json
+
+``--orders`` (with ``--beside``) runs ``--processes`` trials per order instead, each with its trainers started anew:
+the service's CUDA context (its MPS client) made before the trainers' (service-first), after them (trainers-first),
+or at the same time (together, as a scenario's workers start): whether the order in which the clients connect sets
+the service's level.
+
+    python studies/service_noise.py --beside 2 --orders service-first,trainers-first,together --processes 4
 """
 from __future__ import annotations
 
@@ -83,6 +90,9 @@ def child(args) -> None:
     if cuda:
         torch.cuda.set_device(device)
         torch.zeros(1, device=device)
+    if args.hold:  # its context made: wait for the trainers (--orders)
+        print("context", flush=True)
+        sys.stdin.readline()
     job = Workload(f"zoo.services:{args.service}", batch_size=args.batch, precision="bf16", rate=args.rate,
                    cuda_graph=graph and cuda)
     step = models.build(job, device)
@@ -136,6 +146,45 @@ def start_trainers(count: int, way: str, env: dict[str, str]) -> list[subprocess
     return trainers
 
 
+def ordered_trial(order: str, base: list[str], args, env: dict[str, str]) -> dict:
+    """One service process (spin) beside ``args.beside`` trainers, all started anew, contexts made in ``order``."""
+    service = None
+
+    def start_service() -> subprocess.Popen:
+        return subprocess.Popen(base + ["--variant", "spin", "--hold"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True, env=env)
+
+    def connected(process: subprocess.Popen) -> None:
+        if process.stdout is None or process.stdout.readline().strip() != "context":
+            raise RuntimeError("the service did not make its context")
+
+    trainers: list[subprocess.Popen] = []
+    try:
+        if order == "service-first":
+            service = start_service()
+            connected(service)
+            trainers = start_trainers(args.beside, "plain", env)
+        elif order == "trainers-first":
+            trainers = start_trainers(args.beside, "plain", env)
+            service = start_service()
+            connected(service)
+        else:  # together: every client connects at once, as a scenario's workers do
+            service = start_service()
+            trainers = start_trainers(args.beside, "plain", env)
+            connected(service)
+        assert service.stdin is not None and service.stdout is not None
+        service.stdin.write("go\n")
+        service.stdin.flush()
+        out = service.stdout.read()
+        if service.wait(timeout=300):
+            raise RuntimeError(f"the service failed ({order})")
+        return {**json.loads(out.strip().splitlines()[-1]), "order": order}
+    finally:
+        for process in trainers + ([service] if service else []):
+            process.kill()
+            process.wait()
+
+
 def cv(values: list[float]) -> float:
     return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else 0.0
 
@@ -154,7 +203,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--beside", type=int, default=0, choices=[0, 1, 2, 3], help="trainers beside, under MPS")
     parser.add_argument("--epochs", type=int, default=1, help="with --beside: trainers started anew this often")
+    parser.add_argument("--orders", help="with --beside: trials per order of the clients' connections (see above)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--hold", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
@@ -165,8 +216,10 @@ def main() -> int:
     if args.trainer:
         trainer(args)
         return 0
-    variants = args.variants.split(",")
-    unknown = set(variants) - set(VARIANTS)
+    variants = args.orders.split(",") if args.orders else args.variants.split(",")
+    unknown = set(variants) - ({"service-first", "trainers-first", "together"} if args.orders else set(VARIANTS))
+    if args.orders and not args.beside:
+        parser.error("--orders needs --beside")
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
     deadline = time.monotonic() + 60 * args.minutes
@@ -180,7 +233,16 @@ def main() -> int:
         daemon = MpsDaemon(Path(tempfile.mkdtemp(prefix="noise-mps-")), None).start()
     env = {**os.environ, **(daemon.client_env() if daemon else {})}
     try:
-        for epoch in range(args.epochs):
+        for trial in range(args.processes if args.orders else 0):
+            for order in variants:  # alternated
+                if time.monotonic() > deadline:
+                    break
+                result = ordered_trial(order, base, args, env)
+                result.update(epoch=trial, trainers="plain")
+                processes[order].append(result)
+                print(f"trial {trial} {order}: p50 {result['p50']:.2f} ms, p90 {result['p90']:.2f}, p99 "
+                      f"{result['p99']:.2f}; rounds' p50 {[round(r['p50'], 2) for r in result['rounds']]}", flush=True)
+        for epoch in range(0 if args.orders else args.epochs):
             trainers_way = "no-aslr" if epoch % 2 else "plain"
             trainers = start_trainers(args.beside, trainers_way, env)
             try:

@@ -27,6 +27,12 @@ or at the same time (together, as a scenario's workers start): whether the order
 the service's level.
 
     python studies/service_noise.py --beside 2 --orders service-first,trainers-first,together --processes 4
+
+``--daemon-cores free,core0`` (with ``--beside``) starts a new MPS daemon each epoch instead of one for the study,
+alternating where it may run: anywhere (free, as a test's daemon starts), or on core 0 only (the controller's core,
+which no worker gets); after each service process, the cores the daemon's threads last ran on and their CPU time.
+
+    python studies/service_noise.py --beside 2 --epochs 8 --processes 2 --variants spin --daemon-cores free,core0
 """
 from __future__ import annotations
 
@@ -185,6 +191,33 @@ def ordered_trial(order: str, base: list[str], args, env: dict[str, str]) -> dic
             process.wait()
 
 
+def start_daemon(cores: str | None):
+    """A private MPS daemon, started from this process pinned as named (its server inherits the control's cores)."""
+    from pytest_gpucolloc.mps_daemon import MpsDaemon
+
+    mine = os.sched_getaffinity(0)
+    if cores == "core0":
+        os.sched_setaffinity(0, {0})
+    try:
+        return MpsDaemon(Path(tempfile.mkdtemp(prefix="noise-mps-")), None).start()
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
+def daemon_threads(daemon) -> list[dict]:
+    """Each thread of the daemon's processes (control and server): the core it last ran on, its CPU seconds."""
+    tick, threads = os.sysconf("SC_CLK_TCK"), []
+    for pid in daemon.daemon_pids():
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # ended meanwhile
+                continue
+            threads.append({"pid": pid, "tid": int(task.name), "core": int(fields[36]),
+                            "cpu_s": (int(fields[11]) + int(fields[12])) / tick})
+    return threads
+
+
 def cv(values: list[float]) -> float:
     return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else 0.0
 
@@ -203,6 +236,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--beside", type=int, default=0, choices=[0, 1, 2, 3], help="trainers beside, under MPS")
     parser.add_argument("--epochs", type=int, default=1, help="with --beside: trainers started anew this often")
+    parser.add_argument("--daemon-cores", help="with --beside: a new MPS daemon each epoch, placed as named in turn")
     parser.add_argument("--orders", help="with --beside: trials per order of the clients' connections (see above)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--hold", action="store_true", help=argparse.SUPPRESS)
@@ -227,10 +261,10 @@ def main() -> int:
     base = [sys.executable, __file__, "--child", "--service", args.service, "--batch", str(args.batch),
             "--rate", str(args.rate), "--rounds", str(args.rounds), "--warmup", str(args.warmup),
             "--device", args.device]
-    daemon = None
-    if args.beside:
-        from pytest_gpucolloc.mps_daemon import MpsDaemon
-        daemon = MpsDaemon(Path(tempfile.mkdtemp(prefix="noise-mps-")), None).start()
+    placements = args.daemon_cores.split(",") if args.daemon_cores else [None]
+    if set(placements) - {None, "free", "core0"}:
+        parser.error("--daemon-cores takes free and core0")
+    daemon = start_daemon(None) if args.beside else None
     env = {**os.environ, **(daemon.client_env() if daemon else {})}
     try:
         for trial in range(args.processes if args.orders else 0):
@@ -243,7 +277,12 @@ def main() -> int:
                 print(f"trial {trial} {order}: p50 {result['p50']:.2f} ms, p90 {result['p90']:.2f}, p99 "
                       f"{result['p99']:.2f}; rounds' p50 {[round(r['p50'], 2) for r in result['rounds']]}", flush=True)
         for epoch in range(0 if args.orders else args.epochs):
-            trainers_way = "no-aslr" if epoch % 2 else "plain"
+            placement = placements[epoch % len(placements)]
+            if args.daemon_cores and daemon:  # a new daemon each epoch
+                daemon.stop()
+                daemon = start_daemon(placement)
+                env = {**os.environ, **daemon.client_env()}
+            trainers_way = "no-aslr" if epoch % 2 and not args.daemon_cores else "plain"
             trainers = start_trainers(args.beside, trainers_way, env)
             try:
                 for _ in range(args.processes):
@@ -258,9 +297,13 @@ def main() -> int:
                             print(out.stderr[-3000:], file=sys.stderr)
                             return 1
                         result = json.loads(out.stdout.strip().splitlines()[-1])
-                        result.update(epoch=epoch, trainers=trainers_way if args.beside else None)
+                        result.update(epoch=epoch, trainers=trainers_way if args.beside else None, daemon=placement,
+                                      daemon_threads=daemon_threads(daemon) if daemon else [])
                         processes[variant].append(result)
-                        print(f"epoch {epoch} ({trainers_way} trainers x{args.beside}) {variant}: p50 "
+                        threads = result["daemon_threads"]
+                        print(f"epoch {epoch} ({trainers_way} trainers x{args.beside}, daemon {placement}; its threads "
+                              f"on cores {sorted({t['core'] for t in threads})}, "
+                              f"{sum(t['cpu_s'] for t in threads):.1f} CPU s) {variant}: p50 "
                               f"{result['p50']:.2f} ms, p90 {result['p90']:.2f}, p99 {result['p99']:.2f}; rounds' p50 "
                               f"{[round(r['p50'], 2) for r in result['rounds']]}; serve_step launches "
                               f"{result['launch_ms']:.2f} ms of {result['answered_ms']:.2f} ms answered; stolen "
@@ -284,6 +327,9 @@ def main() -> int:
             "launch_ms_median": statistics.median(r["launch_ms"] for r in results),
             "answered_ms_median": statistics.median(r["answered_ms"] for r in results),
             "steal_share_max": max(r["steal_share"] for r in results)}
+        if args.daemon_cores:  # the service's p50 by where its daemon ran
+            summary[variant]["p50_by_daemon"] = {p: [round(r["p50"], 3) for r in results if r.get("daemon") == p]
+                                                 for p in placements}
         epochs = [[r["p50"] for r in results if r["epoch"] == e] for e in range(args.epochs)]
         epochs = [e for e in epochs if e]
         if len(epochs) > 1:  # where the level lives: between a service's processes, or between trainers' epochs
@@ -294,7 +340,8 @@ def main() -> int:
         print(f"{variant}: p50 {s['p50_mean']:.2f} ms mean of {len(results)} processes, between processes CV "
               f"{s['p50_between_process_cv']:.1%} (p90 {s['p90_between_process_cv']:.1%}), rounds CV "
               f"{s['p50_round_cv_median']:.1%}; launches {s['launch_ms_median']:.2f} of {s['answered_ms_median']:.2f} "
-              f"ms; stolen at most {s['steal_share_max']:.1%}")
+              f"ms; stolen at most {s['steal_share_max']:.1%}" + (f"; p50 by daemon {s['p50_by_daemon']}"
+                                                                     if "p50_by_daemon" in s else ""))
     if args.json:
         args.json.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "json"},
                                          "summary": summary, "processes": processes}, indent=1, default=str))

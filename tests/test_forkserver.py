@@ -12,6 +12,7 @@ import pytest
 from pytest_gpucolloc import Workload, forkserver, protocol
 from pytest_gpucolloc import pool as pool_module
 from pytest_gpucolloc.device import standalone_target
+from pytest_gpucolloc.environment import base_environment
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.pool import WorkerPool, WorkerSlot
 from pytest_gpucolloc.scenario import ScenarioFailed, run_scenario
@@ -92,8 +93,6 @@ def test_workers_die_with_their_fork_server(cpu_target, tmp_path):
 def test_closing_the_server_ends_its_workers_before_it_returns(cpu_target, tmp_path):
     """The controller going away (a session's end, Ctrl-C) stops the server, which kills the workers it still has
     and waits for them: when close() returns none of them exists, not even as a zombie."""
-    from pytest_gpucolloc.environment import base_environment
-
     slot = WorkerSlot(tiny())
     server = forkserver.ForkServer(base_environment())
     with WorkerPool([slot, slot], device="cpu", warmup_s=0.1, warmup_steps=2, log_dir=tmp_path,
@@ -134,3 +133,13 @@ def test_the_server_loads_torchvision_only_for_a_job_that_imports_it(cpu_target,
                                                   **spec))
     assert pool_module._uses_vision(protocol.Spec(workload=tiny().to_dict(), device="cuda", **spec))
     assert not pool_module._uses_vision(protocol.Spec(workload=tiny().to_dict(), device="cpu", **spec))
+
+
+def test_a_server_asked_for_vision_has_it_loaded_before_its_first_fork():
+    """A GPU session's server imports torchvision as it starts: an A/B's two arms start theirs at the same time,
+    before either is told to start its workers, so neither block waits for those imports."""
+    server = forkserver.ForkServer(base_environment(), vision=True)
+    try:
+        assert "torchvision" in Path(f"/proc/{server.process.pid}/maps").read_text()
+    finally:
+        server.close()

@@ -26,6 +26,7 @@ from .workloads import ModelShape, Workload
 
 _LIVE_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 _WORKER_NUMBERS = itertools.count()
+CONNECT_TIMEOUT_S = 120.0  # spawn to a worker's device set up (a fresh interpreter imports torch first)
 
 
 class WorkerFailed(RuntimeError):
@@ -75,6 +76,8 @@ class _Worker:
             os.close(mark_fd)
         os.close(write_fd)
         self.messages_fd = read_fd  # -1 once closed
+        self.pending: list[protocol.Event] = []  # messages read before anyone waited for them
+        self.connected_at: float | None = None  # when it said its device was set up
         self.stdin = self.process.stdin  # a pipe: the fork server's
         self._buffer = b""
         self.send(spec)
@@ -88,7 +91,7 @@ class _Worker:
             self.stdin.write(protocol.encode_command(command))
             self.stdin.flush()
 
-    def read_messages(self) -> list[protocol.Ready | protocol.Result | protocol.Error] | None:
+    def read_messages(self) -> list[protocol.Event] | None:
         """Messages that have arrived (call when the fd is readable); None once the worker closed it.
         Raises ProtocolError for anything on the channel that is not a message."""
         chunk = os.read(self.messages_fd, 65536)
@@ -137,8 +140,11 @@ class WorkerPool:
     """Workers of one phase of a scenario (all running at the same time)."""
 
     def __init__(self, slots: list[WorkerSlot], *, device: str, warmup_s: float, warmup_steps: int,
-                 log_dir: Path, forkserver: ForkServer, image_size: int | None = None, label_offset: int = 0):
+                 log_dir: Path, forkserver: ForkServer, image_size: int | None = None, label_offset: int = 0,
+                 in_order: bool | None = None):
         self.slots, self.label_offset = slots, label_offset
+        # each worker started once the one before has set up its device (protocol.Connected); None: on a GPU
+        self.in_order = device != "cpu" if in_order is None else in_order
         self.forkserver = forkserver  # forkserver.shared(): forks each worker, or execs it fresh
         self.spec: dict[str, Any] = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps,
                                          image_size=image_size)  # what every worker's Spec shares
@@ -153,6 +159,8 @@ class WorkerPool:
                 spec = protocol.Spec(workload=slot.workload.to_dict(), cpus=list(slot.cpus) if slot.cpus else None,
                                      threads=len(slot.cpus) if slot.cpus else None, **self.spec)
                 self.workers.append(_Worker(label, slot, spec, self.log_dir / f"{label}.log", self.forkserver))
+                if self.in_order and i < len(self.slots) - 1:  # GPU clients connect in the slots' order
+                    self._collect(protocol.Connected, CONNECT_TIMEOUT_S, "its device", self.workers[-1:])
         except BaseException:
             self.close()
             raise
@@ -165,39 +173,45 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [w.pid for w in self.workers]
 
-    def _collect(self, event: type, timeout_s: float, what: str) -> list:
-        """An ``event`` message from every worker; any worker's error, death or malformed message fails at once."""
+    def _collect(self, event: type, timeout_s: float, what: str, workers: list[_Worker] | None = None) -> list:
+        """An ``event`` message from every worker (of ``workers``, else all); any worker's error, death or malformed
+        message fails at once."""
+        workers = self.workers if workers is None else workers
         results: dict[int, object] = {}
         selector = selectors.DefaultSelector()
-        for i, worker in enumerate(self.workers):
-            selector.register(worker.messages_fd, selectors.EVENT_READ, i)
+        for i, worker in enumerate(workers):
+            kept = next((m for m in worker.pending if isinstance(m, event)), None)  # read while waiting for another
+            if kept is not None:
+                worker.pending.remove(kept)
+                results[i] = kept
+            else:
+                selector.register(worker.messages_fd, selectors.EVENT_READ, i)
         deadline = time.monotonic() + timeout_s
         try:
-            while len(results) < len(self.workers):
+            while len(results) < len(workers):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    waiting = [w.label for i, w in enumerate(self.workers) if i not in results]
+                    waiting = [w.label for i, w in enumerate(workers) if i not in results]
                     raise ScenarioTimeout(
                         f"timed out after {timeout_s:.0f}s waiting for {what} of {', '.join(waiting)}"
                         + "".join(f"\n--- last lines of {w.label} ---\n{tail(w.log_path, 10)}"
-                                  for i, w in enumerate(self.workers) if i not in results))
+                                  for i, w in enumerate(workers) if i not in results))
                 phases.tick(len(results))  # a terminal's progress line, about once a second
                 ready = selector.select(timeout=min(remaining, 1.0))
                 for key, _ in ready:
-                    self._receive(key.data, event, results, selector)
+                    self._receive(workers[key.data], key.data, event, results, selector)
                 # A worker that exited while a child of its own still holds its message pipe open never
                 # closes the channel: its exit is seen here instead (after reading what it sent).
-                for i, worker in enumerate(self.workers):
+                for i, worker in enumerate(workers):
                     if i not in results and worker.process.poll() is not None:
                         if selector.select(timeout=0):
                             continue  # it said something last: read that first
                         raise worker.failure()
         finally:
             selector.close()
-        return [results[i] for i in range(len(self.workers))]
+        return [results[i] for i in range(len(workers))]
 
-    def _receive(self, index: int, event: type, results: dict, selector) -> None:
-        worker = self.workers[index]
+    def _receive(self, worker: _Worker, index: int, event: type, results: dict, selector) -> None:
         try:
             messages = worker.read_messages()
         except protocol.ProtocolError as error:
@@ -207,11 +221,15 @@ class WorkerPool:
         for message in messages:
             if isinstance(message, protocol.Error):
                 raise worker.failure(message)
-            if isinstance(message, event):
-                if isinstance(message, protocol.Ready):  # its start-up time, spawn to warm
-                    message = dataclasses.replace(message, since_spawn_s=time.monotonic() - worker.spawned_at)
+            if isinstance(message, protocol.Ready):  # its start-up time, spawn to warm
+                message = dataclasses.replace(message, since_spawn_s=time.monotonic() - worker.spawned_at)
+            if isinstance(message, protocol.Connected):
+                worker.connected_at = time.monotonic()
+            if isinstance(message, event) and index not in results:
                 results[index] = message
                 selector.unregister(worker.messages_fd)
+            elif not isinstance(message, protocol.Connected):  # kept for the _collect that waits for it
+                worker.pending.append(message)
 
     def wait_ready(self, timeout_s: float) -> list[protocol.Ready]:
         return self._collect(protocol.Ready, timeout_s, "warm-up")

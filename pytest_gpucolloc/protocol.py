@@ -81,6 +81,16 @@ def decode_command(line: str) -> Command:
 # --- worker -> controller --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class Connected:
+    """The worker's device is set up (on a GPU its CUDA context is made: under MPS, its client has connected). The
+    pool starts the next worker only then, so that the clients connect in the scenario's order: connected at once,
+    in a random order, a service beside two trainers under mps answered at one of two levels 12% apart, the faster
+    when it happened to connect first (docs/serving.md)."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
 class Ready:
     """The worker is warm. What it saw of its device and software, for the record and the run's identity."""
 
@@ -128,10 +138,11 @@ class Error:
     details: dict[str, Any] = field(default_factory=dict)  # e.g. device memory at an out-of-memory error
 
 
-_EVENTS = {"ready": Ready, "result": Result, "error": Error}
+Event = Connected | Ready | Result | Error
+_EVENTS = {"connected": Connected, "ready": Ready, "result": Result, "error": Error}
 
 
-def encode_event(event: Ready | Result | Error) -> str:
+def encode_event(event: Event) -> str:
     name = next(key for key, kind in _EVENTS.items() if isinstance(event, kind))
     return json.dumps({"event": name, **dataclasses.asdict(event)}) + "\n"
 
@@ -149,8 +160,10 @@ def _number(value, what: str, integer: bool = False, low: float = 0.0, high: flo
     return value
 
 
-def _check(event: Ready | Result | Error) -> None:
-    if isinstance(event, Ready):
+def _check(event: Event) -> None:
+    if isinstance(event, Connected):
+        _number(event.pid, "pid", integer=True, low=1)
+    elif isinstance(event, Ready):
         _number(event.pid, "pid", integer=True, low=1)
         _number(event.samples_per_step, "samples_per_step", integer=True, low=1, high=MAX_SAMPLES_PER_STEP)
     elif isinstance(event, Result):
@@ -178,7 +191,7 @@ def _check(event: Ready | Result | Error) -> None:
                     raise ProtocolError(problem)
 
 
-def decode_event(line: bytes) -> Ready | Result | Error:
+def decode_event(line: bytes) -> Event:
     """One line from a worker's channel, checked; ProtocolError says what was wrong with it."""
     if len(line) > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"a message of {len(line):,} bytes (at most {MAX_MESSAGE_BYTES:,})")

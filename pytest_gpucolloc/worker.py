@@ -45,7 +45,7 @@ class Channel:
                     self.commands.put(protocol.decode_command(line.decode()))
         self.commands.put(protocol.Stop())  # controller gone: stop
 
-    def send(self, event: protocol.Ready | protocol.Result | protocol.Error) -> None:
+    def send(self, event: protocol.Event) -> None:
         self._out.write(protocol.encode_event(event))
         self._out.flush()
 
@@ -89,7 +89,7 @@ def training_device(torch, kind: str, threads: int | None):
     return device, torch.cuda.synchronize
 
 
-def warm_up(spec: protocol.Spec):
+def warm_up(spec: protocol.Spec, channel: Channel):
     """Build the job and warm it up (autotuning, allocator growth, clocks ramping up): the step, its synchronise
     function, the device and the Ready message (where start-up time went: an MPS client's context, cuDNN, ...)."""
     phases: dict[str, float] = {}
@@ -109,6 +109,7 @@ def warm_up(spec: protocol.Spec):
     phase_done("import")
     workload = Workload.from_dict(spec.workload)
     device, sync = training_device(torch, spec.device, spec.threads)
+    channel.send(protocol.Connected(pid=os.getpid()))  # the pool starts the next worker now (protocol.Connected)
     if device.type == "cuda":
         phase_done("cuda_context")
     step = models.build(workload, device, spec.image_size)
@@ -195,7 +196,7 @@ def measure_rounds(step, sync, command: protocol.Measure, samples_per_step: int,
 
 
 def run(spec: protocol.Spec, channel: Channel) -> int:
-    step, sync, device, ready = warm_up(spec)  # imports torch after setting the CPU affinity
+    step, sync, device, ready = warm_up(spec, channel)  # imports torch after setting the CPU affinity
     channel.send(ready)
     import torch
 

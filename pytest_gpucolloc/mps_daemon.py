@@ -137,19 +137,6 @@ class MpsDaemon:
         return [int(x) for server in self.servers()
                 for x in self.control(f"get_client_list {server}").split() if x.isdigit()]
 
-    def keep_off(self, busy: set[int]) -> list[int] | None:
-        """Move every thread of this daemon's processes (control and server) onto the cores no worker was given, so
-        that none of them runs on a worker's core (a service's latency beside training followed where the daemon's
-        threads happened to run: docs/serving.md). The cores, or None where no core is free or no worker is pinned."""
-        free = sorted(os.sched_getaffinity(0) - busy)
-        if not busy or not free:
-            return None
-        for pid in self.daemon_pids():
-            for task in Path(f"/proc/{pid}/task").glob("*"):
-                with contextlib.suppress(OSError, ValueError):  # a thread ended meanwhile
-                    os.sched_setaffinity(int(task.name), free)
-        return free
-
     def log_tail(self, lines: int = 20) -> str:
         return "\n".join(f"--- MPS {name} ({path}) ---\n" + tail(path, lines) for name in ("control.log", "server.log")
                          if (path := self.log_dir / name).exists())

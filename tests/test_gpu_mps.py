@@ -49,12 +49,6 @@ def test_mps_workers_are_verified_clients_of_our_daemon(target, tmp_path):
     assert len(result.workers) == 2
     assert all(w.mode_facts["sm_count_seen"] == target.gpu_sm_count for w in result.workers)
     assert our_mps_processes(target.scratch) == {}, "daemon must be gone after the scenario"
-    # the daemon's threads were moved off the workers' cores (where the workers were pinned and a core was left)
-    busy = {core for w in result.workers for core in w.cpus or ()}
-    daemon_cores = {tuple(w.mode_facts["mps_daemon_cores"] or ()) for w in result.workers}
-    assert len(daemon_cores) == 1 and not busy & set(next(iter(daemon_cores)))
-    if busy and len(os.sched_getaffinity(0)) > len(busy):
-        assert next(iter(daemon_cores)), "a free core was left, yet the daemon stayed where it was"
 
 
 class _OneClientMisdirected(MpsMode):

@@ -30,12 +30,10 @@ class _DaemonProvision(Provision):
         if strays:
             raise WorkerCheckFailed(f"workers {strays} are not clients of this test's MPS daemon (its clients: "
                                     f"{sorted(clients)}); they would have run without MPS")
-        # the daemon's server is up now (it starts with the first client): its threads off the workers' cores
-        cores = self.daemon.keep_off({core for slot in slots for core in slot.cpus or ()})
         for slot, report in zip(slots, ready):
             limit, seen = slot.mode_facts.get("sm_percent"), report.sm_count
             slot.mode_facts.update(mps_client_verified=True, sm_count_seen=seen,
-                                   device_memory_seen_bytes=report.total_memory, mps_daemon_cores=cores)
+                                   device_memory_seen_bytes=report.total_memory)
             if limit is None or not self.gpu_sm_count or seen is None:
                 continue
             expected = self.gpu_sm_count * limit / 100

@@ -79,7 +79,7 @@ def alternating(before: list[SavedRun], after: list[SavedRun]) -> list[tuple[int
 def paired(timeline: list[tuple[int, SavedRun]], policy: gate.Policy) -> list[Row]:
     """Per scenario, each ``after`` run against the mean of the ``before`` runs on either side of it (which
     cancels a machine level that drifts over the sessions), judged as ``pytest-gpucolloc ab`` judges pairs; a
-    serving job's latencies too, each by the signs of its pairs as ``ab`` judges a latency."""
+    serving job's latencies too, as ``ab`` judges a latency (a median by signed ranks, a tail by signs)."""
     rows = []
     for name in dict.fromkeys(name for side, run in timeline if side == 1 for name in run.scenarios):
         verdict = _paired(timeline, name, "throughput", policy)

@@ -29,6 +29,13 @@ _WORKER_NUMBERS = itertools.count()
 CONNECT_TIMEOUT_S = 120.0  # spawn to a worker's device set up (a fresh interpreter imports torch first)
 
 
+def connects_in_order(device: str) -> bool:
+    """Whether a pool's workers start one after the other, each once the one before has set up its device: on a GPU
+    (the order in which MPS's clients connect, not chosen, is the suspect for a service's two levels beside trainers:
+    docs/serving.md); on the CPU nothing is shared that way."""
+    return device != "cpu"
+
+
 class WorkerFailed(RuntimeError):
     def __init__(self, label: str, summary: str, log_tail: str = "", error: protocol.Error | None = None):
         self.label, self.summary, self.log_tail, self.error = label, summary, log_tail, error
@@ -141,10 +148,11 @@ class WorkerPool:
 
     def __init__(self, slots: list[WorkerSlot], *, device: str, warmup_s: float, warmup_steps: int,
                  log_dir: Path, forkserver: ForkServer, image_size: int | None = None, label_offset: int = 0,
-                 in_order: bool | None = None):
+                 in_order: bool | None = None, timeout_s: float = CONNECT_TIMEOUT_S):
         self.slots, self.label_offset = slots, label_offset
         # each worker started once the one before has set up its device (protocol.Connected); None: on a GPU
-        self.in_order = device != "cpu" if in_order is None else in_order
+        self.in_order = connects_in_order(device) if in_order is None else in_order
+        self.timeout_s = timeout_s  # for each worker to set up its device, when they start in order
         self.forkserver = forkserver  # forkserver.shared(): forks each worker, or execs it fresh
         self.spec: dict[str, Any] = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps,
                                          image_size=image_size)  # what every worker's Spec shares
@@ -160,7 +168,7 @@ class WorkerPool:
                                      threads=len(slot.cpus) if slot.cpus else None, **self.spec)
                 self.workers.append(_Worker(label, slot, spec, self.log_dir / f"{label}.log", self.forkserver))
                 if self.in_order and i < len(self.slots) - 1:  # GPU clients connect in the slots' order
-                    self._collect(protocol.Connected, CONNECT_TIMEOUT_S, "its device", self.workers[-1:])
+                    self._collect(protocol.Connected, self.timeout_s, "its device", self.workers[-1:])
         except BaseException:
             self.close()
             raise
@@ -228,7 +236,7 @@ class WorkerPool:
             if isinstance(message, event) and index not in results:
                 results[index] = message
                 selector.unregister(worker.messages_fd)
-            elif not isinstance(message, protocol.Connected):  # kept for the _collect that waits for it
+            elif not isinstance(message, (protocol.Connected, event)):  # kept for the _collect that waits for it
                 worker.pending.append(message)
 
     def wait_ready(self, timeout_s: float) -> list[protocol.Ready]:

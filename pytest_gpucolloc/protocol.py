@@ -82,10 +82,10 @@ def decode_command(line: str) -> Command:
 
 @dataclass(frozen=True)
 class Connected:
-    """The worker's device is set up (on a GPU its CUDA context is made: under MPS, its client has connected). The
-    pool starts the next worker only then, so that the clients connect in the scenario's order: connected at once,
-    in a random order, a service beside two trainers under mps answered at one of two levels 12% apart, the faster
-    when it happened to connect first (docs/serving.md)."""
+    """The worker's device is set up (on a GPU its CUDA context is made: under MPS, its client has connected). On a
+    GPU the pool starts the next worker only then, so that the clients connect in the scenario's order, not in a
+    random one: started at once, a service beside two trainers under mps answered at one of two levels 12% apart,
+    drawn as if by which client connected first (docs/serving.md; not yet measured with the order fixed)."""
 
     pid: int
 

@@ -256,11 +256,12 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
     server = forkserver.shared(exec_workers=settings.spawn == "fresh", vision=target.device != "cpu")
     paired = pairing if pairing is not None and pairing.link.start(pairing.test, pairing.block, phase) else None
     began = time.monotonic()
-    with WorkerPool(slots, device=target.device, warmup_s=settings.warmup_s,
-                    warmup_steps=settings.warmup_steps, log_dir=log_dir, image_size=settings.image_size,
-                    label_offset=label_offset, forkserver=server) as pool:
-        phases.phase("start-up and warm-up", workers=len(slots))
-        try:
+    pool = WorkerPool(slots, device=target.device, warmup_s=settings.warmup_s, warmup_steps=settings.warmup_steps,
+                      log_dir=log_dir, image_size=settings.image_size, label_offset=label_offset, forkserver=server,
+                      timeout_s=settings.timeout_s)
+    phases.phase("start-up and warm-up", workers=len(slots))
+    try:
+        with pool:  # starting it may fail already: on a GPU each worker waits for the one before to connect
             ready = pool.wait_ready(settings.timeout_s)
             facts: dict[str, float | str] = {"fixed_cost_s": time.monotonic() - began}  # spawn to every worker warm
             check(slots, ready)
@@ -279,11 +280,11 @@ def run_phase(slots: list[WorkerSlot], target: Target, settings: Settings, log_d
                                                                   [slot.workload.serves for slot in slots])
             if sampling is not None:
                 telemetry = sampling.summary()
-        except WorkerFailed as error:
-            slot = next((s for s, w in zip(slots, pool.workers) if w.label == error.label), slots[0])
-            raise ScenarioFailed(_explain(error, slot)) from error
-        except (ScenarioTimeout, WorkerCheckFailed) as error:
-            raise ScenarioFailed(str(error)) from error
+    except WorkerFailed as error:
+        slot = next((s for s, w in zip(slots, pool.workers) if w.label == error.label), slots[0])
+        raise ScenarioFailed(_explain(error, slot)) from error
+    except (ScenarioTimeout, WorkerCheckFailed) as error:
+        raise ScenarioFailed(str(error)) from error
     return list(zip(ready, results)), assignment.note, telemetry, facts
 
 

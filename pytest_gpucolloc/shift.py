@@ -63,8 +63,9 @@ def judge(log_ratios: list[float], threshold: float, alpha: float, ranks: bool =
     n = len(log_ratios)
     if n == 0:
         return Shift("inconclusive", 0)
-    # signs look at the units, signed ranks at their pairwise means (Walsh averages): the count of those below 0 is
-    # the sum of the ranks of the units below 0, so one ordered list gives the estimate, the test and the interval
+    # signs look at the units, signed ranks at their pairwise means (Walsh averages): without ties the count of those
+    # below 0 is the sum of the ranks of the units below 0, so one ordered list gives the estimate, the test and the
+    # interval (a mean of exactly 0 counts against a change either way, as a unit that did not move does)
     points = sorted((a + b) / 2 for a, b in itertools.combinations_with_replacement(log_ratios, 2)) if ranks \
         else sorted(log_ratios)
     median = statistics.median(points)

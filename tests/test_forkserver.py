@@ -146,10 +146,9 @@ def test_a_server_asked_for_vision_has_it_loaded_before_its_first_fork():
 
 
 def test_on_a_gpu_each_worker_starts_once_the_one_before_has_set_up_its_device(cpu_target, tmp_path):
-    """Under MPS the order in which clients connect set a service's level beside trainers (12% apart, drawn per
-    block while they connected at once): the pool starts each worker once the one before said its device (its CUDA
-    context) is set up, so that they connect in the scenario's order. On the CPU the order does not matter and
-    workers start at once; ``in_order`` asks for it here."""
+    """On a GPU the pool starts each worker once the one before said its device (its CUDA context) is set up, so that
+    MPS's clients connect in the scenario's order (a random order is the suspect for a service's two levels beside
+    trainers). On the CPU workers start at once; ``in_order`` asks for the order here."""
     slot = WorkerSlot(tiny())
     with WorkerPool([slot, slot], device="cpu", warmup_s=0.1, warmup_steps=2, log_dir=tmp_path,
                     forkserver=forkserver.shared(), in_order=True) as pool:
@@ -161,3 +160,4 @@ def test_on_a_gpu_each_worker_starts_once_the_one_before_has_set_up_its_device(c
                     forkserver=forkserver.shared()) as pool:
         pool.wait_ready(60)
         assert pool.workers[1].spawned_at < (pool.workers[0].connected_at or float("inf"))
+    assert pool_module.connects_in_order("cuda") and not pool_module.connects_in_order("cpu")

@@ -74,10 +74,11 @@ def test_a_fall_is_improved_never_regressed():
     assert found.verdict == "improved" and found.change == pytest.approx(-0.2) and found.above == 0
 
 
-def test_units_that_did_not_move_count_against_a_change():
+@pytest.mark.parametrize("ranks", [False, True])
+def test_units_that_did_not_move_count_against_a_change(ranks):
     """Four of twelve blocks exactly equal (HDR's 3-digit buckets), eight +10%: not a regression whose interval
-    includes no change."""
-    found = shift.judge([0.0] * 4 + [0.1] * 8, THRESHOLD, ALPHA)
+    includes no change, by signs or by signed ranks."""
+    found = shift.judge([0.0] * 4 + [0.1] * 8, THRESHOLD, ALPHA, ranks)
     assert found.verdict == "inconclusive" and found.ci[0] == 0.0
 
 

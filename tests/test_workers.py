@@ -204,3 +204,17 @@ def test_the_worker_leaves_cudnn_settings_to_the_job():
                             zeros=lambda *shape, device: calls.append(device))
     device, sync = training_device(torch, "cuda", 2)
     assert device.type == "cuda" and calls == [2, device, device] and sync is torch.cuda.synchronize
+
+
+def test_a_worker_that_fails_before_connecting_fails_its_scenario_with_its_own_error(cpu_target, tmp_path,
+                                                                                      monkeypatch):
+    """On a GPU each worker starts once the one before has set up its device (``pool.connects_in_order``), so a first
+    worker that fails that early fails the pool as it starts: the scenario still says which worker and why."""
+    from pytest_gpucolloc import cpu_affinity, scenario
+    from pytest_gpucolloc import pool as pool_module
+
+    monkeypatch.setattr(pool_module, "connects_in_order", lambda device: True)
+    monkeypatch.setattr(scenario, "assign_cpus", lambda n, policy, wants=None: cpu_affinity.Assignment(
+        [(4000,)] + [None] * (n - 1), "a core this machine does not have"))
+    with pytest.raises(ScenarioFailed, match=r"(?s)w0.*Invalid argument"):
+        run_scenario([tiny(), tiny()], NaiveMode(), cpu_target, FAST, tmp_path)

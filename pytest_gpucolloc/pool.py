@@ -148,10 +148,10 @@ class WorkerPool:
 
     def __init__(self, slots: list[WorkerSlot], *, device: str, warmup_s: float, warmup_steps: int,
                  log_dir: Path, forkserver: ForkServer, image_size: int | None = None, label_offset: int = 0,
-                 in_order: bool | None = None, timeout_s: float = CONNECT_TIMEOUT_S):
+                 timeout_s: float = CONNECT_TIMEOUT_S):
         self.slots, self.label_offset = slots, label_offset
-        # each worker started once the one before has set up its device (protocol.Connected); None: on a GPU
-        self.in_order = connects_in_order(device) if in_order is None else in_order
+        # each worker started once the one before has set up its device (protocol.Connected): on a GPU
+        self.in_order = connects_in_order(device)
         self.timeout_s = timeout_s  # for each worker to set up its device, when they start in order
         self.forkserver = forkserver  # forkserver.shared(): forks each worker, or execs it fresh
         self.spec: dict[str, Any] = dict(device=device, warmup_s=warmup_s, warmup_steps=warmup_steps,

@@ -145,19 +145,20 @@ def test_a_server_asked_for_vision_has_it_loaded_before_its_first_fork():
         server.close()
 
 
-def test_on_a_gpu_each_worker_starts_once_the_one_before_has_set_up_its_device(cpu_target, tmp_path):
+def test_on_a_gpu_each_worker_starts_once_the_one_before_has_set_up_its_device(cpu_target, tmp_path, monkeypatch):
     """On a GPU the pool starts each worker once the one before said its device (its CUDA context) is set up, so that
     MPS's clients connect in the scenario's order (a random order is the suspect for a service's two levels beside
-    trainers). On the CPU workers start at once; ``in_order`` asks for the order here."""
+    trainers). On the CPU workers start at once; here they are asked to start in order."""
+    assert pool_module.connects_in_order("cuda") and not pool_module.connects_in_order("cpu")
     slot = WorkerSlot(tiny())
-    with WorkerPool([slot, slot], device="cpu", warmup_s=0.1, warmup_steps=2, log_dir=tmp_path,
-                    forkserver=forkserver.shared(), in_order=True) as pool:
-        ready = pool.wait_ready(60)
-        first, second = pool.workers
-        assert first.connected_at is not None and second.spawned_at >= first.connected_at
-        assert [r.pid for r in ready] == pool.pids  # every worker's Ready still arrives, in its slot
     with WorkerPool([slot, slot], device="cpu", warmup_s=0.1, warmup_steps=2, log_dir=tmp_path,
                     forkserver=forkserver.shared()) as pool:
         pool.wait_ready(60)
         assert pool.workers[1].spawned_at < (pool.workers[0].connected_at or float("inf"))
-    assert pool_module.connects_in_order("cuda") and not pool_module.connects_in_order("cpu")
+    monkeypatch.setattr(pool_module, "connects_in_order", lambda device: True)
+    with WorkerPool([slot, slot], device="cpu", warmup_s=0.1, warmup_steps=2, log_dir=tmp_path,
+                    forkserver=forkserver.shared()) as pool:
+        ready = pool.wait_ready(60)
+        first, second = pool.workers
+        assert first.connected_at is not None and second.spawned_at >= first.connected_at
+        assert [r.pid for r in ready] == pool.pids  # every worker's Ready still arrives, in its slot

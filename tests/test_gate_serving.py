@@ -245,3 +245,23 @@ def test_compare_says_each_latency_beside_the_throughput(tmp_path, capsys):
     assert row["latency"]["p50"]["change"] == pytest.approx(0.15, abs=0.01)
     assert row["latency"]["p50"]["metric"] == "p50"
     assert abs(row["latency"]["p99"]["change"]) < 0.02
+
+
+def test_compare_of_alternated_sessions_judges_a_median_by_signed_ranks(tmp_path, capsys):
+    """Sessions alternated A B A B ...: each B run's p50 against its neighbours. Five of six rose by about 10%, one fell
+    by 0.5% (a session at another level): its sign is a full vote against (p 0.11), its rank the smallest (p 0.031)."""
+    root = tmp_path / ".benchmarks" / "Linux"
+    root.mkdir(parents=True)
+    b_p50 = iter([4.4, 4.48, 3.98, 4.36, 4.44, 4.52])
+    for number in range(1, 14):
+        side = "A" if number % 2 else "B"
+        path = write_run(root, number, 10.0, spread=1e-5, p50_ms=4.0 if side == "A" else next(b_p50))
+        data = json.loads(path.read_text())
+        data["machine_info"]["gpucolloc"]["driver_version"] = side
+        path.write_text(json.dumps(data))
+    capsys.readouterr()
+    cli.main(["compare", "--group-by", "driver_version", "--groups", "A", "B", "--storage", str(root.parent),
+              "--format", "json", "--alpha", "0.05"])
+    p50 = json.loads(capsys.readouterr().out)[0]["latency"]["p50"]
+    assert p50["verdict"] == "regressed" and p50["change"] == pytest.approx(0.10, abs=0.01), p50
+    assert "5 of 6 slower" in p50["reason"]

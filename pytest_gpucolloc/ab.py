@@ -227,7 +227,8 @@ class Coordinator:
         settings = self.settings
         judgements = [judge_blocks(name, self.blocks.get(test, []), settings.threshold, settings.alpha)]
         if test in self.latency:
-            judgements += judge_latency(name, self.latency[test], self.labels, settings.threshold, settings.alpha)
+            judgements += judge_latency(name, self.latency[test], self.labels, settings.threshold, settings.alpha,
+                                        looks=settings.max_blocks)
         return judgements
 
     def _clock(self) -> str:

@@ -98,11 +98,12 @@ def _queue_grew(window: dict) -> str | None:
 
 
 def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tuple[str, str], threshold: float,
-                  alpha: float) -> list[Judgement]:
+                  alpha: float, looks: int | None = None) -> list[Judgement]:
     """A serving job's latency at each percentile its blocks resolve: per block, each arm's windows merged and the
     block's log(candidate / baseline) of the percentile one unit, judged by signed ranks (p50) or signs (a tail, so
     that one stalled block cannot decide: ``shift.judge``). Not judged where a service saturated (``regressed`` where
-    only the candidate's did, in most blocks)."""
+    only the candidate's did, in most blocks). ``looks``: the most blocks the A/B may judge after, one look each; each
+    percentile then uses the per-look alpha that keeps ``alpha`` over them all (``shift.per_look_alpha``)."""
     pairs = sum(len(block.get(label, [])) for block in blocks for label in labels) // 2
     grew = {label: [(number, why) for number, block in enumerate(blocks, 1)
                     for why in map(_queue_grew, block.get(label, [])) if why] for label in labels}
@@ -141,7 +142,9 @@ def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tu
             continue  # too few requests a block to say anything of this tail (p50 is always said)
         values = [tuple(h.get_value_at_percentile(percentile) / 1000 for h in pair) for pair in usable]
         ratios = [math.log(c / b) for b, c in values if b > 0 and c > 0]
-        found = shift.judge(ratios, threshold, alpha, ranks=percentile == serving.JUDGED[0])
+        ranks = percentile == serving.JUDGED[0]
+        level = shift.per_look_alpha(alpha, looks, ranks) if looks else alpha
+        found = shift.judge(ratios, threshold, level, ranks)
         judged = Judgement(scenario=scenario, metric=serving.name(percentile), verdict=found.verdict, pairs=pairs,
                            blocks=len(ratios), change=found.change, ci=found.ci, p_slower=found.p_worse,
                            detectable=found.detectable, log_ratios=ratios)
@@ -149,7 +152,7 @@ def judge_latency(scenario: str, blocks: list[dict[str, list[dict]]], labels: tu
             judged.ms = (statistics.median(b for b, _ in values), statistics.median(c for _, c in values))
         if found.ci is None and ratios:
             judged.reason = (f"{count(len(ratios), 'block')} cannot resolve a change at this alpha "
-                             f"({shift.units_needed(alpha)} needed); {found.above} of {len(ratios)} rose")
+                             f"({shift.units_needed(level)} needed); {found.above} of {len(ratios)} rose")
         judgements.append(judged)
     return judgements
 

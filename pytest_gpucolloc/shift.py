@@ -15,6 +15,7 @@ move count against a change either way. Why, and the verdicts: docs/ab.md. Pure 
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import math
@@ -86,6 +87,44 @@ def judge(log_ratios: list[float], threshold: float, alpha: float, ranks: bool =
     ci = (math.exp(low) - 1, math.exp(high) - 1) if low is not None and high is not None else None
     detectable = math.exp((high - low) / 2) - 1 if low is not None and high is not None else None
     return Shift(verdict, n, math.exp(median) - 1, ci, p_worse, detectable, sum(d > 0 for d in log_ratios))
+
+
+def _alarms(level: float, looks: int, ranks: bool) -> float:
+    """The share of sequences with no change in which a rule that rejects at p <= ``level`` calls a rise at one of
+    ``looks`` looks, exactly: under no change each new unit's sign is a coin flip and its place among the units so far
+    (ordered by size) uniform, whatever the noise. A state is those signs in that order, as the bits of a number."""
+    import numpy as np
+
+    weights = np.arange(1, looks + 1) if ranks else np.ones(looks, dtype=np.int64)
+    states: np.ndarray = np.zeros(1, dtype=np.int64)
+    shares: np.ndarray = np.ones(1)
+    rejected = 0.0
+    for n in range(1, looks + 1):
+        grown = [(states & ((1 << place) - 1)) | (below << place) | ((states >> place) << (place + 1))
+                 for place in range(n) for below in (0, 1)]  # the new unit below or above 0, at each place
+        states, where = np.unique(np.concatenate(grown), return_inverse=True)
+        shares = np.bincount(where, weights=np.tile(shares, 2 * n) / (2 * n))
+        counted = ((states[:, None] >> np.arange(n)) & 1) @ weights[:n]  # units below 0, or the sum of their ranks
+        hit = np.asarray(_null_cdf(n, ranks))[counted] <= level
+        rejected += float(shares[hit].sum())
+        states, shares = states[~hit], shares[~hit]
+    return rejected
+
+
+EXACT_LOOKS = 16  # beyond, the states (2^looks) cost too much: Bonferroni over the looks that can reject
+
+
+@functools.cache
+def per_look_alpha(alpha: float, looks: int, ranks: bool = False) -> float:
+    """The alpha each of ``looks`` looks (after units 1, 2, ... ``looks``) may use so that a rule judged after every
+    unit, stopped at the first rise found, calls a rise in at most ``alpha`` of sequences with no change (a constant
+    boundary, as Pocock's): the largest of the rule's own p values that keeps it there (``_alarms``)."""
+    if looks > EXACT_LOOKS:
+        return alpha / max(1, looks - units_needed(alpha) + 1)
+    levels = sorted({p for n in range(1, looks + 1) for p in _null_cdf(n, ranks) if p < alpha})
+    # the alarms grow with the level: the first level that gives too many, found by bisection
+    too_many = bisect.bisect_left(levels, True, key=lambda level: _alarms(level, looks, ranks) > alpha)
+    return math.nextafter(levels[too_many - 1], 1.0) if too_many else alpha  # judge() rejects p < alpha
 
 
 def units_needed(alpha: float) -> int:

@@ -179,3 +179,18 @@ def test_a_p99_without_requests_enough_is_final_and_the_sentence_names_the_p90_t
     judged = latency(blocks, threshold=0.02, alpha=0.005)
     assert judged["p90"].verdict == "regressed" and judged["p99"].final and judged["p99"].verdict == "inconclusive"
     assert "only its tail got worse (p90 +" in ab_judge.in_words(list(judged.values()))[0]
+
+
+def test_an_ab_that_looks_after_every_block_judges_each_look_at_the_alpha_that_keeps_its_own():
+    """Eight blocks, all rose 10%: judged once, regressed (p 2^-8 < 0.005); by an A/B that may look after each of up to
+    12 blocks, each look at the per-look alpha (shift.per_look_alpha): nine blocks needed."""
+    blocks = [{"baseline": [window(2.0)] * 2, "candidate": [window(2.2 + 0.001 * i)] * 2} for i in range(8)]
+    once = {j.metric: j for j in ab_judge.judge_latency("s", blocks, ("baseline", "candidate"), 0.02, 0.005)}
+    looked = {j.metric: j for j in ab_judge.judge_latency("s", blocks, ("baseline", "candidate"), 0.02, 0.005,
+                                                          looks=12)}
+    assert once["p50"].verdict == "regressed"
+    assert looked["p50"].verdict == "inconclusive" and "(9 needed); 8 of 8 rose" in looked["p50"].reason
+    blocks.append(blocks[0])
+    ninth = {j.metric: j for j in ab_judge.judge_latency("s", blocks, ("baseline", "candidate"), 0.02, 0.005,
+                                                         looks=12)}
+    assert ninth["p50"].verdict == "regressed" and ninth["p99"].verdict == "regressed"

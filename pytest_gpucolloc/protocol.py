@@ -161,10 +161,9 @@ def _number(value, what: str, integer: bool = False, low: float = 0.0, high: flo
 
 
 def _check(event: Event) -> None:
-    if isinstance(event, Connected):
+    if isinstance(event, (Connected, Ready)):
         _number(event.pid, "pid", integer=True, low=1)
-    elif isinstance(event, Ready):
-        _number(event.pid, "pid", integer=True, low=1)
+    if isinstance(event, Ready):
         _number(event.samples_per_step, "samples_per_step", integer=True, low=1, high=MAX_SAMPLES_PER_STEP)
     elif isinstance(event, Result):
         if not isinstance(event.rounds, list) or not event.rounds:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from processes import worker_processes
-from pytest_gpucolloc import Workload, forkserver, record
+from pytest_gpucolloc import Workload, cpu_affinity, forkserver, record, scenario
+from pytest_gpucolloc import pool as pool_module
 from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.modes.sequential import SequentialMode
@@ -210,9 +211,6 @@ def test_a_worker_that_fails_before_connecting_fails_its_scenario_with_its_own_e
                                                                                       monkeypatch):
     """On a GPU each worker starts once the one before has set up its device (``pool.connects_in_order``), so a first
     worker that fails that early fails the pool as it starts: the scenario still says which worker and why."""
-    from pytest_gpucolloc import cpu_affinity, scenario
-    from pytest_gpucolloc import pool as pool_module
-
     monkeypatch.setattr(pool_module, "connects_in_order", lambda device: True)
     monkeypatch.setattr(scenario, "assign_cpus", lambda n, policy, wants=None: cpu_affinity.Assignment(
         [(4000,)] + [None] * (n - 1), "a core this machine does not have"))

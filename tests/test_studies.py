@@ -156,3 +156,18 @@ def test_predict_held_out_predicts_mixes_measured_on_another_gpu(tmp_path):
     held_out = [line.split(" | ") for line in out.read_text().split("## Every held-out")[1].splitlines()
                 if line.startswith(mix)]
     assert [row[:4] for row in rows] == [row[:4] for row in held_out]
+
+
+def test_ab_replay_judges_every_kept_ab_again_by_todays_rule(tmp_path):
+    out = tmp_path / "replay.md"
+    run = subprocess.run([sys.executable, str(ROOT / "studies" / "ab_replay.py"), "--markdown", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line for line in out.read_text().splitlines()
+            if line.startswith("| 2026")}
+    # a service 10% slower, its clients connecting in order: regressed on p50 at the first look that allows it
+    slower = rows[("2026-12-06-h100-ordered-connection/ab-slower-aa-GPU-87162aae", "ab-slower")]
+    assert "| regressed +10.2% (9) |" in slower
+    # a rare 20 ms stall: the tail regressed, the median not
+    stall = rows[("2026-12-04-h200-serving-noise-and-spin/decoder-ab-GPU-0b9318ac", "ab-stall")]
+    assert "| inconclusive -1.7% (12) | regressed +62.6% (12) |" in stall

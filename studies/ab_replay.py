@@ -63,14 +63,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--markdown")
     args = parser.parse_args()
-    lines = ["| results folder | ab | scenario | blocks kept | p50 now (blocks) | p99 now (blocks) | p50 then | p99 then |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| results folder | ab | scenario | blocks kept | p50 now (blocks) | p99 now (blocks) | p50 then "
+             "| p99 then |", "|---|---|---|---|---|---|---|---|"]
     counts: dict[str, dict[str, int]] = {}
     for folder, part, scenarios, then in kept_abs():
         for scenario, blocks in scenarios.items():
             rows = {j.metric: j for j in replay(blocks)}
-            lines.append(f"| {folder} | {part} | {scenario.split('::')[-1]} | {len(blocks)} | {said(rows.get('p50'))} | "
-                         f"{said(rows.get('p99'))} | {then_said(then, scenario, 'p50')} | "
+            lines.append(f"| {folder} | {part} | {scenario.split('::')[-1]} | {len(blocks)} | "
+                         f"{said(rows.get('p50'))} | {said(rows.get('p99'))} | {then_said(then, scenario, 'p50')} | "
                          f"{then_said(then, scenario, 'p99')} |")
             kind = "A/A" if part.startswith("ab-aa") else part
             for j in rows.values():

@@ -32,13 +32,6 @@ from .workloads import BACK_TO_BACK, Workload, WorkloadError, as_workloads
 diagnostics_key = pytest.StashKey[str]()  # a failed scenario's daemon logs, attached to its report
 
 
-def _new_server(k: int) -> None:
-    """From the second repeat (or A/B block) on, a new fork server: workers forked from one server appear to share a
-    level (a host-bound service's latency), which repeats from one server would not sample (docs/ab.md)."""
-    if k:
-        close_shared()
-
-
 class CollocateFixture:
     """What the ``collocate`` fixture gives a test (``plugin.collocate``): one scenario per test."""
 
@@ -217,7 +210,10 @@ class CollocateFixture:
         runs: list[ScenarioResult] = []
         # fresh processes for each repeat, or for each block as long as the A/B wants more
         while (len(runs) < context.repeats) if link is None else (not runs or link.more.get(test)):
-            _new_server(len(runs))
+            # a new fork server from the second repeat (or A/B block) on: workers forked from one appear to share a
+            # level (a host-bound service's latency), which repeats from one server would not sample (docs/ab.md)
+            if runs:
+                close_shared()
             runs.append(run_scenario(jobs, mode, context.target, context.settings, self.log_dir / mode.name /
                                      f"r{len(runs)}", None if link else context.sampler_factory,
                                      Pairing(link, test, len(runs)) if link else None))

@@ -33,10 +33,6 @@ DESCRIBED = [
 BOUNDING = ("power_limit_w", "application_sm_clock_mhz", "max_sm_clock_mhz", "mig_mode", "ecc_mode")
 
 
-def bounding(gpu: nvml.GpuInfo) -> dict[str, Any]:
-    return {"mig_mode": gpu.mig_mode, **{k: gpu.extra.get(k) for k in BOUNDING if k != "mig_mode"}}
-
-
 def bounding_differences(baseline: dict, current: dict) -> list[str]:
     """What differs in the configuration that bounds performance, e.g. ``power limit (W) 700 -> 600``."""
     return differences({k: v for k, v in baseline.items() if k in BOUNDING},

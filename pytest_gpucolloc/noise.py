@@ -79,10 +79,6 @@ def what_would_resolve(baseline: list[RunSample], spread: float, policy: Policy)
             "or steady the machine (CPU pinning, clocks), or raise the threshold")
 
 
-def _variance(values: list[float]) -> float | None:
-    return variance_of(values) if len(values) > 1 else None
-
-
 def noise_levels(baseline: list[RunSample], spread: float, policy: Policy, too_noisy: bool) -> dict:
     """Where the baseline's noise lives, as shares of a run mean's variance: rounds within a process, processes
     within a run (measurable with fresh-process repeats), runs. And, when the threshold is out of reach, which
@@ -91,10 +87,9 @@ def noise_levels(baseline: list[RunSample], spread: float, policy: Policy, too_n
     n = statistics.fmean(len(s) for r in baseline for s in r.process_sets)  # rounds per set of processes
     sets = statistics.fmean(len(r.process_sets) for r in baseline)  # sets of processes per run
     round_var = statistics.fmean(r.log_sd ** 2 for r in baseline)
-    per_run = [_variance([statistics.fmean(math.log(x) for x in s) for s in r.process_sets]) for r in baseline]
-    measured_runs = [v for v in per_run if v is not None]
-    process_var = (max(statistics.fmean(measured_runs) - round_var / n, 0.0)
-                   if len(measured_runs) == len(per_run) else None)
+    set_means = [[statistics.fmean(math.log(x) for x in s) for s in r.process_sets] for r in baseline]
+    process_var = (max(statistics.fmean(variance_of(means) for means in set_means) - round_var / n, 0.0)
+                   if all(len(means) > 1 for means in set_means) else None)
     run_var = max(spread ** 2 - (process_var or 0.0) / sets - round_var / (sets * n), 0.0)
     parts = {"rounds": round_var / (sets * n), "processes": None if process_var is None else process_var / sets,
              "runs": run_var}

@@ -47,13 +47,6 @@ def parse_machine_warmup(text: str) -> float | None:
     return number_option("--colloc-machine-warmup", 0, MAX_LIMIT_S)(text)
 
 
-def parse_device(text: str) -> str:
-    value = (text or "auto").strip().lower()
-    if value not in ("auto", "cuda", "cpu"):
-        raise ValueError(f"--colloc-device must be auto, cuda or cpu, got {text!r}")
-    return value
-
-
 SPAWN_METHODS = ("fresh", "forkserver")
 CUDNN_CHOICES = ("autotune", "heuristics")
 
@@ -168,7 +161,7 @@ class Config:
         "default: mps on a GPU, naive in CPU smoke mode",
         parse_modes, None, "mps", "naive")
     colloc_device: str = option("auto (GPU if NVML sees one, else CPU smoke mode), cuda, or cpu",
-        parse_device, "auto")
+        one_of("--colloc-device", ("auto", "cuda", "cpu")), "auto")
     colloc_gpu: str | int = option("GPU to run on: index or UUID (default 0)", parse_gpu_selector, "0")
     colloc_gpus: list[str | int] | None = option("with pytest-xdist (-n N): the GPUs to spread over, one xdist "
         "worker each, e.g. '0,1' or UUIDs (default: every GPU)", parse_gpu_list, "")

@@ -349,8 +349,8 @@ def run_scenario(workloads: list[Workload], mode: SharingMode, target: Target, s
     workers = [by_key[w.key()] for w in workloads] if prov.one_at_a_time else records
     aggregate_of = measure.sequential_aggregate if prov.one_at_a_time else measure.concurrent_aggregate
     aggregate = aggregate_of([r.stats for r in counted(workers)])
-    gpu = {"index": target.gpu.index, "uuid": target.gpu.uuid, "name": target.gpu.name,
-           **machine.bounding(target.gpu)} if target.gpu else None
+    gpu = {"index": target.gpu.index, "uuid": target.gpu.uuid, "name": target.gpu.name, "mig_mode": target.gpu.mig_mode,
+           **{k: target.gpu.extra.get(k) for k in machine.BOUNDING if k != "mig_mode"}} if target.gpu else None
     measurement = {"fixed_cost_s": sum(p["fixed_cost_s"] for p in measured), "rounds": len(aggregate),
                    "stopped": "; ".join(dict.fromkeys(p["stopped"] for p in measured)),
                    "wall_s": time.monotonic() - began}

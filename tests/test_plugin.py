@@ -70,7 +70,7 @@ def test_unknown_mode_is_a_usage_error_listing_the_valid_ones(pytester):
     (["--colloc-round-seconds=nan"], "*--colloc-round-seconds must be between*"),
     (["--colloc-cpus=0-3;x"], "*--colloc-cpus: invalid CPU list*"),
     (["--colloc-gpu=../../etc"], "*--colloc-gpu must be a GPU index or a GPU-... UUID*"),
-    (["--colloc-device=tpu"], "*--colloc-device must be auto, cuda or cpu*"),
+    (["--colloc-device=tpu"], "*--colloc-device must be one of auto, cuda, cpu, got 'tpu'*"),
     (["--gpu-mode="], "*--gpu-mode needs at least one mode*"),
     (["--colloc-cudnn=fast"], "*--colloc-cudnn must be one of autotune, heuristics, got 'fast'*"),
 ])

@@ -25,6 +25,7 @@ def test_commands_and_events_survive_the_wire():
     (b'{"event": "result", "rounds": []}', "non-empty list"),
     (b'{"event": "result", "rounds": [[0, 10]]}', "seconds must be positive"),
     (b'{"event": "result", "rounds": [[1.0, "many"]]}', "samples must be"),
+    (b'{"event": "result", "rounds": [[1.0, -1]]}', "samples must be"),
     (b'{"event": "result", "rounds": [[1.0, 5]], "data_wait_s": [0.1, 0.2]}', "one number per round"),
     (b'{"event": "result", "rounds": [[1.0, 5]], "data_wait_s": [-0.1]}', "data wait must be"),
     (b'{"event": "ready", "pid": 1, "samples_per_step": 0, "warmup_steps": 1, "cpus": [], "startup_phases_s": {}}',

@@ -42,12 +42,6 @@ class MigInstance:
                 "sm_count": self.multiprocessor_count, "memory_mb": self.memory_mb}
 
 
-def enable_hint(gpu_index: int) -> str:
-    return (f"MIG mode is disabled on GPU {gpu_index}; pytest-gpucolloc never changes it. An administrator can "
-            f"enable it with `sudo nvidia-smi -i {gpu_index} -mig 1` while the GPU is idle (some systems also "
-            "need a GPU reset or a reboot)")
-
-
 def _permission_hint(error: MigBackendError) -> str:
     if error.code == "no_permission":
         return f"{error}: reconfiguring MIG needs root or the mig/config capability (nvidia-capabilities)"
@@ -135,7 +129,9 @@ class MigProvisioner:
         if not plan.feasible:
             raise MigUnavailable(plan.explain())
         if self.backend.mig_mode() != 1:
-            raise MigUnavailable(enable_hint(self.gpu_index))
+            raise MigUnavailable(f"MIG mode is disabled on GPU {self.gpu_index}; pytest-gpucolloc never changes it. "
+                                 f"An administrator can enable it with `sudo nvidia-smi -i {self.gpu_index} -mig 1` "
+                                 "while the GPU is idle (some systems also need a GPU reset or a reboot)")
         self.recover()
         current = self.backend.gpu_instances()
         if self._matches(current, plan):

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import history, interleave, worker
+from . import history, interleave, report, worker
 from .ab_arms import ABError, Arm, unexpected_differences
 from .ab_judge import Judgement, judge_blocks, judge_latency
 from .logs import tail as log_tail
@@ -242,7 +242,7 @@ class Coordinator:
             return
         verdicts = "; ".join(
             f"{j.metric} {'-' if j.change is None else f'{j.change:+.1%}'}"
-            + ("" if j.ci is None else f" [{j.ci[0]:+.1%}, {j.ci[1]:+.1%}]") + f" {j.verdict} so far"
+            + ("" if j.ci is None else f" {report.interval(j.ci)}") + f" {j.verdict} so far"
             for j in self.judged(test, name))
         self.say(f"{name}: block {len(self.blocks[test])} done: {verdicts}; {self.spent[test]:.0f} s of its "
                  f"{self.settings.scenario_budget_s / 60:g} minutes, {self._clock()}")

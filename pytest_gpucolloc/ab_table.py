@@ -2,7 +2,7 @@
 and said below) and the least important columns left out until it fits, as the gate's and compare's tables do."""
 from __future__ import annotations
 
-from .report import cell
+from .report import cell, interval
 from .table_fit import fitted_table
 
 COLUMNS = ["scenario", "measure", "verdict", "blocks", "pairs", "change", "interval", "p", "detectable", "why"]
@@ -22,8 +22,8 @@ def _measure(judged) -> str:
 def rows(judgements) -> list[list[str]]:
     """A row per judgement (``ab_judge.Judgement``), in ``COLUMNS``' order."""
     return [[j.scenario, _measure(j), j.verdict, str(j.blocks), str(j.pairs), cell(j.change, "+.2%"),
-             "-" if j.ci is None else f"[{j.ci[0]:+.2%}, {j.ci[1]:+.2%}]", cell(j.p_slower, ".2g"),
-             cell(j.detectable, ".2%"), j.reason or "-"] for j in judgements]
+             interval(j.ci, 2), cell(j.p_slower, ".2g"),
+             ">1000%" if (j.detectable or 0) > 10 else cell(j.detectable, ".2%"), j.reason or "-"] for j in judgements]
 
 
 def table(judgements, fmt: str = "simple", columns: list[str] | None = None, width: int | None = None) -> str:

@@ -7,14 +7,8 @@ import json
 from collections.abc import Iterable
 
 from .history import short_name
-from .report import cell, ms, rate
+from .report import cell, interval, ms, rate
 from .table_fit import fitted_table, tabular, wrapped
-
-
-def _bound(value: float) -> str:
-    """An interval bound; beyond +1000% the number says nothing more than 'unbounded'."""
-    return ">+1000%" if value > 10 else f"{value:+.1%}"
-
 
 # a regressed run is saved, but it is no baseline: a retry of the same commit would pass on it
 ACCEPT_HINT = ("a regressed run stays out of later baselines until accepted: if the change is intended, "
@@ -40,14 +34,14 @@ def rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
     for name, v in verdicts:
         latency = v.get("metric", "throughput") != "throughput"
         change = cell(v.get("change"), "+.1%")
-        interval = "-" if not v.get("ci") else f"[{_bound(v['ci'][0])}, {_bound(v['ci'][1])}]"
+        bounds = interval(v.get("ci"))
         mde = "-" if v.get("mde") is None else f"{'rise ' if latency else ''}{v['mde']:.1%}"
         if v.get("mde_noise") is not None and v["mde_noise"] < v["mde"]:  # the threshold binds, not the noise
             mde += f" (noise: {v['mde_noise']:.1%})"
         why = "; ".join([v.get("reason", "")] + list(v.get("notes", [])))
         lever = ((v.get("noise") or {}).get("lever")) or "-"
         shown = (lambda value: "-" if value is None else f"{ms(value)} ms") if latency else rate
-        out.append([name, v["verdict"], shown(v.get("baseline")), shown(v.get("current")), change, interval, mde,
+        out.append([name, v["verdict"], shown(v.get("baseline")), shown(v.get("current")), change, bounds, mde,
                       str(len(v.get("baseline_runs", []))), _noise(v.get("noise")), lever, why])
         judged = v.get("latency") or ({"p99": v["p99"]} if isinstance(v.get("p99"), dict) else {})
         for metric, verdict in judged.items():

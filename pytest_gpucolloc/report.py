@@ -23,6 +23,13 @@ def cell(value: float | None, spec: str, unit: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{unit}"
 
 
+def interval(ci: tuple[float, float] | None, digits: int = 1) -> str:
+    """A change's interval; a bound beyond +1000% says nothing more than 'unbounded', so it is said as such."""
+    if not ci:
+        return "-"
+    return "[" + ", ".join(">+1000%" if bound > 10 else f"{bound:+.{digits}%}" for bound in ci) + "]"
+
+
 def rate(value: float | None) -> str:
     """A throughput: whole numbers with separators, but at least two significant digits (0.42, not 0)."""
     if value is None or value == 0 or not math.isfinite(value) or abs(value) >= 10:

@@ -231,6 +231,18 @@ def test_an_inconclusive_judgement_says_why():
     assert steady.verdict == "unchanged" and steady.reason == ""
 
 
+def test_an_interval_beyond_what_three_blocks_can_say_is_said_as_such():
+    """Three blocks of a noisy A/A (the CPU smoke mode's): the interval's upper bound is thousands of percent, which
+    says nothing more than 'unbounded'; the table and the line after each block say so."""
+    from pytest_gpucolloc import ab_table, report
+
+    wild = ab_judge.judge_blocks("test_x[cpu-naive]", [[0.3], [-0.9], [-0.4]], 0.02, 0.005)
+    assert wild.ci[1] > 10 and wild.verdict == "inconclusive"
+    row = ab_table.rows([wild])[0]
+    assert row[ab_table.COLUMNS.index("interval")] == f"[{wild.ci[0]:+.2%}, >+1000%]"
+    assert report.interval(wild.ci) == f"[{wild.ci[0]:+.1%}, >+1000%]" and report.interval(None) == "-"
+
+
 def test_an_arm_that_cannot_start_is_quoted_from_its_log(repo, tmp_path, capsys):
     """The candidate's scenario module raises at import: no pair can be measured, and the error quotes the end of
     that arm's log (the traceback a user needs), not only where the log is."""

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import history, interleave, report, worker
+from . import history, interleave, report, shift, worker
 from .ab_arms import ABError, Arm, unexpected_differences
 from .ab_judge import Judgement, judge_blocks, judge_latency
 from .logs import tail as log_tail
@@ -249,6 +249,12 @@ class Coordinator:
 
     def _want_more(self, test: str, block_s: float) -> bool:
         settings, blocks = self.settings, self.blocks.get(test, [])
+        needed = shift.units_needed(shift.per_look_alpha(settings.alpha, settings.max_blocks, True))
+        fit = min(settings.max_blocks, int(settings.scenario_budget_s // block_s))
+        if len(blocks) == 1 and test in self.latency and fit < needed:  # said now, not after the budget is spent
+            self.say(f"{test}: about {count(fit, 'block')} fit (a block took {block_s:.0f} s; --ab-scenario-minutes "
+                     f"{settings.scenario_budget_s / 60:g}, --ab-max-blocks {settings.max_blocks}), and a latency "
+                     f"verdict needs {needed}: raise them to judge its latency")
         if len(blocks) >= settings.max_blocks:
             return False
         if len(blocks) >= settings.min_blocks and not any(

@@ -181,7 +181,9 @@ def in_words(judgements: list[Judgement]) -> list[str]:
         elif median.verdict == "improved":
             text = f"the service got faster ({said})"
         else:
-            text = f"no latency moved beyond what {count(median.blocks, 'block')} resolve ({said}" + (
-                f", {tail_said})" if tail_said else ")")
+            moved = f"({said}" + (f", {tail_said})" if tail_said else ")")
+            text = (f"{count(median.blocks, 'block')}: too few for any latency verdict at this alpha {moved}"
+                    if median.ci is None else f"no latency moved beyond what {count(median.blocks, 'block')} resolve "
+                    + moved)
         lines.append(f"{scenario}: {text}")
     return lines

@@ -1,5 +1,5 @@
 """The regression decision: is this run's throughput lower than its history's, beyond noise? And a serving job's
-latency (lower is better), judged by the same method at each percentile on each round's 1/latency.
+latency (lower is better), judged by the same method at each percentile on 1/latency (a run's over all its requests).
 
 In log throughput, so changes are ratios: a run is regressed when it falls below the one-sided (1 - alpha)
 prediction bound of its baseline runs (``baseline.py``: comparable, at the current level, disturbed runs left out)

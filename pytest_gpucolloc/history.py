@@ -157,7 +157,9 @@ def latency_sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine:
     if not serving:
         return None
     alone = metric.startswith("alone ")
-    rounds = serving.get(f"{'alone_' if alone else ''}round_{metric.split()[-1]}_ms") or []
+    prefix = "alone_" if alone else ""
+    rounds = serving.get(f"{prefix}round_{metric.split()[-1]}_ms") or []
+    whole = serving.get(f"{prefix}{metric.split()[-1]}_ms")
     ends = list(itertools.accumulate(len(r) for r in scenario.repeats))
     if alone or ends[-1:] != [len(rounds)] or len(ends) < 2:
         ends = [len(rounds)]
@@ -169,7 +171,8 @@ def latency_sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine:
         else "its queue grew, alone at the same rate" if alone and serving.get("alone_saturated") else None
     return dataclasses.replace(sample_of(scenario, run_id, run_machine, datetime, commit),
                                rounds=tuple(x for part in inverse for x in part),
-                               repeats=tuple(inverse) if len(inverse) > 1 else (), latency=metric, saturated=saturated)
+                               repeats=tuple(inverse) if len(inverse) > 1 else (), latency=metric, saturated=saturated,
+                               level=-math.log(whole) if whole and whole > 0 else None)
 
 
 def short_name(fullname: str) -> str:

@@ -52,6 +52,7 @@ class RunSample:
     jobs: tuple[str, ...] = ()  # the workers' job labels, sorted (what is trained); () when not known
     power_capped_share: float | None = None  # share of the measurement window at the power cap (telemetry)
     latency: str | None = None  # rounds hold a serving job's 1/latency (1/ms) at this percentile ("p50", "alone p99")
+    level: float | None = None  # a latency's log(1/ms) over every request of the run (the rounds: its noise)
     saturated: str | None = None  # why the serving job could not keep up with its rate (a latency sample)
     regressed: bool = False  # the gate judged it regressed when it was saved
     accepted: bool = False  # a person accepted it as the new level (``pytest-gpucolloc accept``): the level starts here
@@ -63,7 +64,11 @@ class RunSample:
 
     @functools.cached_property  # read many times per decision
     def log_mean(self) -> float:
-        """Mean log throughput with each set of processes weighted equally: the process is the unit."""
+        """Mean log throughput with each set of processes weighted equally: the process is the unit. A latency's is
+        the run's percentile over all its requests, the number its record and summary say (a mean of rounds' p99
+        would be a mean of each round's slowest requests)."""
+        if self.level is not None:
+            return self.level
         return statistics.fmean(statistics.fmean(math.log(x) for x in rounds) for rounds in self.process_sets)
 
     @property

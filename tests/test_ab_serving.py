@@ -84,6 +84,10 @@ def test_a_service_saturated_in_both_arms_is_not_judged_on_p99(repo, tmp_path, c
     flooded = judged[("test_flooded[cpu-naive]", "latency")]
     assert flooded["verdict"] == "inconclusive" and flooded["saturated"] and flooded["change"] is None, flooded
     assert "latency not judged" in flooded["reason"] and "requests still queued" in flooded["reason"], flooded
+    # said after the first block, not once the budget is spent: two blocks can never judge a latency
+    said = out.out + out.err
+    assert "test_flooded[cpu-naive]: about 2 blocks fit (a block took" in said, said
+    assert "--ab-max-blocks 2), and a latency verdict needs" in said, said
 
 
 def window(ms, backlog=0, offered_rps=100.0, requests=100, stalls=0, stall_ms=0.0):
@@ -146,6 +150,10 @@ def test_too_few_blocks_say_so_instead_of_a_number():
         assert judged[metric].detectable is None and not judged[metric].final, judged[metric]
         assert "4 blocks cannot resolve a change at this alpha (8 needed); 4 of 4 rose" in judged[metric].reason
     assert judged["p99"].change == pytest.approx(0.1, abs=0.01)
+    # the sentence says the blocks were too few, not that nothing moved (a 3x slower service once read "no latency
+    # moved beyond what 2 blocks resolve (p50 +226.0%, ...)")
+    said = ab_judge.in_words(list(judged.values()))[0]
+    assert said.startswith("s: 4 blocks: too few for any latency verdict at this alpha (p50 +10.1%, p99 +10.1%)"), said
 
 
 def test_a_queue_that_grew_in_either_arm_is_not_judged_on_latency():

@@ -40,7 +40,9 @@ def write_run(root: Path, number: int, p99_ms: float, *, spread: float = 0.004, 
     info.update(aggregate_round_throughputs=rounds, repeats=[rounds], aggregate_throughput=sum(rounds) / 6,
                 workloads=[service, TRAINER], n_workers=2, workers=info["workers"] * 2)
     info["serving"] = {"workload": service, "rate_asked": f"80% of {capacity:,.1f}/s alone back to back",
-                       "p99_ms": max(round_p99), "round_p99_ms": round_p99, "round_p50_ms": round_p50,
+                       # the whole run's percentiles, over every request: near its rounds' (the gate's level)
+                       "p99_ms": math.exp(sum(map(math.log, round_p99)) / len(round_p99)), "round_p99_ms": round_p99,
+                       "p50_ms": math.exp(sum(map(math.log, round_p50)) / len(round_p50)), "round_p50_ms": round_p50,
                        "saturated": saturated,
                        "why": "120.0 requests/s is more than it serves: the queue grew to 900" if saturated else None}
     path = root / f"{number:04d}_run.json"
@@ -260,8 +262,25 @@ def test_compare_of_alternated_sessions_judges_a_median_by_signed_ranks(tmp_path
         data["machine_info"]["gpucolloc"]["driver_version"] = side
         path.write_text(json.dumps(data))
     capsys.readouterr()
-    cli.main(["compare", "--group-by", "driver_version", "--groups", "A", "B", "--storage", str(root.parent),
-              "--format", "json", "--alpha", "0.05"])
-    p50 = json.loads(capsys.readouterr().out)[0]["latency"]["p50"]
+    code = cli.main(["compare", "--group-by", "driver_version", "--groups", "A", "B", "--storage", str(root.parent),
+                     "--format", "json", "--alpha", "0.05"])
+    row = json.loads(capsys.readouterr().out)[0]
+    p50 = row["latency"]["p50"]
     assert p50["verdict"] == "regressed" and p50["change"] == pytest.approx(0.10, abs=0.01), p50
+    assert row["verdict"] != "regressed" and code == 1  # a latency that regressed fails it, as the gate's exit says
     assert "5 of 6 slower" in p50["reason"]
+
+
+def test_a_runs_latency_is_its_percentile_over_every_request_as_its_record_says(storage, capsys):
+    """The gate and history judge and show the run's percentile over all its requests (the record's and the
+    summary's number), not a mean of its rounds' (for a p99, a mean of each round's slowest requests)."""
+    path = write_run(storage, 7, 10.0)
+    data = json.loads(path.read_text())
+    data["benchmarks"][0]["extra_info"]["serving"]["p99_ms"] = 12.5  # its rounds' p99s stay about 10 ms
+    path.write_text(json.dumps(data))
+    code, verdict = gate_json(path, storage, capsys)
+    assert verdict["latency"]["p99"]["current"] == pytest.approx(12.5), verdict["latency"]["p99"]
+    assert code == 1 and verdict["latency"]["p99"]["verdict"] == "regressed"
+    cli.main(["history", "--storage", str(storage.parent), "--metric", "p99", "--format", "json"])
+    shown = json.loads(capsys.readouterr().out)["series"][0]["shown"]
+    assert shown[-1]["run_id"] == "0007_run" and shown[-1]["value"] == pytest.approx(12.5), shown

@@ -11,7 +11,7 @@ from .. import changepoints, compare, forget, gate, gate_table, history, history
 from ..history import LATENCY, experiment, numbered, run_number, short_name
 from ..scratch import clean_stale_scratch
 from ..table_fit import tabular, terminal_width, wrapped
-from ..verdict import with_latency
+from ..verdict import Verdict, with_latency
 from ..words import count
 from .common import (
     CPU_SMOKE,
@@ -80,7 +80,8 @@ def cmd_compare(args) -> int:
              f"against {said[0]})")
     print(gate_table.render(rows, args.format, title, width=terminal_width()),
           end="\n\n" if args.format == "csv" else "\n")  # its CSV has always ended with an empty line
-    return NEGATIVE if any(verdict["verdict"] == "regressed" for _, verdict in rows) else OK
+    # regressed: its throughput or a latency of its serving job, as the gate's exit says it
+    return NEGATIVE if any(Verdict.from_dict(verdict).failed for _, verdict in rows) else OK
 
 
 def cmd_gate(args) -> int:

@@ -75,7 +75,10 @@ def what_would_resolve(baseline: list[RunSample], spread: float, policy: Policy)
                  f"even {MAX_BASELINE_RUNS} baseline runs would not resolve it")
     more_rounds = (f"more rounds alone would need over {MAX_USEFUL_ROUNDS} per run" if rounds is not None
                    else "more rounds cannot help")
-    return (f"; run-to-run spread {math.sqrt(between):.1%}, {more_rounds}; {more_runs}; "
+    # where the runs differ no more than their rounds say they would, the rounds are the noise, not the runs
+    spread_said = (f"run-to-run spread {math.sqrt(between):.1%}" if between >= 0.1 * spread ** 2 else
+                   f"the runs differ by their rounds' noise ({math.sqrt(within):.1%} a round)")
+    return (f"; {spread_said}, {more_rounds}; {more_runs}; "
             "or steady the machine (CPU pinning, clocks), or raise the threshold")
 
 

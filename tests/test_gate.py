@@ -67,6 +67,8 @@ def test_too_noisy_says_how_many_rounds_would_help():
     assert "too noisy for the 2% threshold" in verdict.reason and "rounds per run (now 10: --colloc-rounds=" in verdict.reason
     noisier = gate.decide(run([1000.0] * 10, "now"), steady_history(spread=0.10))
     assert "more rounds alone would need over 1000 per run" in noisier.reason
+    # runs no further apart than their rounds make them: the rounds are named, not a "run-to-run spread 0.0%"
+    assert "the runs differ by their rounds' noise (8.9% a round)" in noisier.reason, noisier.reason
 
 
 def test_run_to_run_noise_that_rounds_cannot_fix_is_named():

@@ -111,18 +111,21 @@ class Summary:
         for name, why in s.skipped:
             say(f"skipped {name}: {why}")
         if s.history is not None:
-            self._gate_summary(terminalreporter, width, say)
+            self._gate_summary(terminalreporter, width, say, exitstatus == pytest.ExitCode.INTERRUPTED)
 
-    def _gate_summary(self, terminalreporter, width: int, say) -> None:
+    def _gate_summary(self, terminalreporter, width: int, say, interrupted: bool) -> None:
         s = self.session
         regressed = [name for name, v in s.verdicts if v.failed]
-        if s.nothing_gated():
+        if interrupted and s.nothing_gated():  # stopped before any scenario was judged: no gate ran
+            terminalreporter.write_sep("!", "gpucolloc gate: interrupted before any scenario was judged", red=True)
+        elif s.nothing_gated():
             terminalreporter.write_sep("!", "gpucolloc gate: no scenario judged, exit code 5: the gate did not pass",
                                        red=True)
         else:  # a first run has nothing to be judged against: it passes, saying so, so that a history can start
             first = sum(v.verdict == "no baseline" for _, v in s.verdicts)
             terminalreporter.write_sep(
-                "-", f"gpucolloc gate: {len(regressed)} regressed of {len(s.verdicts)}"
+                "-", f"gpucolloc gate: {'interrupted; ' if interrupted else ''}{len(regressed)} regressed of "
+                f"{len(s.verdicts)}"
                 + (f"; {first} with no baseline yet" if first else ""), yellow=bool(first) and not regressed)
             if first:
                 say("a scenario with no baseline yet is saved to start its history, and passes")

@@ -39,7 +39,7 @@ def test_interrupted_run_leaves_nothing_behind(tmp_path, mode, sig, after_s):
     child = subprocess.Popen(
         pytest_command(str(tmp_path / "test_long.py"), f"--gpu-mode={mode}", "--colloc-device=cpu",
                        "--colloc-rounds=200", "--colloc-round-seconds=0.5", "--colloc-warmup-seconds=3",
-                       "-p", "no:cacheprovider"),
+                       "-p", "no:cacheprovider", "--colloc-gate", f"--benchmark-storage=file://{tmp_path / 'runs'}"),
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while not of_run(worker_processes(), tag) and time.monotonic() < deadline:
@@ -50,6 +50,10 @@ def test_interrupted_run_leaves_nothing_behind(tmp_path, mode, sig, after_s):
     time.sleep(0.5)
     assert child.returncode != 0
     assert b"KeyboardInterrupt" in output
+    # a gated run stopped before any verdict says so, not "the gate did not pass" with an exit code it does not have
+    gate_lines = [line for line in output.decode().splitlines() if "gpucolloc gate:" in line]
+    assert all("interrupted before any scenario was judged" in line for line in gate_lines), gate_lines
+    assert b"the gate did not pass" not in output
     assert of_run(plugin_processes(), tag) == [], output.decode()[-2000:]  # no worker, no fork server
     ours = {p for p in set(scratch_base().glob("gc-*")) - before_dirs
             if (p / "owner.pid").exists() and (p / "owner.pid").read_text().strip() == str(child.pid)}

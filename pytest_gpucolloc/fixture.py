@@ -194,11 +194,12 @@ class CollocateFixture:
         except ModeUnavailable as exc:  # e.g. a MIG layout that does not fit: the summary lists it with the skips
             pytest.skip(f"{self.mode}: {exc}")
         except ModeFailed as exc:  # a bad configuration, or a daemon or MIG layout that could not be set up
-            pytest.fail(f"{self.mode}: {exc}", pytrace=False)
+            raise pytest.fail.Exception(f"{self.mode}: {exc}", pytrace=False) from None
         except ScenarioFailed as exc:
             if exc.diagnostics:
                 self.node.stash[diagnostics_key] = exc.diagnostics
-            pytest.fail(f"{self.mode}: {exc}", pytrace=False)
+            # from None: the message holds the worker's error and output; its chain would print them three times
+            raise pytest.fail.Exception(f"{self.mode}: {exc}", pytrace=False) from None
 
     def _run(self, jobs: list[Workload], context: ScenarioContext, mode_name: str | None = None) -> ScenarioResult:
         """The scenario, its workers started ``context.repeats`` times afresh (an A/B arm's: once per block)."""

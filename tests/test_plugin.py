@@ -290,6 +290,10 @@ def test_x(collocate):
     result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", *FAST)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*naive: worker w? failed: MemoryError: injected: cannot build the model*"])
+    # said once: not again as the cause of the scenario's failure and of the test's
+    lines = [line.strip() for line in result.outlines]
+    assert lines.count("MemoryError: injected: cannot build the model") == 1, result.stdout.str()
+    assert "The above exception was the direct cause" not in result.stdout.str()
 
 
 def test_collocate_runs_one_scenario_per_test(pytester, suite):

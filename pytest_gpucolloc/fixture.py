@@ -128,8 +128,8 @@ class CollocateFixture:
                     pytest.skip(f"CPU smoke mode: {job.label} answers {per_second:.2g} requests/s here "
                                 f"back to back, so {asked} of it leaves fewer than {MIN_REQUESTS_PER_ROUND} requests "
                                 f"a round of {round_s:g} s to measure; this service scenario runs on a GPU")
-                pytest.fail(f"{job.label}: {job.rate:g} requests/s answers fewer than "
-                            f"{MIN_REQUESTS_PER_ROUND} requests in a round of {round_s:g} s: raise the rate or "
+                pytest.fail(f"{job.label}: at {job.rate:g} requests/s a round of {round_s:g} s holds fewer than "
+                            f"{MIN_REQUESTS_PER_ROUND} requests to measure: raise the rate or "
                             "--colloc-round-seconds", pytrace=False)
             resolved.append(job)
         return resolved

@@ -146,8 +146,8 @@ def test_a_rate_too_slow_to_answer_requests_in_every_round_is_refused_before_it_
     pytester.makepyfile(serve_workload=SERVE_SOURCE, test_slow=SLOW)
     result = pytester.runpytest_subprocess(*ARGS, "--colloc-cpu-full")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*1 requests/s answers fewer than 2 requests in a round of 0.3 s: raise the rate or "
-                                 "--colloc-round-seconds*"])
+    result.stdout.fnmatch_lines(["*at 1 requests/s a round of 0.3 s holds fewer than 2 requests to measure: "
+                                 "raise the rate or --colloc-round-seconds*"])
     assert "Traceback" not in result.stdout.str()
 
 

@@ -284,3 +284,20 @@ def test_a_runs_latency_is_its_percentile_over_every_request_as_its_record_says(
     cli.main(["history", "--storage", str(storage.parent), "--metric", "p99", "--format", "json"])
     shown = json.loads(capsys.readouterr().out)["series"][0]["shown"]
     assert shown[-1]["run_id"] == "0007_run" and shown[-1]["value"] == pytest.approx(12.5), shown
+
+
+def test_compare_says_which_run_after_it_judged(tmp_path, capsys):
+    """Two runs after, not alternated with the runs before: the newest is judged, and the command says so (its title
+    counts both)."""
+    root = tmp_path / ".benchmarks" / "Linux"
+    root.mkdir(parents=True)
+    for number in range(1, 7):
+        path = write_run(root, number, 10.0)
+        data = json.loads(path.read_text())
+        data["machine_info"]["gpucolloc"]["driver_version"] = "A" if number <= 4 else "B"
+        path.write_text(json.dumps(data))
+    capsys.readouterr()
+    cli.main(["compare", "--group-by", "driver_version", "--groups", "A", "B", "--storage", str(root.parent)])
+    out = capsys.readouterr()
+    assert "(4 runs -> 2 runs;" in out.out, out.out
+    assert "note: the newest of the 2 runs after is judged against the 4 runs before" in out.err, out.err

@@ -76,6 +76,9 @@ def cmd_compare(args) -> int:
         if any(run is chosen for chosen in before + after):
             note(f"note: {run.run_id} is compared as named, though {why}")
     rows = compare.compare(before, after, policy_of(args))
+    if len(after) > 1 and not compare.alternating(before, after):  # said: the title counts every run
+        note(f"note: the newest of the {len(after)} runs after is judged against the {count(len(before), 'run')} "
+             "before (runs that alternate, A B A B, are paired instead)")
     title = (f"compare {found} ({count(len(before), 'run')} -> {count(len(after), 'run')}; a change is {said[1]} "
              f"against {said[0]})")
     print(gate_table.render(rows, args.format, title, width=terminal_width()),

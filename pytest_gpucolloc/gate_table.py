@@ -38,12 +38,14 @@ def rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
         mde = "-" if v.get("mde") is None else f"{'rise ' if latency else ''}{v['mde']:.1%}"
         if v.get("mde_noise") is not None and v["mde_noise"] < v["mde"]:  # the threshold binds, not the noise
             mde += f" (noise: {v['mde_noise']:.1%})"
-        why = "; ".join([v.get("reason", "")] + list(v.get("notes", [])))
+        judged = v.get("latency") or ({"p99": v["p99"]} if isinstance(v.get("p99"), dict) else {})
+        # a latency with a row of its own below is not said again in this row's notes
+        notes = [n for n in v.get("notes", []) if not any(n.startswith(f"{metric} latency ") for metric in judged)]
+        why = "; ".join([v.get("reason", "")] + notes)
         lever = ((v.get("noise") or {}).get("lever")) or "-"
         shown = (lambda value: "-" if value is None else f"{ms(value)} ms") if latency else rate
         out.append([name, v["verdict"], shown(v.get("baseline")), shown(v.get("current")), change, bounds, mde,
                       str(len(v.get("baseline_runs", []))), _noise(v.get("noise")), lever, why])
-        judged = v.get("latency") or ({"p99": v["p99"]} if isinstance(v.get("p99"), dict) else {})
         for metric, verdict in judged.items():
             out += rows([(f"{name} {metric} latency", verdict)])
     return out

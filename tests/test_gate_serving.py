@@ -179,6 +179,11 @@ def test_runs_that_cannot_resolve_a_change_say_so_in_words(tmp_path, capsys):
     p99 = verdict["latency"]["p99"]
     assert p99["verdict"] == "inconclusive" and p99["reason"].startswith("not resolvable with 3 baseline runs"), p99
     assert p99["ci"] is None and p99["mde"] is None
+    # the table: each latency on its row of its own, not said again in the scenario's row
+    cli.main(["gate", str(path), "--storage", str(root.parent), "--format", "markdown"])
+    scenario_row, p99_row = [line for line in capsys.readouterr().out.splitlines()
+                             if line.startswith(f"| benchmarks/test_serving.py::{SCENARIO} ")][::2]
+    assert "p99 latency" not in scenario_row and "not resolvable with 3 baseline runs" in p99_row, scenario_row
 
 
 def test_a_gated_pytest_run_judges_the_services_p99_and_fails_on_its_regression(pytester, monkeypatch):

@@ -8,6 +8,7 @@ step on ``device`` (a serving job's ``serve_step()``: one request, no gradients)
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 from typing import Any
 
@@ -288,7 +289,9 @@ def _user_object(workload: Workload, device: torch.device, method: str, why: str
     try:
         factory = getattr(module, attr)
     except AttributeError:
-        raise ImportError(f"module {module_name!r} has no attribute {attr!r}") from None
+        near = difflib.get_close_matches(attr, [name for name in dir(module) if callable(getattr(module, name))], 1)
+        raise ImportError(f"module {module_name!r} has no attribute {attr!r}"
+                          + (f": did you mean {near[0]!r}?" if near else "")) from None
     obj = factory(batch_size=workload.batch_size, device=device, precision=workload.precision, **workload.options)
     if not callable(getattr(obj, method, None)):
         raise TypeError(f"{workload.model} returned {type(obj).__name__}, which has no {method}(){why}")

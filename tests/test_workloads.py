@@ -150,3 +150,14 @@ def test_collocate_takes_a_list_and_says_so(value, message):
     assert message in str(error.value)
     assert as_workloads(["resnet26", Workload("resnet50")])[1].model == "resnet50-imagenet64"
     assert as_workloads(name for name in ["resnet26"])[0].model == "resnet26-cifar10"
+
+
+def test_a_mistyped_factory_is_named_with_the_one_meant():
+    import torch
+
+    from pytest_gpucolloc import models
+
+    with pytest.raises(ImportError, match="has no attribute 'tinyy': did you mean 'tiny'?"):
+        models._user_object(Workload("tests.user_workloads:tinyy", batch_size=2), torch.device("cpu"), "train_step")
+    with pytest.raises(ImportError, match=r"has no attribute 'zzz'$"):  # nothing near: no guess
+        models._user_object(Workload("tests.user_workloads:zzz", batch_size=2), torch.device("cpu"), "train_step")

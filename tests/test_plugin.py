@@ -294,6 +294,7 @@ def test_x(collocate):
     lines = [line.strip() for line in result.outlines]
     assert lines.count("MemoryError: injected: cannot build the model") == 1, result.stdout.str()
     assert "The above exception was the direct cause" not in result.stdout.str()
+    assert "Benchmark fixture was not used" not in result.stdout.str()  # the failure says why nothing was measured
 
 
 def test_collocate_runs_one_scenario_per_test(pytester, suite):

@@ -182,8 +182,8 @@ def in_words(judgements: list[Judgement]) -> list[str]:
             text = f"the service got faster ({said})"
         else:
             moved = f"({said}" + (f", {tail_said})" if tail_said else ")")
+            too_few = median.ci is None and all(t.ci is None for t in tails)  # no percentile had blocks enough
             text = (f"{count(median.blocks, 'block')}: too few for any latency verdict at this alpha {moved}"
-                    if median.ci is None else f"no latency moved beyond what {count(median.blocks, 'block')} resolve "
-                    + moved)
+                    if too_few else f"no latency moved beyond what {count(median.blocks, 'block')} resolve " + moved)
         lines.append(f"{scenario}: {text}")
     return lines

@@ -151,7 +151,8 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
 def _at_level(run: RunSample, offset: float) -> RunSample:
     factor = math.exp(offset)
     return dataclasses.replace(run, rounds=tuple(x * factor for x in run.rounds),
-                               repeats=tuple(tuple(x * factor for x in r) for r in run.repeats))
+                               repeats=tuple(tuple(x * factor for x in r) for r in run.repeats),
+                               level=None if run.level is None else run.level + offset)
 
 
 def power_cap_share(telemetry) -> float | None:

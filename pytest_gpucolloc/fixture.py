@@ -15,6 +15,7 @@ from .device import release
 from .forkserver import close_shared
 from .modes import MODES, ModeFailed, ModeUnavailable
 from .modes.sequential import SequentialMode
+from .pool import WorkerFailed
 from .scenario import (
     Pairing,
     ScenarioFailed,
@@ -51,6 +52,8 @@ class CollocateFixture:
             return self._scenario(workloads, ideal)
         except BaseException as error:
             ended = error
+            # the test's outcome says why nothing was measured, not pytest-benchmark's "fixture was not used"
+            benchmark_api.mark_used(self.benchmark, "the scenario did not run to the end")
             raise
         finally:  # passed or skipped, the next run's estimate of its time; not a failure's (a broken environment
             progress.end()  # fails within the second) nor a run cut short by Ctrl-C
@@ -192,21 +195,16 @@ class CollocateFixture:
         try:
             yield
         except ModeUnavailable as exc:  # e.g. a MIG layout that does not fit: the summary lists it with the skips
-            self._not_recorded()
             pytest.skip(f"{self.mode}: {exc}")
         except ModeFailed as exc:  # a bad configuration, or a daemon or MIG layout that could not be set up
-            self._not_recorded()
             raise pytest.fail.Exception(f"{self.mode}: {exc}", pytrace=False) from None
         except ScenarioFailed as exc:
-            self._not_recorded()
             if exc.diagnostics:
                 self.node.stash[diagnostics_key] = exc.diagnostics
-            # from None: the message holds the worker's error and output; its chain would print them three times
-            raise pytest.fail.Exception(f"{self.mode}: {exc}", pytrace=False) from None
-
-    def _not_recorded(self) -> None:
-        """The test's outcome says why nothing was measured, not pytest-benchmark's "fixture was not used"."""
-        benchmark_api.mark_used(self.benchmark, "the scenario did not run to the end")
+            failure = pytest.fail.Exception(f"{self.mode}: {exc}", pytrace=False)
+            if isinstance(exc.__cause__, WorkerFailed):  # its message holds the worker's error and output already
+                raise failure from None
+            raise failure from exc  # anything else keeps its traceback: a fault of the plugin's own is found from it
 
     def _run(self, jobs: list[Workload], context: ScenarioContext, mode_name: str | None = None) -> ScenarioResult:
         """The scenario, its workers started ``context.repeats`` times afresh (an A/B arm's: once per block)."""

@@ -289,7 +289,7 @@ def _user_object(workload: Workload, device: torch.device, method: str, why: str
     try:
         factory = getattr(module, attr)
     except AttributeError:
-        near = difflib.get_close_matches(attr, [name for name in dir(module) if callable(getattr(module, name))], 1)
+        near = difflib.get_close_matches(attr, [name for name in vars(module) if not name.startswith("_")], 1)
         raise ImportError(f"module {module_name!r} has no attribute {attr!r}"
                           + (f": did you mean {near[0]!r}?" if near else "")) from None
     obj = factory(batch_size=workload.batch_size, device=device, precision=workload.precision, **workload.options)

@@ -306,3 +306,24 @@ def test_compare_says_which_run_after_it_judged(tmp_path, capsys):
     out = capsys.readouterr()
     assert "(4 runs -> 2 runs;" in out.out, out.out
     assert "note: the newest of the 2 runs after is judged against the 4 runs before" in out.err, out.err
+
+
+def test_a_storage_with_an_index_reads_each_runs_latency_over_every_request(tmp_path, capsys):
+    """64 runs or more keep an index beside the files: its samples carry each run's percentile over every request
+    too, read back as the files say (an index of the earlier schema is built again)."""
+    from pytest_gpucolloc import history, index
+
+    root = tmp_path / ".benchmarks" / "Linux"
+    root.mkdir(parents=True)
+    made = tmp_path / "made"
+    made.mkdir()
+    for number in range(1, history.INDEX_FROM + 2):
+        data = json.loads(write_run(made, number % 28 + 1, 10.0, seed=number).read_text())
+        data["benchmarks"][0]["extra_info"]["serving"]["p99_ms"] = 13.0  # its rounds' p99s stay about 10 ms
+        (root / f"{number:04d}_run.json").write_text(json.dumps(data))
+    for _ in range(2):  # the first call builds the index, the second reads it
+        code, verdict = gate_json(root / f"{history.INDEX_FROM + 1:04d}_run.json", root, capsys)
+        p99 = verdict["latency"]["p99"]
+        assert p99["baseline"] == pytest.approx(13.0) and p99["current"] == pytest.approx(13.0), p99
+        assert p99["verdict"] != "regressed" and code == 0
+    assert (root.parent / index.NAME).exists()  # the storage's index: what the second call read

@@ -50,10 +50,6 @@ def test_interrupted_run_leaves_nothing_behind(tmp_path, mode, sig, after_s):
     time.sleep(0.5)
     assert child.returncode != 0
     assert b"KeyboardInterrupt" in output
-    # a gated run stopped before any verdict says so, not "the gate did not pass" with an exit code it does not have
-    gate_lines = [line for line in output.decode().splitlines() if "gpucolloc gate:" in line]
-    assert all("interrupted before any scenario was judged" in line for line in gate_lines), gate_lines
-    assert b"the gate did not pass" not in output
     assert of_run(plugin_processes(), tag) == [], output.decode()[-2000:]  # no worker, no fork server
     ours = {p for p in set(scratch_base().glob("gc-*")) - before_dirs
             if (p / "owner.pid").exists() and (p / "owner.pid").read_text().strip() == str(child.pid)}

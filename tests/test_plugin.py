@@ -464,3 +464,21 @@ def test_unwritable_storage_is_refused_before_anything_runs(pytester, suite, tmp
     result.stderr.fnmatch_lines(["*--benchmark-storage*is not writable, so nothing measured could be saved*"])
     report = pytester.runpytest("--colloc-device=cpu", "--colloc-gate", f"--colloc-gate-report={blocker}/gate.md")
     assert report.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_a_gated_run_interrupted_before_any_verdict_says_so(pytester):
+    """Ctrl-C after the first scenario was skipped and before any was judged: the gate says it was interrupted, not
+    "no scenario judged, exit code 5: the gate did not pass" (the run exits 2, as pytest does when interrupted)."""
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile('''
+from pytest_gpucolloc import Workload
+def test_a_full_tier(collocate):  # not quick: skipped in CPU smoke mode, saying why
+    collocate([Workload("tiny_workload:factory")])
+def test_b_interrupted():
+    raise KeyboardInterrupt
+''')
+    result = pytester.runpytest_subprocess("--colloc-device=cpu", "--colloc-gate",
+                                           f"--benchmark-storage=file://{pytester.path / 'runs'}", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*gpucolloc gate: interrupted before any scenario was judged*"])
+    assert "the gate did not pass" not in result.stdout.str()

@@ -249,12 +249,14 @@ class Coordinator:
 
     def _want_more(self, test: str, block_s: float) -> bool:
         settings, blocks = self.settings, self.blocks.get(test, [])
-        needed = shift.units_needed(shift.per_look_alpha(settings.alpha, settings.max_blocks, True))
-        fit = max(1, min(settings.max_blocks, int(settings.scenario_budget_s // block_s)))
-        if len(blocks) == 1 and test in self.latency and fit < needed:  # said now, not after the budget is spent
-            self.say(f"{test}: about {count(fit, 'block')} fit (a block took {block_s:.0f} s; --ab-scenario-minutes "
-                     f"{settings.scenario_budget_s / 60:g}, --ab-max-blocks {settings.max_blocks}), and a latency "
-                     f"verdict needs {needed} blocks: raise them to judge its latency")
+        if len(blocks) == 1 and test in self.latency:  # said after the first block, not once the budget is spent
+            needed = shift.units_needed(shift.per_look_alpha(settings.alpha, settings.max_blocks, True))
+            fit = max(1, min(settings.max_blocks, int(settings.scenario_budget_s // block_s)))
+            if fit < needed:
+                self.say(f"{test}: about {count(fit, 'block')} fit (a block took {block_s:.0f} s; "
+                         f"--ab-scenario-minutes {settings.scenario_budget_s / 60:g}, --ab-max-blocks "
+                         f"{settings.max_blocks}), and a latency verdict needs {needed} blocks: raise them to judge "
+                         "its latency")
         if len(blocks) >= settings.max_blocks:
             return False
         if len(blocks) >= settings.min_blocks and not any(

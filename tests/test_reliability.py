@@ -166,7 +166,8 @@ def test_a_corrupt_or_hostile_history_is_named_skipped_and_the_gated_run_still_s
     assert result.ret == 0 and "Traceback" not in result.stdout.str() + result.stderr.str()
     for name in ("0002_zeros", "0003_words", "0005_dir", "0006_fifo", "0007_binary"):
         result.stdout.fnmatch_lines([f"*history: *{name}.json*skipped*"])
-    refused = [path for path in hostile_files if path.stem not in {run.run_id for run in load(storage).runs}]
+    read = {run.run_id for run in load(storage).runs}
+    refused = [path for path in hostile_files if path.stem not in read]
     assert len(refused) == len(hostile_files)
     issue = {"issue-gpu-uuid-number", "issue-repeats-mixed", "issue-round-throughputs-not-a-list",
              "nested-100000-in-record", "nested-100000-file"}

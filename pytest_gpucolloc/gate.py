@@ -30,8 +30,7 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
     it has too little history (``machine_levels``). A latency is judged on its 1/latency and said in ms."""
     terms = terms_of(current)
     result = Verdict(verdict="unchanged", threshold=policy.threshold, current=current.throughput, metric=terms.metric)
-    served = [r for r in comparable(current, history)[0] if r.gpu_uuid == current.gpu_uuid] \
-        if current.saturated else []
+    served = [r for r in comparable(current, history)[0] if r.gpu_uuid == current.gpu_uuid] if current.saturated else []
     if current.saturated and len(served) >= policy.min_runs:  # it kept up before, on this GPU: the worst regression
         result.verdict = "regressed"
         result.baseline_runs = [r.run_id for r in served[-policy.runs:]]
@@ -47,7 +46,6 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
         rise = policy.threshold  # of a latency: a drop of 1/latency by rise / (1 + rise)
         judged = dataclasses.replace(policy, threshold=rise / (1 + rise)) if terms.inverse else policy
         _decide(result, current, history, judged, references, terms)
-        unresolvable(result, terms)
     if terms.inverse:  # what the statistics saw as 1/latency, said as latency
         result.current = terms.value(current.throughput)
         result.baseline = None if result.baseline is None else terms.value(result.baseline)
@@ -61,35 +59,19 @@ def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy
 UNRESOLVABLE_DROP = 0.5  # a detectable drop this large (a latency: a doubling) is no number to give a reader
 
 
-def unresolvable(result: Verdict, terms: Terms) -> None:
-    """An inconclusive verdict whose runs could only catch a halving (a latency's doubling) says so in words: its
-    interval and detectable change would be numbers the data cannot stand behind (``+21309%``)."""
-    if result.verdict != "inconclusive" or result.mde_noise is None or result.mde_noise < UNRESOLVABLE_DROP:
-        return
-    runs = len(result.baseline_runs)
-    advice = result.reason.split("; ", 1)[1] if "; " in result.reason else "steady the scenario or save more runs"
-    result.reason = (f"not resolvable with {runs} baseline run{'s' * (runs != 1)}: they spread so much that only "
-                     f"{'a doubling' if terms.inverse else 'a halving'} or more would be caught; {advice}")
-    result.ci = result.mde = result.mde_noise = None
-
-
 def _decide(result: Verdict, current: RunSample, history: list[RunSample], policy: Policy, references,
             terms: Terms) -> None:
     """``decide`` in the sample's own terms (higher is better), into ``result``; its reasons in ``terms``."""
     from scipy import special  # Student t; importing scipy.stats costs most of a second
 
-    if current.throttled:
-        result.verdict, result.reason = "not comparable", "the GPU throttled during this run (not the power cap)"
-        return
     same_model = [r for r in history if r.gpu_name == current.gpu_name]
-    if same_model and all(config_differs(r, current) for r in same_model):
-        result.verdict = "not comparable"
-        result.reason = (f"the GPU's configuration differs from every baseline run's "
-                         f"({'; '.join(config_changes(same_model, current))}); "
-                         "compare runs made under one configuration")
-        return
-    if current.contaminated:
-        result.verdict, result.reason = "not comparable", "other processes used the GPU during this run"
+    why_not = ("the GPU throttled during this run (not the power cap)" if current.throttled
+               else f"the GPU's configuration differs from every baseline run's "
+                    f"({'; '.join(config_changes(same_model, current))}); compare runs made under one configuration"
+               if same_model and all(config_differs(r, current) for r in same_model)
+               else "other processes used the GPU during this run" if current.contaminated else None)
+    if why_not:
+        result.verdict, result.reason = "not comparable", why_not
         return
     chosen, result.notes, placement, result.fleet = choose_baseline(current, history, policy, references)
     if result.fleet:
@@ -154,9 +136,14 @@ def _decide(result: Verdict, current: RunSample, history: list[RunSample], polic
         result.reason = f"{shown:.1%} {terms.better} (p={p_higher:.2g})"
     elif resolvable > policy.threshold:
         result.verdict = "inconclusive"
-        result.reason = (f"too noisy for the {result.threshold:.0%} threshold: with {k} baseline runs it can only "
-                         f"catch {terms.drops} of {terms.detectable(result.mde):.1%} or more"
-                         + what_would_resolve(baseline, spread, policy))
+        if resolvable < UNRESOLVABLE_DROP:
+            result.reason = (f"too noisy for the {result.threshold:.0%} threshold: with {k} baseline runs it can only "
+                             f"catch {terms.drops} of {terms.detectable(result.mde):.1%} or more")
+        else:  # only a halving caught: its interval and detectable change are numbers no data stands behind (+21309%)
+            result.reason = (f"not resolvable with {k} baseline run{'s' * (k != 1)}: they spread so much that only "
+                             f"{'a doubling' if terms.inverse else 'a halving'} or more would be caught")
+            result.ci = result.mde = result.mde_noise = None
+        result.reason += what_would_resolve(baseline, spread, policy)
     else:
         result.reason = (f"change within noise; {terms.drops} of {terms.detectable(result.mde):.1%} or more are caught "
                          f"({terms.noise} resolves {terms.detectable(resolvable):.1%}; the {result.threshold:.0%} "

@@ -190,13 +190,9 @@ class History:
     def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput",
                 last: int | None = None) -> list[RunSample]:
         """The scenario's samples, oldest first; ``last``: only the newest this many (the newer runs alone are read)."""
-        found: list[RunSample] = []
-        for run in reversed(self.runs):
-            if last is not None and len(found) >= last:
-                break
-            if run.run_id not in exclude and (sample := run.sample(fullname, metric)) is not None:
-                found.append(sample)
-        return self._with_acceptance(found[::-1])
+        found = (sample for run in reversed(self.runs)
+                 if run.run_id not in exclude and (sample := run.sample(fullname, metric)) is not None)
+        return self._with_acceptance(list(itertools.islice(found, last))[::-1])
 
     def _with_acceptance(self, found: list[RunSample]) -> list[RunSample]:
         """The newest accepted run starts the level (``accepted``); the runs after it that were judged regressed
@@ -364,18 +360,16 @@ class _Scenarios(Mapping):
 
     def __init__(self, path: Path, names: list[str]):
         self.path, self.names = path, names
-        self.records: Mapping[str, record.ScenarioRecord] | None = None
 
-    def _read(self) -> Mapping[str, record.ScenarioRecord]:
-        if self.records is None:
-            try:
-                self.records = read_run(self.path).scenarios
-            except (OSError, ValueError):  # removed or changed since the index was read: nothing to show
-                self.records = {}
-        return self.records
+    @functools.cached_property
+    def records(self) -> Mapping[str, record.ScenarioRecord]:
+        try:
+            return read_run(self.path).scenarios
+        except (OSError, ValueError):  # removed or changed since the index was read: nothing to show
+            return {}
 
     def __getitem__(self, name: str) -> record.ScenarioRecord:
-        return self._read()[name]
+        return self.records[name]
 
     def __contains__(self, name: object) -> bool:
         return name in self.names

@@ -34,8 +34,7 @@ def figures(loaded: History, recent: list[SavedRun] | None = None) -> Iterator[F
     older = Counter((name, run.gpu(name)) for run in loaded.runs if run.run_id not in shown for name in run.scenarios)
     for (name, gpu), points in sorted(series.items()):
         if len(points) > 1:  # one run is no history: the run's own figures show it
-            drawn = [s for s in shifts[(name, gpu)] if s.run_id in shown]
-            figure = _history_figure(name, gpu, points, drawn)
+            figure = _history_figure(name, gpu, points, [s for s in shifts[(name, gpu)] if s.run_id in shown])
             before = [s for s in shifts[(name, gpu)] if s.run_id not in shown]
             if older[(name, gpu)]:
                 figure.notes.append(f"{older[(name, gpu)]:,} older run(s) not drawn (--last, --since)"
@@ -109,11 +108,8 @@ def _run_labels(runs: list[SavedRun]) -> dict[int, str]:
     """Position -> date and time of the run, and its commit where the commit changes; at most about 25 labels (where
     commits change more often than that, evenly spaced runs are labelled)."""
     every = max(1, math.ceil(len(runs) / 25))
-    changes = [i for i, run in enumerate(runs) if i == 0 or (run.commit or "")[:8] != (runs[i - 1].commit or "")[:8]]
+    commits = [(run.commit or "")[:8] for run in runs]
+    changes = [i for i in range(len(runs)) if i == 0 or commits[i] != commits[i - 1]]
     changes = changes if len(changes) <= 25 else []  # a commit per run: the times alone
-    shown = sorted(set(range(0, len(runs), every)) | set(changes))
-    labels = {}
-    for i in shown:
-        commit = (runs[i].commit or "")[:8]
-        labels[i] = runs[i].datetime[5:16].replace("T", " ") + (f"\n{commit}" if commit and i in changes else "")
-    return labels
+    return {i: runs[i].datetime[5:16].replace("T", " ") + (f"\n{commits[i]}" if commits[i] and i in changes else "")
+            for i in sorted(set(range(0, len(runs), every)) | set(changes))}

@@ -49,8 +49,7 @@ class WorkerStats:
 
 def concurrent_aggregate(workers: Sequence[WorkerStats]) -> list[float]:
     """Aggregate throughput per round of workers that ran at the same time."""
-    n_rounds = min(len(w.rounds) for w in workers)
-    return [sum(w.round_throughputs[k] for w in workers) for k in range(n_rounds)]
+    return [sum(rates) for rates in zip(*(w.round_throughputs for w in workers))]
 
 
 def counted_aggregate(rounds: Sequence[list[Round]], serves: Sequence[bool]) -> list[float]:
@@ -61,8 +60,7 @@ def counted_aggregate(rounds: Sequence[list[Round]], serves: Sequence[bool]) -> 
 
 def sequential_aggregate(workers: Sequence[WorkerStats]) -> list[float]:
     """Aggregate throughput per round of jobs one after another, equal work each: N samples take sum(1/x_i) s."""
-    n_rounds = min(len(w.rounds) for w in workers)
-    return [len(workers) / sum(1.0 / w.round_throughputs[k] for w in workers) for k in range(n_rounds)]
+    return [len(workers) / sum(1.0 / x for x in rates) for rates in zip(*(w.round_throughputs for w in workers))]
 
 
 def weighted_speedup(collocated: Sequence[float], alone: Sequence[float | None]) -> float | None:

@@ -73,19 +73,18 @@ def judge(log_ratios: list[float], threshold: float, alpha: float, ranks: bool =
     cdf = _null_cdf(n, ranks)
     p_worse, p_better = cdf[sum(x <= 0 for x in points)], cdf[sum(x >= 0 for x in points)]
     k = critical_rank(n, alpha, ranks)
-    low, high = (points[k - 1], points[-k]) if k else (None, None)
+    low, high = (points[k - 1], points[-k]) if k else (math.nan, math.nan)
     bound = math.log(1 + threshold)
     verdict: Outcome
     if p_worse < alpha and median >= bound:
         verdict = "regressed"
     elif p_better < alpha and median <= -bound:
         verdict = "improved"
-    elif low is not None and high is not None and -bound < low and high < bound:
+    elif k and -bound < low and high < bound:
         verdict = "unchanged"
     else:
         verdict = "inconclusive"
-    ci = (math.exp(low) - 1, math.exp(high) - 1) if low is not None and high is not None else None
-    detectable = math.exp((high - low) / 2) - 1 if low is not None and high is not None else None
+    ci, detectable = ((math.exp(low) - 1, math.exp(high) - 1), math.exp((high - low) / 2) - 1) if k else (None, None)
     return Shift(verdict, n, math.exp(median) - 1, ci, p_worse, detectable, sum(d > 0 for d in log_ratios))
 
 

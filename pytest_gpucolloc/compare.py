@@ -8,7 +8,7 @@ import statistics
 
 from . import gate, shift
 from .history import LATENCY, History, SavedRun
-from .verdict import with_latency
+from .verdict import RunSample, with_latency
 from .words import count
 
 GROUPABLE = ("driver_version", "cuda_driver_version", "cuda_runtime", "cudnn", "torch", "torchvision",
@@ -120,36 +120,30 @@ def _paired(timeline: list[tuple[int, SavedRun]], name: str, metric: str, policy
                         baseline_runs=[run.run_id for side, run in timeline if side == 0], metric=metric)
 
 
+def _samples(runs: list[SavedRun], name: str, metric: str = "throughput") -> list[RunSample]:
+    return [s for run in runs if (s := run.sample(name, metric)) is not None]
+
+
 def compare(before: list[SavedRun], after: list[SavedRun], policy: gate.Policy) -> list[Row]:
     """Per scenario: when the runs alternated, their paired log-ratios (``paired``); else the newest run of
     ``after`` judged against the runs of ``before``."""
-    timeline = alternating(before, after)
-    if timeline:
+    if timeline := alternating(before, after):
         return paired(timeline, policy)
     rows = []
     for name in dict.fromkeys(name for run in after for name in run.scenarios):
-        current = next(s for run in reversed(after) if (s := run.sample(name)) is not None)
-        baseline = [s for s in (run.sample(name) for run in before) if s is not None]
+        baseline = _samples(before, name)
         wide = dataclasses.replace(policy, runs=max(len(baseline), 2))
-        judged = gate.decide(current, baseline, wide)
+        judged = gate.decide(_samples(after, name)[-1], baseline, wide)
         for metric in LATENCY:  # a serving job's latencies, judged as the gate judges them
-            latest = next((s for run in reversed(after) if (s := run.sample(name, metric)) is not None), None)
-            if latest is not None:
-                with_latency(judged, gate.decide(latest, [s for run in before if (s := run.sample(name, metric))
-                                                               is not None], wide))
+            if latest := _samples(after, name, metric):
+                with_latency(judged, gate.decide(latest[-1], _samples(before, name, metric), wide))
         verdict = judged.to_dict()
         if verdict["verdict"] == "no baseline" and verdict["baseline_runs"]:
             # too few runs for a verdict (one against one): the change is still worth saying, as a change only, and
             # what a verdict needs (not the gate's words on a history: these runs were named)
-            used = [s for s in baseline if s.run_id in verdict["baseline_runs"]]
-            if verdict["change"] is None:
-                verdict["baseline"] = math.exp(statistics.fmean(s.log_mean for s in used))
-                verdict["current"] = current.throughput
-                verdict["change"] = current.throughput / verdict["baseline"] - 1
-            verdict["reason"] = (f"changed {verdict['change']:+.1%} ({len(used)} run(s) before, 1 after), not a "
-                                 f"verdict: a verdict needs {max(policy.min_runs, 2)} runs before (their run-to-run "
-                                 "spread); save more runs on each side, or run pytest-gpucolloc ab (paired, in one "
-                                 "job)")
+            verdict["reason"] = (f"changed {verdict['change']:+.1%} ({len(verdict['baseline_runs'])} run(s) before, 1 "
+                                 f"after), not a verdict: a verdict needs {max(policy.min_runs, 2)} runs before (their "
+                                 "run-to-run spread); save more runs on each side, or run pytest-gpucolloc ab (paired, "
+                                 "in one job)")
         rows.append((name, verdict))
     return rows
-

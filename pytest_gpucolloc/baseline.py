@@ -130,13 +130,11 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
         fleet = (f"other GPUs of this model ({others}), not adjusted: fewer than {MIN_SHARED} scenarios shared with "
                  "this GPU")
         return sorted(calm, key=lambda r: r.datetime), notes, None, fleet
-    unplaced = len(calm) - len(same_gpu) - len(adjusted)
-    if unplaced:
+    if unplaced := len(calm) - len(same_gpu) - len(adjusted):
         notes.append(f"{unplaced} run(s) on GPUs that share fewer than {MIN_SHARED} scenarios with this one left out "
                      "(their level is unknown)")
     used = {r.gpu_uuid for r in calm if r.gpu_uuid in levels}
-    runs = [r for r in calm if r.gpu_uuid in used]
-    mean_offset = statistics.fmean(levels[g].offset for r in runs if (g := r.gpu_uuid) is not None)
+    mean_offset = statistics.fmean(levels[g].offset for r in calm if (g := r.gpu_uuid) is not None and g in used)
     shared = min(levels[g].scenarios for g in used)
     fleet = (f"other GPUs of this model ({len(used)}), level adjusted by "
              f"{terms_of(current).level(math.exp(mean_offset) - 1)} from "
@@ -248,8 +246,7 @@ def robust_baseline(current: RunSample, chosen: list[RunSample], policy: Policy
     for i, deviation in outliers.items():
         left_out[level[i].run_id] = (f"level {terms.level(math.exp(deviation) - 1)} from the other runs, "
                                      "beyond their spread")
-    kept = [r for i, r in enumerate(level) if i not in outliers]
-    return kept, left_out, notes
+    return [r for i, r in enumerate(level) if i not in outliers], left_out, notes
 
 
 def config_differs(baseline: RunSample, current: RunSample) -> list[str]:

@@ -66,8 +66,7 @@ def _candidates(values: list[float], min_runs: int) -> list[int]:
 
     diffs = [b - a for a, b in zip(values, values[1:])]
     centre = statistics.median(diffs)
-    noise = 1.4826 * statistics.median(abs(d - centre) for d in diffs) / math.sqrt(2)  # robust to the shifts
-    noise = max(noise, 1e-6)
+    noise = max(1.4826 * statistics.median(abs(d - centre) for d in diffs) / math.sqrt(2), 1e-6)  # robust to shifts
     signal = np.asarray(values).reshape(-1, 1) / noise
     penalty = 2 * math.log(len(values))
 
@@ -99,10 +98,8 @@ def shifts(values: list[float], alpha: float = DEFAULT_ALPHA, min_runs: int = DE
         return []
     kept: list[int] = []
     candidates = _candidates(values, min_runs)
-    for k, start in enumerate(candidates):
-        left = kept[-1] if kept else 0
-        right = candidates[k + 1] if k + 1 < len(candidates) else len(values)
-        before, after = values[left:start], values[start:right]
+    for start, right in zip(candidates, [*candidates[1:], len(values)]):
+        before, after = values[(kept or [0])[-1]:start], values[start:right]
         if len(before) >= min_runs and len(after) >= min_runs and robust_p(before, after) < alpha:
             kept.append(start)
     return kept
@@ -110,5 +107,4 @@ def shifts(values: list[float], alpha: float = DEFAULT_ALPHA, min_runs: int = DE
 
 def level_start(values: list[float], alpha: float = DEFAULT_ALPHA, min_runs: int = DEFAULT_MIN_RUNS) -> int:
     """Where the series' current level starts: the last shift, or 0 (the gate's baseline is this level)."""
-    found = shifts(values, alpha, min_runs)
-    return found[-1] if found else 0
+    return (shifts(values, alpha, min_runs) or [0])[-1]

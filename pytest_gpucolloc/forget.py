@@ -50,10 +50,9 @@ def entry(entries: dict[str, tuple[str, str]], root: Path, path: Path) -> tuple[
 
 def why(forgotten: dict[str, tuple[str, str]], root: Path, path: Path) -> str | None:
     """Why the run at ``path`` is left out of the history, or None when it is not."""
-    when, reason = entry(forgotten, root, path) or (None, "")
-    if when is None:
+    if (listed := entry(forgotten, root, path)) is None:
         return None
-    return f"set aside with `pytest-gpucolloc forget` on {when}" + (f": {reason}" if reason else "")
+    return f"set aside with `pytest-gpucolloc forget` on {listed[0]}" + (f": {listed[1]}" if listed[1] else "")
 
 
 def _write(root: Path, entries: dict[str, tuple[str, str]], file: str) -> None:

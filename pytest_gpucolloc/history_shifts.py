@@ -55,8 +55,8 @@ def detect(points: list[Point], scenario: str, gpu: str, alpha: float = DEFAULT_
     kept = shifts(values, alpha, min_runs)
     found = []
     bounds = [0, *kept, len(values)]
-    for i, start in enumerate(kept):
-        before, after = values[bounds[i]:start], values[start:bounds[i + 2]]
+    for left, start, right in zip(bounds, kept, bounds[2:]):
+        before, after = values[left:start], values[start:right]
         run = points[start].run
         level_before, level_after = math.exp(statistics.fmean(before)), math.exp(statistics.fmean(after))
         found.append(ChangePoint(scenario=scenario, gpu=gpu, run_id=run.run_id, commit=run.commit,

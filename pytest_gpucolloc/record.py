@@ -138,8 +138,7 @@ class ScenarioRecord:
 
 
 def describe_workers(labels: list[str]) -> str:
-    counts = Counter(labels)
-    return " + ".join(f"{n}x {label}" if n > 1 else label for label, n in counts.items())
+    return " + ".join(f"{n}x {label}" if n > 1 else label for label, n in Counter(labels).items())
 
 
 def jobs(scenario: ScenarioRecord) -> str:

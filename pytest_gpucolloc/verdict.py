@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from dataclasses import KW_ONLY, dataclass, field, fields
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields
 
 from .outcome import Outcome
 
@@ -148,9 +148,7 @@ class Verdict:
 
     def to_dict(self) -> dict:
         """As saved (a record's ``gate``) and printed."""
-        saved = {f.name: getattr(self, f.name) for f in fields(self)}
-        saved["latency"] = {metric: verdict.to_dict() for metric, verdict in self.latency.items()}
-        return saved
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, saved: dict) -> Verdict:

@@ -118,12 +118,11 @@ def _decide(result: Verdict, current: RunSample, history: list[RunSample], polic
     if scale > 0:
         half = special.stdtrit(dof, 1 - policy.alpha) * scale
         result.ci = (math.exp(d - half) - 1, math.exp(d + half) - 1)
-        p_lower = special.stdtr(dof, d / scale)  # chance of a run this low if nothing changed
-        p_higher = special.stdtr(dof, -d / scale)
+        # the chances of a run this low, and this high, if nothing changed
+        p_lower, p_higher = special.stdtr(dof, d / scale), special.stdtr(dof, -d / scale)
     else:  # identical baseline runs: any difference is real
         result.ci = (result.change, result.change)
-        p_lower = 0.0 if d < 0 else 1.0
-        p_higher = 0.0 if d > 0 else 1.0
+        p_lower, p_higher = (0.0 if d < 0 else 1.0), (0.0 if d > 0 else 1.0)
     result.mde = mde(spread, k, policy, dof=dof)
     result.mde_noise = resolvable = mde(spread, k, policy, with_threshold=False, dof=dof)
     result.noise = noise_levels(baseline, spread, policy, resolvable > policy.threshold)

@@ -109,8 +109,7 @@ def experiment(run: SavedRun) -> str | None:
     """Why ``run`` is an experiment, not a run of the history (None: it is an ordinary run). An A/B arm's
     windows are measured in turns with the other arm (its workers idle half the time): neither a baseline nor a
     comparison of ordinary runs. Its run says so since 2026-12-03; older arms are known by their save name."""
-    kind = run.machine.get("experiment")
-    if kind:
+    if kind := run.machine.get("experiment"):
         return f"an experiment ({kind}), not a run of the history"
     if run.run_id.partition("_")[2].startswith(AB_SAVE_TAG):
         return "an A/B arm's run (saved as ab-...), not a run of the history"
@@ -229,8 +228,7 @@ def read_run(path: Path) -> SavedRun:
         raise ValueError("no such file")
     if not path.is_file():
         raise ValueError("not a regular file")
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
+    if (size := path.stat().st_size) > MAX_FILE_BYTES:
         raise ValueError(f"{size:,} bytes, more than a saved run can be ({MAX_FILE_BYTES:,})")
     try:
         data = json.loads(path.read_bytes())
@@ -279,8 +277,7 @@ def load(root: Path, use_index: bool | None = None) -> History:
                     fresh[file.key] = (file.size, file.mtime_ns, *_summary(run))
             keep.add(file.key)
             history.problems += run.problems
-            why = why_left_out(root, run, forgotten)
-            if run.scenarios and why:
+            if run.scenarios and (why := why_left_out(root, run, forgotten)):
                 history.left_out.append((run, why))
             elif run.scenarios:
                 history.runs.append(run)

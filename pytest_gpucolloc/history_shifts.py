@@ -43,8 +43,7 @@ def series(history: History, metric: str = "throughput") -> dict[tuple[str, str]
     found: dict[tuple[str, str], list[Point]] = {}
     for run in history.runs:
         for name in run.scenarios:
-            level = run.level(name, metric)
-            if level is not None:
+            if (level := run.level(name, metric)) is not None:
                 found.setdefault((name, run.gpu(name)), []).append(Point(run, level))
     return found
 

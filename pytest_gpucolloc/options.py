@@ -34,17 +34,10 @@ def number_option(name: str, low: float, high: float, integer: bool = False) -> 
     return parse
 
 
-def parse_extra_step_every(text: str) -> int | None:
-    """0 means off."""
-    value = number_option("--colloc-extra-step-every", 0, 10**6, integer=True)(text)
-    return value or None
-
-
 def parse_machine_warmup(text: str) -> float | None:
     """Seconds, or None for auto (decided by the session: on when gating on a GPU)."""
-    if str(text).strip().lower() == "auto":
-        return None
-    return number_option("--colloc-machine-warmup", 0, MAX_LIMIT_S)(text)
+    seconds = number_option("--colloc-machine-warmup", 0, MAX_LIMIT_S)
+    return None if str(text).strip().lower() == "auto" else seconds(text)
 
 
 SPAWN_METHODS = ("fresh", "forkserver")
@@ -90,22 +83,18 @@ def parse_mig_layout(text: str) -> str | None:
 
 def _path(name: str) -> Callable[[str], str | None]:
     def parse(text: str) -> str | None:
-        if not text:
-            return None
-        if "\0" in text or len(text) > 4096:
+        if text and ("\0" in text or len(text) > 4096):
             raise ValueError(f"{name} is not a usable path: {text[:80]!r}")
-        return text
+        return text or None
 
     return parse
 
 
 def parse_flag(text: Any) -> bool:
-    if isinstance(text, bool):
-        return text
-    value = str(text).strip().lower()
-    if value in ("1", "true", "yes", "on"):
+    value = text if isinstance(text, bool) else str(text).strip().lower()
+    if value in (True, "1", "true", "yes", "on"):
         return True
-    if value in ("0", "false", "no", "off", ""):
+    if value in (False, "0", "false", "no", "off", ""):
         return False
     raise ValueError(f"expected true or false, got {text!r}")
 
@@ -202,7 +191,7 @@ class Config:
     colloc_extra_step_every: int | None = option("inject a known slowdown to check a regression gate: every built-in "
         "workload runs one extra, uncounted step after every K steps (K=20 costs 1/21 of the throughput); "
         "default off",
-        parse_extra_step_every, "0")
+        lambda text: number_option("--colloc-extra-step-every", 0, 10**6, integer=True)(text) or None, "0")  # 0: off
     colloc_cudnn: str = option("how the named convolutional workloads choose their cuDNN convolution algorithms when "
         "their options do not say: autotune (each worker times them in its first steps, "
         "torch.backends.cudnn.benchmark; the default) or heuristics (cuDNN's choice, PyTorch's own default: "
@@ -239,8 +228,7 @@ class Config:
     colloc_gate_remeasure: int = option("when a gated scenario's run looks disturbed (its round spread far above the "
         "scenario's usual, its power-cap share far below), measure it again, at most N times, before it is judged "
         f"(default {DEFAULT_REMEASURE}; 0: never)",
-        number_option("--colloc-gate-remeasure", 0, 10, integer=True),
-        str(DEFAULT_REMEASURE))
+        number_option("--colloc-gate-remeasure", 0, 10, integer=True), str(DEFAULT_REMEASURE))
     colloc_machine_warmup: float | None = option("before the first measurement of a session on a GPU, load the GPU "
         "until its power and SM clock are steady, at most this many seconds (default auto: 60 when gating on a GPU, "
         "else off; 0: off)", parse_machine_warmup, "auto")
@@ -264,10 +252,8 @@ class Config:
 
         rounds = filled("colloc_rounds")
         max_rounds = filled("colloc_max_rounds")
-        if not max_rounds:  # 0: fixed at the fewest
-            max_rounds = rounds
-        elif self.colloc_max_rounds is None:  # the default never asks for fewer than --colloc-rounds
-            max_rounds = max(max_rounds, rounds)
+        if not max_rounds or self.colloc_max_rounds is None:  # 0: fixed at the fewest; a default never asks for
+            max_rounds = max(max_rounds, rounds)  # fewer than --colloc-rounds
         elif max_rounds < rounds:
             raise ValueError(f"--colloc-max-rounds ({max_rounds}) must be at least --colloc-rounds ({rounds})")
         return DeviceConfig(modes=filled("gpu_mode"), rounds=rounds, max_rounds=max_rounds,

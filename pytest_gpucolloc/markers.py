@@ -30,14 +30,11 @@ def gate_policy(node, options: Config) -> Policy | None:
     run is not gated or the marker leaves the test to paired A/B (``by="ab"``)."""
     if left_to_ab(node):  # its fresh processes differ by more than a threshold: history cannot decide
         return None
-    threshold = options.colloc_gate_threshold
     marker = node.get_closest_marker("gpucolloc_gate")
-    if marker and "threshold" in marker.kwargs:
-        threshold = marker.kwargs["threshold"]
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-                or not 0 <= threshold <= MAX_THRESHOLD:
-            pytest.fail(f"gpucolloc_gate(threshold=...) must be a percentage between 0 and {MAX_THRESHOLD:g}, "
-                        f"got {threshold!r}", pytrace=False)
+    threshold = (marker.kwargs if marker else {}).get("threshold", options.colloc_gate_threshold)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= MAX_THRESHOLD:
+        pytest.fail(f"gpucolloc_gate(threshold=...) must be a percentage between 0 and {MAX_THRESHOLD:g}, "
+                    f"got {threshold!r}", pytrace=False)
     return Policy(threshold=threshold / 100, alpha=options.colloc_gate_alpha,
                   runs=options.colloc_gate_runs, min_runs=options.colloc_gate_min_runs)
 

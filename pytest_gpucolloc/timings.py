@@ -35,12 +35,9 @@ def last_seconds(config, machine: str, settings) -> dict[str, float]:
 
 def remember(config, machine: str, settings, seconds: dict[str, float]) -> None:
     """Keep this run's times beside those of scenarios it did not run."""
-    cache = getattr(config, "cache", None)
-    if cache is None:
-        return
-    kept = _kept(config)
-    kept[_kind(machine, settings)] = {**last_seconds(config, machine, settings), **seconds}
-    cache.set(CACHE_KEY, kept)
+    if getattr(config, "cache", None) is not None:
+        kept = {**_kept(config), _kind(machine, settings): {**last_seconds(config, machine, settings), **seconds}}
+        config.cache.set(CACHE_KEY, kept)
 
 
 def expected(test_ids: list[str], last: dict[str, float], at_most_each: float) -> str | None:

@@ -3,37 +3,34 @@ storage and JSON files), plan MIG layouts, and compare two revisions or environm
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import NoReturn
 
 from ..ab_table import COLUMNS as AB_COLUMNS
+from ..benchmark_api import storage_path
 from ..gate_table import GATE_COLUMNS
 from ..history import METRICS
 from ..machine import PLUGIN_VERSION
+from ..options import MAX_ALPHA, MAX_RUNS, MAX_THRESHOLD, MIN_ALPHA, number_option
 from ..report import COLUMNS as TABLE_COLUMNS
+from ..report import columns
 from ..table_fit import terminal_width, wrapped
+from ..verdict import DEFAULT_ALPHA, DEFAULT_MIN_RUNS, DEFAULT_RUNS, DEFAULT_THRESHOLD
 from .common import (
-    EXIT_CODES,
-    FORMATS,
     INTERRUPTED,
     NEGATIVE,
     NOTHING_JUDGED,
     NOTHING_TO_READ,
     OK,
     PIPE_CLOSED,
-    RUN_HELP,
     UNWRITABLE,
     USAGE,
     CommandError,
-    Parser,
-    checked,
-    columns_argument,
-    format_argument,
-    gate_arguments,
-    judging_arguments,
-    storage_argument,
-    storage_folder,
-    window_arguments,
 )
 from .judging import cmd_ab, cmd_compare, cmd_forget, cmd_gate, cmd_history
 from .mig import cmd_mig_plan, cmd_mig_profiles, cmd_mig_restore
@@ -42,6 +39,116 @@ from .reading import cmd_advise, cmd_check, cmd_info, cmd_plot, cmd_report, cmd_
 # what scripts and tests use: the entry point, its parser, the formats and the exit codes (docs/cli.md)
 __all__ = ["main", "build_parser", "FORMATS", "OK", "NEGATIVE", "USAGE", "NOTHING_TO_READ", "UNWRITABLE",
            "NOTHING_JUDGED", "PIPE_CLOSED", "INTERRUPTED"]
+
+
+RECENT_RUNS = 200  # history, plot and report show the newest this many runs unless told (--last, --since)
+FORMATS = ["table", "markdown", "csv", "json"]
+
+EXIT_CODES = """exit codes (every command):
+  0  done; no regression
+  1  the answer is no: a scenario regressed (gate, compare, ab), a MIG layout does not fit (mig plan),
+     the machine would make numbers unsteady (check)
+  2  usage error or bad input (an option, a file that cannot be read as a run)
+  3  nothing to read: storage that does not exist or holds no saved runs, runs without scenarios, no GPU
+  4  an output (--out, --markdown, --json) cannot be written
+  5  gate: nothing judged (every scenario left to paired A/B), as pytest's gate exits 5: not a pass
+  130 interrupted; 141 stdout closed by its reader (e.g. | head)
+details: docs/cli.md"""
+
+
+RUN_HELP = ("saved runs: files, run ids in --storage (a file name or its NNNN number), or a storage folder (its latest "
+            "run)")
+
+
+def storage_folder(text: str) -> Path:
+    """--storage as pytest's --benchmark-storage takes it: a folder or a file:// URL."""
+    path = storage_path(text)
+    if path is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: only pytest-benchmark's file storage can be read "
+                                         "(a folder, or a file:// URL)")
+    return path
+
+
+def argument_type(parse):
+    """An argparse type of a parser that raises ValueError: its message is the usage error's."""
+    def check(text: str):
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return check
+
+
+def checked(name: str, low: float, high: float, integer: bool = False):
+    """An argparse type that checks the value as the plugin's own option of the same meaning does."""
+    return argument_type(number_option(name, low, high, integer))
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, naming the nearest choice of a mistyped one (``gaet``: did you mean 'gate'?), as
+    Python 3.14's ``suggest_on_error`` does; exit 2 as any usage error."""
+
+    def error(self, message: str) -> NoReturn:
+        typed = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if typed:
+            choices = [choice.strip(" '") for choice in typed[2].split(",")]
+            near = difflib.get_close_matches(typed[1], choices, n=1)
+            if near:
+                message = message.replace(f"'{typed[1]}' (", f"'{typed[1]}', did you mean '{near[0]}'? (", 1)
+        super().error(message)
+
+
+def columns_argument(names: list[str]):
+    return argument_type(lambda text: columns(text, names))
+
+
+def storage_argument(parser) -> None:
+    parser.add_argument("--storage", type=storage_folder, default=Path(".benchmarks"),
+                        help="pytest-benchmark's storage as pytest's --benchmark-storage takes it: a folder or a "
+                             "file:// URL (default .benchmarks)")
+
+
+def since(text: str) -> str:
+    """--since: an ISO date or date and time (UTC unless it says its offset), as the saved runs' times (UTC)
+    compare with it."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (2026-12-01) or date and time "
+                                         "(2026-12-01T08:00)") from None
+    return (when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo else when).isoformat()
+
+
+def window_arguments(parser, what: str) -> None:
+    parser.add_argument("--last", type=checked("--last", 0, 10**9, integer=True), default=RECENT_RUNS,
+                        help=f"{what} the newest this many saved runs; older level shifts are summed up in a line "
+                             f"(default {RECENT_RUNS}; 0: every run)")
+    parser.add_argument("--since", type=since, help=f"{what} runs saved at or after this date (UTC), e.g. 2026-12-01")
+
+
+def format_argument(parser, extra: tuple[str, ...] = ()) -> None:
+    parser.add_argument("--format", choices=FORMATS + list(extra), default="table",
+                        help=f"output: {', '.join(FORMATS)} (default table)")
+
+
+def judging_arguments(parser, storage: bool = True) -> None:
+    if storage:
+        storage_argument(parser)
+    parser.add_argument("--threshold", type=checked("--threshold", 0, MAX_THRESHOLD), default=100 * DEFAULT_THRESHOLD,
+                        help=f"smallest drop in percent that counts (default {100 * DEFAULT_THRESHOLD:g})")
+    parser.add_argument("--alpha", type=checked("--alpha", MIN_ALPHA, MAX_ALPHA), default=DEFAULT_ALPHA,
+                        help="false-alarm rate per judgement: a scenario's throughput, and each latency of its "
+                             f"service (default {DEFAULT_ALPHA:g})")
+
+
+def gate_arguments(parser) -> None:
+    judging_arguments(parser)
+    parser.add_argument("--runs", type=checked("--runs", 2, MAX_RUNS, integer=True), default=DEFAULT_RUNS,
+                        help=f"baseline: most recent N comparable runs (default {DEFAULT_RUNS})")
+    parser.add_argument("--min-runs", type=checked("--min-runs", 1, MAX_RUNS, integer=True), default=DEFAULT_MIN_RUNS,
+                        help=f"fewest baseline runs to decide (default {DEFAULT_MIN_RUNS})")
+    format_argument(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,6 @@ from ..words import count
 from .common import (
     CPU_SMOKE,
     NEGATIVE,
-    NEWEST,
     NOTHING_JUDGED,
     NOTHING_TO_READ,
     OK,
@@ -32,6 +31,8 @@ from .common import (
     read_runs,
     write_out,
 )
+
+NEWEST = 3  # history's table of series: each one's newest runs, their values and verdicts
 
 
 def _commit(loaded, wanted: str) -> str:

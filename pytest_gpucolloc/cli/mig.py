@@ -11,14 +11,7 @@ from ..mig.profiles import UnknownTable, live_table, named_table
 from ..mig.provision import MigProvisioner
 from ..modes.mig import DEFAULT_CHECKPOINT_DIR
 from ..table_fit import tabular
-from .common import (
-    NEGATIVE,
-    NOTHING_TO_READ,
-    OK,
-    USAGE,
-    CommandError,
-    failing,
-)
+from .common import NEGATIVE, NOTHING_TO_READ, OK, USAGE, CommandError, failing
 
 
 def _gpu(selector: str, hint: str = ""):

@@ -10,26 +10,15 @@ UNSTABLE_CV = 0.10  # round-to-round spread of aggregate throughput above which 
 SPEEDUP_SLACK = 1.05  # a job may run a little faster beside others than alone (noise); n jobs cannot make 1.05 n
 
 
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def xdist_workers() -> int:
-    """How many xdist workers run scenarios at once (1 without xdist)."""
-    try:
-        return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    except ValueError:
-        return 1
+def usable_cores() -> int:  # where the tests say how many the run may use
+    return len(os.sched_getaffinity(0))
 
 
 def of(result, verdict: Verdict | None = None, cores: int | None = None, parallel: int | None = None) -> list[str]:
     """The warnings on ``result`` (a ``scenario.ScenarioResult``) and its gate ``verdict``; ``cores``: CPU cores
     this run may use; ``parallel``: xdist workers running scenarios at once."""
     cores = usable_cores() if cores is None else cores
-    parallel = xdist_workers() if parallel is None else parallel
+    parallel = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) if parallel is None else parallel
     found = []
     if result.cv is not None and result.cv > UNSTABLE_CV:
         found.append(f"unstable rounds: aggregate throughput varied {result.cv:.0%} (CV) from round to round, above "

@@ -150,8 +150,7 @@ def advise(jobs: Counter, runs: list[SavedRun]) -> dict:
         words.append(f"{best.samples_per_joule:.1f} samples per joule")
     if best.worst_share is not None and best.worst_share < MIN_FAIR_SHARE:
         words.append(f"but every measured way slows some job below {MIN_FAIR_SHARE:.0%} of its alone speed")
-    measured_modes = {option.mode for option in options}
-    missing = [mode for mode in MODES if mode not in measured_modes]
+    missing = [mode for mode in MODES if mode not in {option.mode for option in options}]
     cannot_exist = next((o.mig_cannot_exist for o in options if o.mig_cannot_exist), None) if exact else None
     if cannot_exist and MigMode.name in missing:  # nothing to measure: say why instead
         missing.remove(MigMode.name)

@@ -206,14 +206,10 @@ def held_out(observations: list[Observation], profiles: dict[str, Profile], fit_
             continue
         jobs = list(measured[0].jobs)
         shares = model.shares([profiles[j] for j in jobs])
-        per_job: dict[str, list[float]] = defaultdict(list)
-        for o in measured:
-            for job, share in zip(o.jobs, o.shares):
-                per_job[job].append(share)
+        each = {j: statistics.median(s for o in measured for job, s in zip(o.jobs, o.shares) if job == j) for j in jobs}
         found.append(HeldOut(mix, mode, kind_of([profiles[j] for j in jobs]), sum(shares),
-                             statistics.median(sum(o.shares) for o in measured),
-                             {j: s for j, s in zip(jobs, shares)},
-                             {j: statistics.median(v) for j, v in per_job.items()}, len(measured)))
+                             statistics.median(sum(o.shares) for o in measured), dict(zip(jobs, shares)), each,
+                             len(measured)))
     return found
 
 

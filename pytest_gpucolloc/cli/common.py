@@ -6,8 +6,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .. import history
-from ..gate import Policy
-from ..scratch import can_write_in
 from ..table_fit import terminal_width, wrapped
 from ..words import CPU_SMOKE  # noqa: F401 (the commands say it from here)
 
@@ -52,11 +50,6 @@ def note(text: str) -> None:
     print(wrapped(text, terminal_width()), file=sys.stderr)
 
 
-def prose_width(fmt: str) -> int | None:
-    """The width a command's prose wraps to: a terminal's table's; none where the output is data or Markdown."""
-    return terminal_width() if fmt == "table" else None
-
-
 def is_path(name) -> bool:
     """Whether a run's name is a path (a file or a storage folder) rather than a run id."""
     return Path(name).exists() or "/" in str(name) or str(name).endswith(".json")
@@ -98,18 +91,6 @@ def write_out(path, text: str) -> None:
         raise CommandError(f"cannot write {path}: {error.strerror or error}", UNWRITABLE) from None
 
 
-def out_folder(path) -> Path:
-    """An output folder that exists and can be written, or exit code 4 before anything is drawn."""
-    folder = Path(path)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise CommandError(f"cannot write into {folder}: {error.strerror or error}", UNWRITABLE) from None
-    if not can_write_in(folder):
-        raise CommandError(f"cannot write into {folder}: a file cannot be created there", UNWRITABLE)
-    return folder
-
-
 def load_history(root: Path, named: bool = False):
     """The saved runs under ``root``; storage that does not exist or holds no run of this plugin is exit code 3,
     never an empty history (a mis-set storage path must not pass as "no baseline"). ``named``: runs will be named by
@@ -132,7 +113,3 @@ def load_history(root: Path, named: bool = False):
                            + (f" ({len(loaded.problems)} files could not be read, above)" if loaded.problems else "")
                            + ": check --storage (pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
     return loaded
-
-
-def policy_of(args):
-    return Policy(threshold=args.threshold / 100, alpha=args.alpha, runs=args.runs, min_runs=args.min_runs)

@@ -26,13 +26,20 @@ from .common import (
     load_history,
     named_runs,
     note,
-    policy_of,
-    prose_width,
     read_runs,
     write_out,
 )
 
 NEWEST = 3  # history's table of series: each one's newest runs, their values and verdicts
+
+
+def prose_width(fmt: str) -> int | None:
+    """The width a command's prose wraps to: a terminal's table's; none where the output is data or Markdown."""
+    return terminal_width() if fmt == "table" else None
+
+
+def policy_of(args):
+    return gate.Policy(threshold=args.threshold / 100, alpha=args.alpha, runs=args.runs, min_runs=args.min_runs)
 
 
 def _commit(loaded, wanted: str) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 from .. import advisor, checkup, history, nvml, report
 from ..modes import MODES
 from ..report import cell
+from ..scratch import can_write_in
 from ..table_fit import tabular, terminal_width
 from .common import (
     CPU_SMOKE,
@@ -19,8 +20,19 @@ from .common import (
     failing,
     load_history,
     named_runs,
-    out_folder,
 )
+
+
+def out_folder(path) -> Path:
+    """An output folder that exists and can be written, or exit code 4 before anything is drawn."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CommandError(f"cannot write into {folder}: {error.strerror or error}", UNWRITABLE) from None
+    if not can_write_in(folder):
+        raise CommandError(f"cannot write into {folder}: a file cannot be created there", UNWRITABLE)
+    return folder
 
 
 def cmd_info(args) -> int:

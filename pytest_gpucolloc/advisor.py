@@ -322,9 +322,8 @@ def _ms(option: ServingOption) -> str:
 
 
 def serving_advice(runs: list[SavedRun], budget: Budget) -> dict:
-    """Per service and number of training jobs: the best way within the budget, or that none is and the smallest
-    p99 there. ``advice``: the answer in lines; ``met`` is False when some service has no measured way within the
-    budget at all."""
+    """Per service and number of training jobs: the best way within the budget, or that none is and the smallest p99
+    there. ``advice``: the answer in lines; ``met``: False when some service has no measured way within it at all."""
     options, device = serving_options(runs)
     if not options:
         raise AdviceError("no saved scenario runs a serving job (Workload(..., rate=...)) beside training jobs; "

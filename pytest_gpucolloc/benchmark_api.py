@@ -133,8 +133,7 @@ def guard_saving(storage, problems: list[str], saved: list[Path]) -> None:
 
 
 def latest_saved(root: Path) -> list[Path]:
-    """The runs ``--benchmark-compare`` without a value chooses among, in pytest-benchmark's order (it takes the
-    last)."""
+    """The runs ``--benchmark-compare`` without a value chooses among, in its order (it takes the last)."""
     from pytest_benchmark.utils import get_machine_id
 
     return sorted((root / get_machine_id()).glob("[0-9][0-9][0-9][0-9]_*.json"), key=lambda path: path.name)

@@ -26,8 +26,7 @@ def uses_plugin(item) -> bool:
 
 
 def gate_policy(node, options: Config) -> Policy | None:
-    """The gate's policy for this test (its colloc_gate marker may set the threshold), or None when the
-    run is not gated or the marker leaves the test to paired A/B (``by="ab"``)."""
+    """The gate's policy for the test (its marker may set the threshold); None where it is left to A/B (``by="ab"``)."""
     if left_to_ab(node):  # its fresh processes differ by more than a threshold: history cannot decide
         return None
     marker = node.get_closest_marker("gpucolloc_gate")

@@ -148,11 +148,9 @@ def fit(observations: list[Observation], profiles: dict[str, Profile], mode: str
     rows = [o for o in observations if o.mode == mode and all(j in profiles for j in o.jobs)]
     if len({o.mix for o in rows}) < 2:
         return None
-    n = np.array([len(o.jobs) for o in rows for _ in o.jobs], dtype=float)
-    sm = np.array([sum(profiles[j].sm_activity for j in o.jobs) for o in rows for _ in o.jobs])
-    dram = np.array([sum(profiles[j].dram_bandwidth or 0.0 for j in o.jobs) for o in rows for _ in o.jobs])
-    graphed = np.array([sum(profiles[j].graphed for j in o.jobs) for o in rows for _ in o.jobs], dtype=float)
-    own = np.array([profiles[j].sm_activity for o in rows for j in o.jobs])  # each job's, beside its mix's sums
+    unweighted = ModeModel(mode, 0.0, 1.0, 1.0, 1.0, 1.0, 0)  # its demand's terms: the sums over each job's mix
+    n, sm, dram, graphed, own = np.array([(len(o.jobs), *unweighted.demand([profiles[k] for k in o.jobs]).values(),
+                                           profiles[j].sm_activity) for o in rows for j in o.jobs], dtype=float).T
     measured = np.log(np.array([s for o in rows for s in o.shares]))
 
     def residuals(theta):
@@ -270,9 +268,8 @@ def ratio_error(checks: list[HeldOut], first: str, second: str, kind: str) -> tu
 
 
 def within_error(found: list[Prediction], checks: list[HeldOut]) -> list[tuple[Prediction, float | None]]:
-    """The predicted modes the model cannot tell from the best predicted one, best first, each with the held-out
-    error of its ratio to the best: the predicted gap is within it (or too few mixes to know it). One: a clear
-    best."""
+    """The predicted modes the model cannot tell from the best predicted one, best first, each with the held-out error
+    of its ratio to the best: the predicted gap is within it (or too few mixes to know it). One: a clear best."""
     ranked = sorted((p for p in found if p.speedup), key=lambda p: -(p.speedup or 0.0))
     if not ranked:
         return []

@@ -99,8 +99,9 @@ class Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def columns_argument(names: list[str]):
-    return argument_type(lambda text: columns(text, names))
+def columns_argument(parser, names: list[str], default: str) -> None:
+    parser.add_argument("--columns", type=argument_type(lambda text: columns(text, names)),
+                        help=f"the table's columns, comma-separated, among {', '.join(names)} ({default})")
 
 
 def storage_argument(parser) -> None:
@@ -188,9 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "3: the storage holds no saved runs; 5: nothing judged, as pytest's gate)")
     gate_cmd.add_argument("run", nargs="?", help=RUN_HELP + " (default: the storage's latest run)")
     gate_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file (a CI job summary)")
-    gate_cmd.add_argument("--columns", type=columns_argument(GATE_COLUMNS),
-                          help=f"the table's columns, comma-separated, among {', '.join(GATE_COLUMNS)} (default all; "
-                          "in a terminal a long reason is numbered and said below the table)")
+    columns_argument(gate_cmd, GATE_COLUMNS, "default all; in a terminal a long reason is numbered and said below "
+                     "the table")
     gate_arguments(gate_cmd)
 
     compare_cmd = command("compare", cmd_compare, "compare two sets of saved runs, per scenario (exit 1: a regression; "
@@ -247,9 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "never the history's storage: an arm is measured in turns (default gpucolloc-ab; one that "
                         "holds an earlier A/B's arms is kept: OUT-2, OUT-3, ... instead)")
     ab_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file")
-    ab_cmd.add_argument("--columns", type=columns_argument(AB_COLUMNS),
-                        help=f"the table's columns, comma-separated, among {', '.join(AB_COLUMNS)} (default all that "
-                        "fit; in a terminal a long reason is numbered and said below the table)")
+    columns_argument(ab_cmd, AB_COLUMNS, "default all that fit; in a terminal a long reason is numbered and said "
+                     "below the table")
     ab_cmd.add_argument("--json", help="also write the verdicts and log-ratios as JSON to this file")
     judging_arguments(ab_cmd, storage=False)
     ab_cmd.add_argument("pytest_args", nargs=argparse.REMAINDER,
@@ -303,8 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     table = command("table", cmd_table, "table of the scenarios in pytest-benchmark JSON files")
     table.add_argument("files", nargs="*", metavar="run", help=RUN_HELP + " (default: the storage's latest run)")
     storage_argument(table)
-    table.add_argument("--columns", type=columns_argument(TABLE_COLUMNS),
-                       help=f"the table's columns, comma-separated, among {', '.join(TABLE_COLUMNS)} (default all)")
+    columns_argument(table, TABLE_COLUMNS, "default all")
     format_argument(table, extra=("text",))  # text: the name "table" had before
     return parser
 

@@ -252,8 +252,9 @@ class Config:
 
         rounds = filled("colloc_rounds")
         max_rounds = filled("colloc_max_rounds")
-        if not max_rounds or self.colloc_max_rounds is None:  # 0: fixed at the fewest; a default never asks for
-            max_rounds = max(max_rounds, rounds)  # fewer than --colloc-rounds
+        # 0: fixed at the fewest; the default never asks for fewer than --colloc-rounds
+        if not max_rounds or self.colloc_max_rounds is None:
+            max_rounds = max(max_rounds, rounds)
         elif max_rounds < rounds:
             raise ValueError(f"--colloc-max-rounds ({max_rounds}) must be at least --colloc-rounds ({rounds})")
         return DeviceConfig(modes=filled("gpu_mode"), rounds=rounds, max_rounds=max_rounds,

@@ -133,9 +133,7 @@ def format_argument(parser, extra: tuple[str, ...] = ()) -> None:
                         help=f"output: {', '.join(FORMATS)} (default table)")
 
 
-def judging_arguments(parser, storage: bool = True) -> None:
-    if storage:
-        storage_argument(parser)
+def judging_arguments(parser) -> None:
     parser.add_argument("--threshold", type=checked("--threshold", 0, MAX_THRESHOLD), default=100 * DEFAULT_THRESHOLD,
                         help=f"smallest drop in percent that counts (default {100 * DEFAULT_THRESHOLD:g})")
     parser.add_argument("--alpha", type=checked("--alpha", MIN_ALPHA, MAX_ALPHA), default=DEFAULT_ALPHA,
@@ -144,6 +142,7 @@ def judging_arguments(parser, storage: bool = True) -> None:
 
 
 def gate_arguments(parser) -> None:
+    storage_argument(parser)
     judging_arguments(parser)
     parser.add_argument("--runs", type=checked("--runs", 2, MAX_RUNS, integer=True), default=DEFAULT_RUNS,
                         help=f"baseline: most recent N comparable runs (default {DEFAULT_RUNS})")
@@ -250,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     columns_argument(ab_cmd, AB_COLUMNS, "default all that fit; in a terminal a long reason is numbered and said "
                      "below the table")
     ab_cmd.add_argument("--json", help="also write the verdicts and log-ratios as JSON to this file")
-    judging_arguments(ab_cmd, storage=False)
+    judging_arguments(ab_cmd)  # its arms save in --out, never the history's storage
     ab_cmd.add_argument("pytest_args", nargs=argparse.REMAINDER,
                         help="what each arm's pytest runs, e.g. benchmarks/ -m gpucolloc_quick --gpu-mode=mps")
 

@@ -127,8 +127,7 @@ def cmd_gate(args) -> int:
     for name in (name for name in run.scenarios if name not in left):
         verdict = gate.decide(run.sample(name), loaded.samples(name, exclude=excluded, last=last), policy)
         for metric in LATENCY:  # a serving job: its latency judged too
-            latency = run.sample(name, metric)
-            if latency is not None:
+            if (latency := run.sample(name, metric)) is not None:
                 with_latency(verdict, gate.decide(
                     latency, loaded.samples(name, exclude=excluded, metric=metric, last=last), policy))
         verdicts.append((name, verdict))

@@ -57,8 +57,7 @@ def collection_lines(s, config, items) -> list[str]:
                      "each at the longest warm-up and the most rounds), " + ("plus each distinct job measured "
                      "alone once" if s.options.colloc_alone else "no job measured alone (--colloc-alone=off)"))
         last = timings.last_seconds(config, s.machine_kind(), settings) if s.xdist_index is None else {}
-        estimate = timings.expected([item.nodeid for item in scenarios], last, each)
-        if estimate:
+        if estimate := timings.expected([item.nodeid for item in scenarios], last, each):
             lines.append(estimate)
         if s.xdist_index is None:  # the live progress of these scenarios (xdist workers write nothing)
             progress.start(config.pluginmanager.get_plugin("terminalreporter"), [i.nodeid for i in scenarios], last)

@@ -90,11 +90,9 @@ class Parser(argparse.ArgumentParser):
     Python 3.14's ``suggest_on_error`` does; exit 2 as any usage error."""
 
     def error(self, message: str) -> NoReturn:
-        typed = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
-        if typed:
+        if typed := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message):
             choices = [choice.strip(" '") for choice in typed[2].split(",")]
-            near = difflib.get_close_matches(typed[1], choices, n=1)
-            if near:
+            if near := difflib.get_close_matches(typed[1], choices, n=1):
                 message = message.replace(f"'{typed[1]}' (", f"'{typed[1]}', did you mean '{near[0]}'? (", 1)
         super().error(message)
 

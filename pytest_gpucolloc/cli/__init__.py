@@ -167,18 +167,16 @@ def build_parser() -> argparse.ArgumentParser:
                             "and load (read-only; exit 1: something would)"))
     mig = commands.add_parser("mig", help="MIG profiles and layout plans (read-only unless 'restore')")
     mig_commands = mig.add_subparsers(dest="mig_command", required=True)
-    for name, run, text in (("profiles", cmd_mig_profiles, "the GPU's MIG profile table"),
-                            ("plan", cmd_mig_plan, "placements for a layout, or why it does not fit")):
-        sub = command(name, run, text, mig_commands)
-        if name == "plan":
-            sub.add_argument("layout", help="e.g. '4g,2g,2g' or '3g.71gb,2g.35gb,1g.18gb*2'")
-        sub.add_argument("--table", help="a named table instead of the live GPU: h200, h100-80gb, a100-40gb, a100-80gb")
-        sub.add_argument("--gpu", default="0", help="GPU index or UUID (default 0)")
-        if name == "profiles":
-            format_argument(sub)
-            sub.add_argument("--json", action="store_true", help="the same as --format json")
+    profiles = command("profiles", cmd_mig_profiles, "the GPU's MIG profile table", mig_commands)
+    plan = command("plan", cmd_mig_plan, "placements for a layout, or why it does not fit", mig_commands)
+    plan.add_argument("layout", help="e.g. '4g,2g,2g' or '3g.71gb,2g.35gb,1g.18gb*2'")
     restore = command("restore", cmd_mig_restore, "restore a MIG layout a killed run left saved", mig_commands)
-    restore.add_argument("--gpu", default="0", help="GPU index or UUID (default 0)")
+    for sub in (profiles, plan):
+        sub.add_argument("--table", help="a named table instead of the live GPU: h200, h100-80gb, a100-40gb, a100-80gb")
+    for sub in (profiles, plan, restore):
+        sub.add_argument("--gpu", default="0", help="GPU index or UUID (default 0)")
+    format_argument(profiles)
+    profiles.add_argument("--json", action="store_true", help="the same as --format json")
     restore.add_argument("--checkpoint-dir", help="where runs save the layout they changed (default: the plugin's, "
                          "as --mig-checkpoint-dir)")
 

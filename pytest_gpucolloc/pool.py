@@ -73,15 +73,13 @@ class _Worker:
             # started by the session's fork server (forked, or exec'd fresh), in a session of its own: Ctrl-C
             # reaches the controller only, and what the worker leaves orphaned becomes the server's to end
             with open(log_path, "wb") as log:
-                try:
-                    self.process = forkserver.spawn(env, log.fileno(), write_fd, mark_fd, _uses_vision(spec))
-                except BaseException:
-                    os.close(read_fd)
-                    os.close(write_fd)
-                    raise
+                self.process = forkserver.spawn(env, log.fileno(), write_fd, mark_fd, _uses_vision(spec))
+        except BaseException:
+            os.close(read_fd)
+            raise
         finally:
             os.close(mark_fd)
-        os.close(write_fd)
+            os.close(write_fd)
         self.messages_fd = read_fd  # -1 once closed
         self.pending: list[protocol.Event] = []  # messages read before anyone waited for them
         self.connected_at: float | None = None  # when it said its device was set up
@@ -131,11 +129,9 @@ class _Worker:
                     os.killpg(self.process.pid, sig)
                 except ProcessLookupError:
                     break
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=wait_s)
                 break
-            except subprocess.TimeoutExpired:
-                continue
         with contextlib.suppress(OSError):
             self.stdin.close()
         if self.messages_fd >= 0:

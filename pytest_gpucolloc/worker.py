@@ -49,12 +49,6 @@ class Channel:
         self._out.write(protocol.encode_event(event))
         self._out.flush()
 
-    def poll(self) -> protocol.Command | None:
-        try:
-            return self.commands.get_nowait()
-        except queue.Empty:
-            return None
-
 
 def stack_versions(torch, cuda: bool) -> dict:
     """torch's CUDA runtime and cuDNN versions; neither call touches the GPU (a run's identity reads them too)."""
@@ -255,8 +249,8 @@ def _train_until_told(step, channel: Channel, requests=None, restart: bool = Tru
                 with contextlib.suppress(queue.Empty):
                     return channel.commands.get(timeout=wait - requests.SPIN_S)
             requests.serve_one()
-        if (command := channel.poll()) is not None:
-            return command
+        with contextlib.suppress(queue.Empty):
+            return channel.commands.get_nowait()
 
 
 def describe_error(exc: BaseException) -> protocol.Error:

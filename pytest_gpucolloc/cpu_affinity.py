@@ -32,18 +32,15 @@ def parse_cpu_policy(text: str) -> CpuPolicy:
     for group in text.split(";"):
         cores: set[int] = set()
         for part in group.split(","):
-            part = part.strip()
+            low, dash, high = part.strip().partition("-")
             try:
-                if "-" in part:
-                    low, high = (int(x) for x in part.split("-", 1))
-                    if high < low:
-                        raise ValueError
-                    cores.update(range(low, high + 1))
-                else:
-                    cores.add(int(part))
+                first, last = int(low), int(high if dash else low)
+                if last < first:
+                    raise ValueError
             except ValueError:
                 raise CpuListError(f"invalid CPU list {group!r} in {text!r}: expected 'auto', 'none' or core lists "
                                    "such as '0-3;4-7'") from None
+            cores.update(range(first, last + 1))
         if not cores or min(cores) < 0 or max(cores) > 4095:
             raise CpuListError(f"invalid CPU list {group!r}: cores must be between 0 and 4095")
         sets.append(tuple(sorted(cores)))

@@ -271,8 +271,7 @@ class CollocateFixture:
         # each job's throughput over its whole window, alone and here: the same statistic on both sides, so that
         # a record of the alone measurement itself has a speedup of exactly 1
         alone_runs = [baselines.alone.get((w.workload.key(), device)) for w in result.workers]
-        alone = [run.workers[0].stats.throughput if run else None for run in alone_runs]
-        result.alone_throughputs = alone
+        result.alone_throughputs = alone = [run.workers[0].stats.throughput if run else None for run in alone_runs]
         if MODES[result.mode].alone:
             result.speedup = 1.0
         else:  # of the training jobs: a serving job beside them is judged by its latency (result.serving)

@@ -231,7 +231,8 @@ class Workload:
 
     def key(self) -> tuple:
         """Identity of the training job itself (what it computes), without sharing limits."""
-        key: tuple = (self.model, self.batch_size, self.precision, _canonical(self.options), self.cuda_graph)
+        options = json.dumps(self.options, sort_keys=True, allow_nan=False)
+        key: tuple = (self.model, self.batch_size, self.precision, options, self.cuda_graph)
         if self.serves:
             key += (("rate", self.rate),) + ((("arrivals", self.arrivals),) if self.arrivals != "even" else ())
         return key + (("loader", self.loader_workers),) if self.uses_loader else key
@@ -257,10 +258,6 @@ class Workload:
 def _is(value: Any, *kinds: type) -> bool:
     """``isinstance`` where a bool is no number: ``True`` is an int to Python, not to a user."""
     return isinstance(value, kinds) and not isinstance(value, bool)
-
-
-def _canonical(options: Mapping[str, Any]) -> str:
-    return json.dumps(options, sort_keys=True, allow_nan=False)
 
 
 def _check_json(key: str, value: Any) -> None:

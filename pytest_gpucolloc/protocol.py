@@ -64,13 +64,12 @@ class Stop:
     pass
 
 
-_COMMANDS = {"spec": Spec, "measure": Measure, "idle": Idle, "stop": Stop}
+_COMMANDS = {kind.__name__.lower(): kind for kind in (Spec, Measure, Idle, Stop)}  # by name on the wire
 Command = Spec | Measure | Idle | Stop
 
 
 def encode_command(command: Command) -> bytes:
-    name = next(key for key, kind in _COMMANDS.items() if isinstance(command, kind))
-    return (json.dumps({"cmd": name, **dataclasses.asdict(command)}) + "\n").encode()
+    return (json.dumps({"cmd": type(command).__name__.lower(), **dataclasses.asdict(command)}) + "\n").encode()
 
 
 def decode_command(line: str) -> Command:
@@ -139,12 +138,11 @@ class Error:
 
 
 Event = Connected | Ready | Result | Error
-_EVENTS = {"connected": Connected, "ready": Ready, "result": Result, "error": Error}
+_EVENTS = {kind.__name__.lower(): kind for kind in (Connected, Ready, Result, Error)}
 
 
 def encode_event(event: Event) -> str:
-    name = next(key for key, kind in _EVENTS.items() if isinstance(event, kind))
-    return json.dumps({"event": name, **dataclasses.asdict(event)}) + "\n"
+    return json.dumps({"event": type(event).__name__.lower(), **dataclasses.asdict(event)}) + "\n"
 
 
 # Samples a training step may say it processes: far above any batch (and batch times sequence length), far below

@@ -198,14 +198,12 @@ def sequential_of(alone: list[ScenarioResult]) -> ScenarioResult:
     if len(alone) == 1:
         return taken_once(alone[0], "alone")
     workers = [result.workers[0] for result in alone]
-    facts = [result.measurement for result in alone]
     return ScenarioResult(
         SequentialMode.name, [w.workload for w in workers], workers=workers,
         aggregate_rounds=measure.sequential_aggregate([w.stats for w in counted(workers)]), device=alone[0].device,
         cpu_note="; ".join(dict.fromkeys(r.cpu_note for r in alone)), mode_facts=dict(alone[0].mode_facts),
-        gpu=alone[0].gpu,
-        extra_phases=[phase for r in alone for phase in r.extra_phases],
-        measurement={"fixed_cost_s": 0.0, "wall_s": 0.0, "rounds": min(f.get("rounds", 0) for f in facts),
+        gpu=alone[0].gpu, extra_phases=[phase for r in alone for phase in r.extra_phases],
+        measurement={"fixed_cost_s": 0.0, "wall_s": 0.0, "rounds": min(r.measurement.get("rounds", 0) for r in alone),
                      "stopped": "the jobs' alone measurements, taken once per session", "same_as": "alone"})
 
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import nn
 
-from .workloads import SMOKE_SEQ_LEN, LanguageModelShape, ModelShape, Workload
+from .workloads import NAMED_WORKLOADS, SMOKE_SEQ_LEN, LanguageModelShape, Workload
 
 
 def build_network(arch: str, num_classes: int) -> nn.Module:
@@ -33,12 +32,9 @@ class TrainingStep:
 
     extra_step_every: int | None = None
     steps = 0
-
-    def __init__(self, workload: Workload, device: torch.device):
-        self.device, self.samples_per_step, self.bf16 = device, workload.batch_size, workload.precision == "bf16"
-        self.graph_safe = workload.cuda_graph  # autocast's weight cache must be off inside a CUDA graph capture
-        # a graphed step runs its extra steps itself, outside the graph (``GraphedStep``)
-        self.extra_step_every = None if workload.cuda_graph else workload.options.get("extra_step_every")
+    device: torch.device
+    bf16 = False
+    graph_safe = False  # autocast's weight cache must be off inside a CUDA graph capture
 
     def _step(self) -> None:
         raise NotImplementedError
@@ -54,29 +50,24 @@ class TrainingStep:
             self._step()  # uncounted extra work (a known slowdown)
 
 
-def _memory_format(device: torch.device) -> torch.memory_format:
-    return torch.channels_last if device.type == "cuda" else torch.contiguous_format
-
-
-def _images(batch_size: int, size: int, device: torch.device, generator: torch.Generator) -> torch.Tensor:
-    images = torch.randn(batch_size, 3, size, size, generator=generator)
-    return images.to(device=device, memory_format=_memory_format(device))
-
-
 class SupervisedStep(TrainingStep):
     """An image classifier trained with SGD, on one synthetic batch or on batches from a data loader (copied into
     the same input tensors, so that a CUDA graph of ``compute`` reads each new batch)."""
 
-    def __init__(self, workload: Workload, shape: ModelShape, image_size: int, device: torch.device, loader=None):
-        super().__init__(workload, device)
+    def __init__(self, model: nn.Module, batch_size: int, image_size: int, num_classes: int,
+                 device: torch.device, precision: str, extra_step_every: int | None = None,
+                 graph_safe: bool = False, loader=None):
+        self.device, self.graph_safe, self.extra_step_every = device, graph_safe, extra_step_every
         self.loader = loader  # image_data.LoaderFeed, or None: one synthetic batch stays on the device
-        model = build_network(shape.arch, shape.num_classes)
-        self.model = model.to(device).to(memory_format=_memory_format(device)).train()
+        self.samples_per_step, self.bf16 = batch_size, precision == "bf16"
+        memory_format = torch.channels_last if device.type == "cuda" else torch.contiguous_format
+        self.model = model.to(device).to(memory_format=memory_format).train()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
         self.loss = nn.CrossEntropyLoss()
         generator = torch.Generator(device="cpu").manual_seed(0)
-        self.images = _images(workload.batch_size, image_size, device, generator)
-        self.labels = torch.randint(0, shape.num_classes, (workload.batch_size,), generator=generator).to(device)
+        images = torch.randn(batch_size, 3, image_size, image_size, generator=generator)
+        self.images = images.to(device=device, memory_format=memory_format)
+        self.labels = torch.randint(0, num_classes, (batch_size,), generator=generator).to(device)
 
     def fetch(self) -> None:
         if self.loader is not None:
@@ -128,17 +119,20 @@ class LanguageModel(nn.Module):
         positions = torch.arange(ids.shape[1], device=ids.device)
         return self.head(self.norm(self.blocks(self.tokens(ids) + self.positions(positions))))
 
+
 class LanguageModelStep(TrainingStep):
     """Next-token training with AdamW on one batch of random tokens resident on the device."""
 
-    def __init__(self, workload: Workload, shape: LanguageModelShape, seq_len: int, device: torch.device):
-        super().__init__(workload, device)
+    def __init__(self, shape: LanguageModelShape, batch_size: int, seq_len: int, device: torch.device,
+                 precision: str, extra_step_every: int | None = None, graph_safe: bool = False):
+        self.device, self.graph_safe, self.extra_step_every = device, graph_safe, extra_step_every
+        self.samples_per_step, self.bf16 = batch_size, precision == "bf16"
         self.model = LanguageModel(shape, seq_len).to(device).train()
         # capturable: AdamW's step counter stays on the device, so the step can be captured as a CUDA graph
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4,
-                                           capturable=self.graph_safe and device.type == "cuda")
+                                           capturable=graph_safe and device.type == "cuda")
         generator = torch.Generator(device="cpu").manual_seed(0)
-        ids = torch.randint(0, shape.vocab, (workload.batch_size, seq_len + 1), generator=generator).to(device)
+        ids = torch.randint(0, shape.vocab, (batch_size, seq_len + 1), generator=generator).to(device)
         self.inputs, self.targets = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
         self.vocab = shape.vocab
 
@@ -149,19 +143,6 @@ class LanguageModelStep(TrainingStep):
             loss = nn.functional.cross_entropy(logits.view(-1, self.vocab), self.targets.view(-1))
         loss.backward()
         self.optimizer.step()
-
-
-class ServingStep(TrainingStep):
-    """One request per ``train_step``: the model's forward pass in inference mode (eval, no gradients) on one batch
-    resident on the device, in bf16 when asked (autocast); ``extra_step_every`` as for training."""
-
-    def __init__(self, workload: Workload, model: nn.Module, inputs: torch.Tensor, device: torch.device):
-        super().__init__(workload, device)
-        self.model, self.inputs = model.to(device).eval(), inputs
-
-    def _step(self) -> None:
-        with torch.inference_mode(), self.autocast():
-            self.model(self.inputs)
 
 
 # CPU smoke mode keeps a language model's code path but not its size (a CPU cannot train GPT-2 in a round).
@@ -206,29 +187,91 @@ class GraphedStep(TrainingStep):
         if self.graph is None:
             raise RuntimeError("GraphedStep.capture() must come before train_step()")
         self.fetch()
+        self.graph.replay()
 
-def _build_named(workload: Workload, device: torch.device, image_size: int | None) -> TrainingStep:
-    """A named workload's step: a training step, or a serving job's (one request per ``train_step``)."""
-    shape = workload.shape
-    generator = torch.Generator(device="cpu").manual_seed(0)
+
+def build_named(workload: Workload, device: torch.device, image_size: int | None = None):
+    shape = NAMED_WORKLOADS[workload.model]
+    extra = None if workload.cuda_graph else workload.options.get("extra_step_every")
+    step: LanguageModelStep | SupervisedStep
     if isinstance(shape, LanguageModelShape):
         shape = SMOKE_LANGUAGE_MODEL if image_size is not None else shape  # CPU smoke mode
         seq_len = workload.tokens_per_sample or shape.seq_len  # a language model always has one
-        if not workload.serves:
-            return LanguageModelStep(workload, shape, seq_len, device)
-        inputs = torch.randint(0, shape.vocab, (workload.batch_size, seq_len), generator=generator).to(device)
-        return ServingStep(workload, LanguageModel(shape, seq_len), inputs, device)
-    assert shape is not None
-    size = image_size or shape.image_size
-    if workload.serves:
-        images = _images(workload.batch_size, size, device, generator)
-        return ServingStep(workload, build_network(shape.arch, shape.num_classes), images, device)
-    loader = None
-    if workload.uses_loader:
-        from .image_data import LoaderFeed  # torch's data loader only where a job reads images
+        step = LanguageModelStep(shape, workload.batch_size, seq_len, device, workload.precision,
+                                 extra, graph_safe=workload.cuda_graph)
+    else:
+        loader = None
+        if workload.uses_loader:
+            from .image_data import LoaderFeed  # torch's data loader only where a job reads images
 
-        loader = LoaderFeed(size, shape.num_classes, workload.batch_size, workload.loader_workers, device)
-    return SupervisedStep(workload, shape, size, device, loader)
+            loader = LoaderFeed(image_size or shape.image_size, shape.num_classes, workload.batch_size,
+                                workload.loader_workers, device)
+        step = SupervisedStep(build_network(shape.arch, shape.num_classes), batch_size=workload.batch_size,
+                              image_size=image_size or shape.image_size, num_classes=shape.num_classes,
+                              device=device, precision=workload.precision, extra_step_every=extra,
+                              graph_safe=workload.cuda_graph, loader=loader)
+        if workload.cuda_graph:
+            return GraphedStep(step.compute, step.samples_per_step, workload.options.get("extra_step_every"),
+                               fetch=step.fetch, loader=loader)
+    if workload.cuda_graph:
+        return GraphedStep(step._step, step.samples_per_step, workload.options.get("extra_step_every"))
+    return step
+
+
+class ServingStep(TrainingStep):
+    """One request per ``train_step``: the model's forward pass in inference mode (eval, no gradients) on one batch
+    resident on the device, in bf16 when asked (autocast); ``extra_step_every`` as for training."""
+
+    def __init__(self, model: nn.Module, inputs: torch.Tensor, device: torch.device, precision: str,
+                 graph_safe: bool = False, extra_step_every: int | None = None):
+        self.model, self.inputs, self.device = model.to(device).eval(), inputs, device
+        self.bf16, self.graph_safe, self.extra_step_every = precision == "bf16", graph_safe, extra_step_every
+        self.samples_per_step = inputs.shape[0]
+
+    def _step(self) -> None:
+        with torch.inference_mode(), self.autocast():
+            self.model(self.inputs)
+
+
+class UserServingStep:
+    """A user's serving object (its ``serve_step()`` answers one request) as the worker drives it."""
+
+    def __init__(self, obj: Any, samples_per_step: int):
+        self.obj, self.samples_per_step = obj, samples_per_step
+
+    def train_step(self) -> None:
+        self.obj.serve_step()
+
+
+def build_serving(workload: Workload, device: torch.device, image_size: int | None = None) -> Any:
+    """The serving object of a serving job (``Workload(..., rate=...)``): one request per ``train_step``."""
+    if workload.is_named:
+        shape = workload.shape
+        every = workload.options.get("extra_step_every")
+        generator = torch.Generator(device="cpu").manual_seed(0)
+        if isinstance(shape, LanguageModelShape):
+            shape = SMOKE_LANGUAGE_MODEL if image_size is not None else shape  # CPU smoke mode
+            seq_len = workload.tokens_per_sample or shape.seq_len
+            inputs = torch.randint(0, shape.vocab, (workload.batch_size, seq_len), generator=generator).to(device)
+            step = ServingStep(LanguageModel(shape, seq_len), inputs, device, workload.precision, workload.cuda_graph,
+                               None if workload.cuda_graph else every)
+        else:
+            assert shape is not None
+            size = image_size or shape.image_size
+            memory_format = torch.channels_last if device.type == "cuda" else torch.contiguous_format
+            images = torch.randn(workload.batch_size, 3, size, size, generator=generator)
+            model = build_network(shape.arch, shape.num_classes).to(memory_format=memory_format)
+            step = ServingStep(model, images.to(device=device, memory_format=memory_format), device,
+                               workload.precision, workload.cuda_graph, None if workload.cuda_graph else every)
+        if workload.cuda_graph:
+            return GraphedStep(step._step, step.samples_per_step, every)
+        return step
+    obj = _user_object(workload, device, "serve_step", " (a serving job, rate=..., answers one request per "
+                                                        "serve_step())")
+    samples = getattr(obj, "samples_per_step", workload.batch_size)
+    if workload.cuda_graph:
+        return GraphedStep(obj.serve_step, samples)
+    return UserServingStep(obj, samples)
 
 
 def data_wait_s(step) -> float | None:
@@ -254,27 +297,19 @@ def _user_object(workload: Workload, device: torch.device, method: str, why: str
         raise TypeError(f"{workload.model} returned {type(obj).__name__}, which has no {method}(){why}")
     return obj
 
+
 def build(workload: Workload, device: torch.device, image_size: int | None = None) -> Any:
-    """The training-step object for ``workload`` (a serving job's: one request per ``train_step``); ``image_size``
-    shrinks inputs (CPU smoke mode). A graphed step still has to be captured (``GraphedStep.capture``) before it
-    trains."""
+    """The training-step object for ``workload``; ``image_size`` shrinks inputs (CPU smoke mode). A graphed
+    step still has to be captured (``GraphedStep.capture``) before it trains."""
     if workload.cuda_graph and device.type != "cuda":
         raise RuntimeError(f"cuda_graph=True needs a CUDA device; this worker trains on {device.type}")
+    if workload.is_named and device.type == "cuda":  # one job per process: the flag is the job's
+        torch.backends.cudnn.benchmark = workload.options.get("cudnn_autotune", True)
+    if workload.serves:
+        return build_serving(workload, device, image_size)
     if workload.is_named:
-        if device.type == "cuda":  # one job per process: the flag is the job's
-            torch.backends.cudnn.benchmark = workload.options.get("cudnn_autotune", True)
-        step = _build_named(workload, device, image_size)
-        if not workload.cuda_graph:
-            return step
-        every = workload.options.get("extra_step_every")
-        if isinstance(step, SupervisedStep):  # the next batch is fetched before every replay, outside the graph
-            return GraphedStep(step.compute, step.samples_per_step, every, fetch=step.fetch, loader=step.loader)
-        return GraphedStep(step._step, step.samples_per_step, every)
-    method = "serve_step" if workload.serves else "train_step"
-    obj = _user_object(workload, device, method,
-                       " (a serving job, rate=..., answers one request per serve_step())" if workload.serves else "")
-    samples = getattr(obj, "samples_per_step", workload.batch_size)
+        return build_named(workload, device, image_size)
+    step = _user_object(workload, device, "train_step")
     if workload.cuda_graph:
-        return GraphedStep(getattr(obj, method), samples)
-    # a user's serving object as the worker drives a step: its serve_step() answers one request
-    return SimpleNamespace(train_step=obj.serve_step, samples_per_step=samples) if workload.serves else obj
+        return GraphedStep(step.train_step, getattr(step, "samples_per_step", workload.batch_size))
+    return step

@@ -65,11 +65,14 @@ def _decide(result: Verdict, current: RunSample, history: list[RunSample], polic
     from scipy import special  # Student t; importing scipy.stats costs most of a second
 
     same_model = [r for r in history if r.gpu_name == current.gpu_name]
-    why_not = ("the GPU throttled during this run (not the power cap)" if current.throttled
-               else f"the GPU's configuration differs from every baseline run's "
-                    f"({'; '.join(config_changes(same_model, current))}); compare runs made under one configuration"
-               if same_model and all(config_differs(r, current) for r in same_model)
-               else "other processes used the GPU during this run" if current.contaminated else None)
+    why_not = None
+    if current.throttled:
+        why_not = "the GPU throttled during this run (not the power cap)"
+    elif same_model and all(config_differs(r, current) for r in same_model):
+        why_not = (f"the GPU's configuration differs from every baseline run's "
+                   f"({'; '.join(config_changes(same_model, current))}); compare runs made under one configuration")
+    elif current.contaminated:
+        why_not = "other processes used the GPU during this run"
     if why_not:
         result.verdict, result.reason = "not comparable", why_not
         return

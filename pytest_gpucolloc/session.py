@@ -42,6 +42,8 @@ from .scratch import can_write_in, clean_stale_scratch
 # CPU smoke mode: real processes and real training, small enough for a laptop or a CI runner.
 CPU_IMAGE_SIZE = 32
 CPU_BATCH_CAP = 4
+
+
 @dataclass
 class ScenarioContext:
     """What one scenario needs from its session, handed down in one piece."""
@@ -244,6 +246,7 @@ class CollocSession:
         sampler = telemetry.sampler_factory(target.gpu) \
             if target.gpu is not None and self.options.colloc_telemetry else None
         return ScenarioContext(self.settings(), target, sampler, policy, repeats)
+
     def machine_warmup_limit(self) -> float:
         """Seconds of warm-up before the session's first measurement: 0 on the CPU; auto is on when gating."""
         if self.device().gpu is None:

@@ -354,16 +354,12 @@ def run(baseline: Arm, candidate: Arm, pytest_args: list[str], settings: Setting
         raise ABError("no scenario was measured in both arms: every selected test was skipped or failed, or records "
                       f"no pytest-gpucolloc scenario (pytest exited: {codes}; see {logs[baseline.label]} and "
                       f"{logs[candidate.label]})" + tail)
-    runs = []
-    for label in arms:
-        path = out / f"{label}.json"
-        code = processes[label].returncode
-        if code not in (0, 1) or not path.exists():
-            raise ABError(f"the {label} arm's pytest exited {code}; its output ends:\n"
-                          f"{logs[label].read_text()[-1500:]}")
-        runs.append(ArmRun(label, path))
-    changes = unexpected_differences([baseline, candidate], *(history.read_run(run.path).machine for run in runs))
-    if changes:
+    runs = [ArmRun(label, out / f"{label}.json") for label in labels]
+    for run in runs:
+        if (code := processes[run.arm].returncode) not in (0, 1) or not run.path.exists():
+            raise ABError(f"the {run.arm} arm's pytest exited {code}; its output ends:\n"
+                          f"{logs[run.arm].read_text()[-1500:]}")
+    if changes := unexpected_differences([baseline, candidate], *(history.read_run(run.path).machine for run in runs)):
         raise ABError("the arms ran on machines that differ in more than the change being compared: "
                       + "; ".join(changes))
     judgements = []

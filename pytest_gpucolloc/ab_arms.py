@@ -46,10 +46,12 @@ PROBE = ("import json, platform, importlib.metadata as m\n"
          "print(json.dumps(out))\n")
 
 
-def _git(repo: Path, *args: str) -> str:
+def _git(repo: Path, *args: str, error: str = "") -> str:
+    """git's output; ``error``: what its failure says, else git's own last line."""
     done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
     if done.returncode:
-        raise ABError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"git {' '.join(args)} failed")
+        said = done.stderr.strip()
+        raise ABError(error or (said.splitlines()[-1] if said else f"git {' '.join(args)} failed"))
     return done.stdout.strip()
 
 
@@ -71,12 +73,10 @@ def probe(python: str, label: str, spec: str) -> dict:
     if done.returncode:
         raise ABError(f"--{label} {spec}: {python} failed: {done.stderr.strip()[-300:]}")
     versions = json.loads(done.stdout.strip().splitlines()[-1])
-    missing = [name for name in NEEDED if not versions.get(name)]
-    if missing:
+    if missing := [name for name in NEEDED if not versions.get(name)]:
         raise ABError(f"--{label} {spec}: {python} lacks {', '.join(missing)}, which each arm's pytest and workers "
                       f"need; install it there first: {install_command(python, missing)}")
-    mismatch = _torchvision_mismatch(versions)
-    if mismatch:
+    if mismatch := _torchvision_mismatch(versions):
         raise ABError(f"--{label} {spec}: {python} has {mismatch}: its workers would fail to import it; install the "
                       f"torchvision built for its torch ({python} -m pip install torchvision from the index its torch "
                       "came from, e.g. --index-url https://download.pytorch.org/whl/cu130)")
@@ -116,20 +116,15 @@ def _torchvision_mismatch(versions: dict) -> str | None:
 def resolve(spec: str, label: str, here: Path) -> Arm:
     """An arm from its SPEC: an interpreter, a virtual environment, or a git revision of the repository ``here``
     is in (its scenario code checked out later, in a temporary worktree)."""
-    python = _interpreter(spec)
-    if python:
+    if python := _interpreter(spec):
         return Arm(label, spec, "interpreter", python, here, versions=probe(python, label, spec))
     if Path(spec).exists() or spec.startswith(("/", "./", "../", "~")):
         raise ABError(f"--{label} {spec}: not a Python interpreter or a virtual environment (DIR/bin/python)"
                       + ("" if Path(spec).exists() else ": no such file"))
-    try:
-        _git(here, "rev-parse", "--show-toplevel")
-    except ABError:
-        raise ABError(f"--{label} {spec}: a git revision needs a git repository, and {here} is not in one") from None
-    try:
-        revision = _git(here, "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}")
-    except ABError:
-        raise ABError(f"--{label} {spec}: no such git revision") from None
+    _git(here, "rev-parse", "--show-toplevel",
+         error=f"--{label} {spec}: a git revision needs a git repository, and {here} is not in one")
+    revision = _git(here, "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}",
+                    error=f"--{label} {spec}: no such git revision")
     return Arm(label, spec, "revision", sys.executable, here, revision, probe(sys.executable, label, spec))
 
 
@@ -160,8 +155,7 @@ def sigterm_as_interrupt():
 
 def check_clean(here: Path) -> None:
     """Revision arms check out committed code: uncommitted changes would be in neither arm."""
-    changed = _git(here, "status", "--porcelain", "--untracked-files=no")
-    if changed:
+    if changed := _git(here, "status", "--porcelain", "--untracked-files=no"):
         files = ", ".join(line.split(maxsplit=1)[-1] for line in changed.splitlines()[:5])
         raise ABError(f"the working tree has uncommitted changes ({files}); neither revision arm would include "
                       "them: commit or stash them first")
@@ -171,8 +165,7 @@ def check_gpu_idle(device_args: list[str]) -> None:
     """A GPU that foreign processes use would load one arm and not the other."""
     if "--colloc-device=cpu" in device_args or nvml.init():
         return
-    busy = {gpu.uuid: pids for gpu in nvml.gpus() if (pids := sorted(nvml.gpu_processes(gpu.uuid)))}
-    if busy:
+    if busy := {gpu.uuid: pids for gpu in nvml.gpus() if (pids := sorted(nvml.gpu_processes(gpu.uuid)))}:
         raise ABError("the GPU is in use by other processes (" + "; ".join(
             f"{uuid}: pids {', '.join(map(str, pids))}" for uuid, pids in busy.items()) + "): an A/B needs it idle")
 

@@ -135,8 +135,7 @@ def scaling(kind: str, entries: Entries) -> list[Figure]:
         label = scenario.workloads[0]
         spread = statistics.stdev(scenario.rounds) if len(scenario.rounds) > 1 else 0.0
         curves[label][scenario.mode].append((scenario.n_workers, scenario.throughput, spread, regressed(scenario)))
-        alone = scenario.alone_of(0)
-        if alone:
+        if alone := scenario.alone_of(0):
             alone_runs[label].append(alone)
         if scenario.ideal_throughput:
             ideal[label].append((scenario.n_workers, scenario.ideal_throughput))
@@ -172,8 +171,7 @@ def _scaling_panel(axes, label: str, modes: dict[str, list], alone: float | None
                       markersize=4, capsize=2, color=colour, alpha=0.45 if several else 0.85)
         at = sorted({p[0] for p in points})
         axes.plot(at, [statistics.median(p[1] for p in points if p[0] == x) for x in at], color=colour)
-        bad = [p for p in points if p[3]]
-        if bad:
+        if bad := [p for p in points if p[3]]:
             axes.scatter([p[0] for p in bad], [p[1] for p in bad], **REGRESSED)
     if alone and len(ticks) > 1:
         axes.plot(ticks, [n * alone for n in ticks], linestyle="--", color="black", linewidth=1)
@@ -237,6 +235,11 @@ def _rows_figure(section: str, stem: str, caption: str, title: str, keys: list, 
         modes = set()
         for axes, (xlabel, data, log) in zip(grid[0], panels):
             for row, key in enumerate(chunk):
+                if row:
+                    axes.axhline(row - 0.5, color="#eee", linewidth=0.6, zorder=0)
+                if flagged and key in flagged:
+                    axes.text(0.99, row, flagged[key], transform=axes.get_yaxis_transform(), ha="right",
+                              va="center", fontsize=7, color=MODE_COLOURS[MigMode.name])
                 present = sorted(data.get(key, {}), key=mode_order)
                 for k, mode in enumerate(present):
                     y = row + (k - (len(present) - 1) / 2) * min(0.18, 0.7 / max(len(present), 1))
@@ -255,15 +258,9 @@ def _rows_figure(section: str, stem: str, caption: str, title: str, keys: list, 
                 axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
             if reference is not None:
                 axes.axvline(reference, color="black", linestyle="--", linewidth=1)
-            for row, key in enumerate(chunk):
-                if flagged and key in flagged:
-                    axes.text(0.99, row, flagged[key], transform=axes.get_yaxis_transform(), ha="right",
-                              va="center", fontsize=7, color=MODE_COLOURS[MigMode.name])
             axes.set_xlabel(xlabel, fontsize=8)
             axes.tick_params(labelsize=7)
             axes.grid(alpha=0.3)
-            for row in range(1, len(chunk)):
-                axes.axhline(row - 0.5, color="#eee", linewidth=0.6, zorder=0)
         first = grid[0][0]
         labels = [label if "+" in label or n == 1 else f"{n}x {label}" for label, n in chunk]  # a mix names its jobs
         first.set_yticks(range(len(chunk)), labels, fontsize=7)

@@ -210,32 +210,27 @@ def answer(rows: list[SummaryRow], cpu: bool = False) -> str:
     """The report's answer in one sentence, from the summary: the mode that shares best most often, with its
     largest gain, and the single largest gain where another mode made it. Of CPU smoke runs it says what they are,
     and of one measured mode that there was nothing to compare it with."""
-    said = answer_of(rows)
+    top = max(rows, key=lambda row: row.cells[row.best].speedup, default=None)
     modes = {mode for row in rows for mode in row.cells}
-    if len(modes) == 1 and said.startswith("Use "):
-        mode = next(iter(modes))
-        example = max(rows, key=lambda row: row.cells[mode].speedup)
-        said = (f"Only {mode} was measured, so nothing to compare it with (measure other modes with --gpu-mode): "
-                f"{_gain(example, mode)}.")
+    if top is None:
+        said = "No collocated scenario with a measured speedup in these runs: nothing to recommend yet."
+    elif top.cells[top.best].speedup < 1.1:
+        said = (f"Sharing does not pay here: no mode made more than {top.cells[top.best].speedup:.2f}x the jobs "
+                "alone; run them one after another.")
+    elif len(modes) == 1:
+        said = (f"Only {top.best} was measured, so nothing to compare it with (measure other modes with --gpu-mode): "
+                f"{_gain(top, top.best)}.")
+    else:
+        wins = Counter(row.best for row in rows)
+        mode = max(wins, key=lambda m: (wins[m], max(r.cells[m].speedup for r in rows if m in r.cells)))
+        example = max((row for row in rows if row.best == mode), key=lambda row: row.cells[mode].speedup)
+        said = f"Use {mode}: it shares best in {wins[mode]} of {len(rows)} workloads and mixes; {_gain(example, mode)}"
+        if top.best != mode:
+            said += f" (the largest gain, under {top.best}: {_gain(top, top.best)})"
+        said += "."
     if cpu:
         said = "CPU smoke mode (small jobs on the CPU: it checks the suite, not what a GPU does): " + said
     return said
-
-
-def answer_of(rows: list[SummaryRow]) -> str:
-    if not rows:
-        return "No collocated scenario with a measured speedup in these runs: nothing to recommend yet."
-    top = max(rows, key=lambda row: row.cells[row.best].speedup)
-    if top.cells[top.best].speedup < 1.1:
-        return (f"Sharing does not pay here: no mode made more than {top.cells[top.best].speedup:.2f}x the jobs "
-                "alone; run them one after another.")
-    wins = Counter(row.best for row in rows)
-    mode = max(wins, key=lambda m: (wins[m], max(r.cells[m].speedup for r in rows if m in r.cells)))
-    example = max((row for row in rows if row.best == mode), key=lambda row: row.cells[mode].speedup)
-    sentence = f"Use {mode}: it shares best in {wins[mode]} of {len(rows)} workloads and mixes; {_gain(example, mode)}"
-    if top.best != mode:
-        sentence += f" (the largest gain, under {top.best}: {_gain(top, top.best)})"
-    return sentence + "."
 
 
 def _gain(row: SummaryRow, mode: str) -> str:

@@ -101,8 +101,7 @@ class Summary:
                          "SMs reserved: the service's share of the SMs (mps-partitioned; the training jobs share the "
                          "rest)", "training kept: the training jobs' mean share of their throughput alone"):
                 say(term)
-        spent = report.time_spent([scenario for _, scenario in entries], s.settings().round_s)
-        if spent:
+        if spent := report.time_spent([scenario for _, scenario in entries], s.settings().round_s):
             say(spent)
         for name, scenario in entries:  # data loading: the cores each job got, and whether they were enough
             if any(w.data_wait_share is not None for w in scenario.workers):

@@ -16,9 +16,6 @@ MIN_WIDTH = 40  # narrower is a bogus size (as pytest's terminal writer takes it
 WIDE = 40  # a terminal's cell longer than this is numbered, and said in full below the table
 COMMAND = "pytest-gpucolloc "  # a line that starts with it is a command to copy: never wrapped
 
-Render = Callable[[list[str]], tuple[str, list[str]]]  # columns -> (the table, its footnotes)
-
-
 def terminal_width() -> int:
     """The COLUMNS environment variable, else the terminal's width, else (output to a file or a CI log) LOG_WIDTH."""
     columns = shutil.get_terminal_size((0, 0)).columns
@@ -41,48 +38,17 @@ def wrapped(text: str, width: int | None) -> str:
                      for line in text.split("\n"))
 
 
-def fit(render: Render, names: list[str], drop_order: list[str], width: int) -> tuple[str, list[str], list[str]]:
-    """``render`` with the columns of ``drop_order`` (least important first) left out one at a time until the table
-    fits ``width``: the table, its footnotes, the columns left out."""
-    shown = list(names)
-    table, notes = render(shown)
-    for name in drop_order:
-        if max((len(line) for line in table.splitlines()), default=0) <= width:
-            break
-        if name in shown:
-            shown.remove(name)
-            table, notes = render(shown)
-    return table, notes, [name for name in names if name not in shown]
-
-
-def left_out_line(dropped: list[str], width: int, ask: str, names: list[str]) -> str:
-    """What was left out to fit, and how to ask for it: ``ask`` names the option (``--columns``) or the command
-    (``pytest-gpucolloc gate 0004 --columns``, on a line of its own), given every column (``names``: those shown
-    stay); else it says where every column is shown."""
-    how = ask if not ask.startswith(("-", COMMAND)) else f"{ask}={','.join(names)}"
-    return (f"left out to fit {width} characters: {', '.join(dropped)}\nshow them with"
-            + (f":\n  {how}" if how.startswith(COMMAND) else f" {how}"))
-
-
-def fitted(render: Render, asked: list[str] | None, names: list[str], drop_order: list[str], fmt: str,
-           width: int | None, ask: str) -> str:
-    """The table of the columns asked for, else (a terminal's, ``simple``) of every column less those that do not
-    fit ``width``, with the line that names them; its footnotes below."""
-    if asked or width is None or fmt != "simple":
-        text, notes = render(asked or names)
-        return "\n".join([text, *(wrapped(note, width if fmt == "simple" else None) for note in notes)])
-    text, notes, dropped = fit(render, names, drop_order, width)
-    below = [*([left_out_line(dropped, width, ask, names)] if dropped else []), *notes]
-    return "\n".join([text, *(wrapped(line, width) for note in below for line in note.splitlines())])
-
-
 def fitted_table(body: list[list[str]], names: list[str], headers: list[str], drop_order: list[str], fmt: str,
                  width: int | None, ask: str, asked: list[str] | None = None, long: tuple[str, ...] = (),
                  label: Callable[[list[str], list[str], str], str] = lambda full, shown, column: column,
                  lead: tuple[str, list[str]] | None = None) -> str:
-    """``fitted`` of ``body``'s rows, a cell per one of ``names`` (headed by ``headers``). In a terminal a cell of a
-    ``long`` column longer than WIDE is numbered and said below, after ``label(row, row as shown, column)``; ``lead``:
-    a first column (header, cells) that is always shown."""
+    """``body``'s rows, a cell per one of ``names`` (headed by ``headers``): the columns ``asked`` for, else (a
+    terminal's, ``simple``) every column less those of ``drop_order`` (least important first) left out one at a time
+    until the table fits ``width``, with a line naming them and how to ask for them: ``ask`` names the option
+    (``--columns``) or the command (``pytest-gpucolloc gate 0004 --columns``, on a line of its own), given every
+    column; else it says where every column is shown. In a terminal a cell of a ``long`` column longer than WIDE is
+    numbered and said below, after ``label(row, row as shown, column)``; ``lead``: a first column (header, cells) that
+    is always shown."""
     def render(shown: list[str]) -> tuple[str, list[str]]:
         keep = [names.index(name) for name in shown]
         cells = [[row[i] for i in keep] for row in body]
@@ -97,7 +63,20 @@ def fitted_table(body: list[list[str]], names: list[str], headers: list[str], dr
             cells, heads = [[cell, *row] for cell, row in zip(lead[1], cells)], [lead[0], *heads]
         return tabulate(cells, headers=heads, tablefmt=fmt, disable_numparse=True), notes
 
-    return fitted(render, asked, names, drop_order, fmt, width, ask)
+    shown = list(asked or names)
+    text, notes = render(shown)
+    if not asked and width is not None and fmt == "simple":
+        for name in drop_order:
+            if max(map(len, text.splitlines()), default=0) <= width:
+                break
+            if name in shown:
+                shown.remove(name)
+                text, notes = render(shown)
+        if len(shown) < len(names):
+            how = ask if not ask.startswith(("-", COMMAND)) else f"{ask}={','.join(names)}"
+            notes.insert(0, f"left out to fit {width} characters: {', '.join(n for n in names if n not in shown)}\n"
+                            "show them with" + (f":\n  {how}" if how.startswith(COMMAND) else f" {how}"))
+    return "\n".join([text, *(wrapped(note, width if fmt == "simple" else None) for note in notes)])
 
 
 def tabular(rows: list[list], headers: list[str], fmt: str) -> str:

@@ -216,9 +216,8 @@ class Coordinator:
                     return ratios, latency
                 rate[label], served[label] = float(answer["throughput"]), answer.get("latency")
             ratios.append(math.log(rate[candidate] / rate[baseline]))
-            windows = {label: window for label, window in served.items() if window}
-            if len(windows) == len(self.labels):  # kept in pairs, as the throughput's windows
-                for label, window in windows.items():
+            if all(served.values()):  # kept in pairs, as the throughput's windows
+                for label, window in served.items():
                     latency[label].append(window)
         return ratios, latency
 

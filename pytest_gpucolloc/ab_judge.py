@@ -46,8 +46,7 @@ def judge(scenario: str, ratios: list[float], threshold: float, alpha: float,
         return Judgement(scenario=scenario, verdict="inconclusive", pairs=n,
                          change=math.exp(ratios[0]) - 1 if ratios else None, log_ratios=ratios,
                          reason="one unit has no spread to judge it by")
-    mean, spread = statistics.fmean(ratios), statistics.stdev(ratios)
-    error = spread / math.sqrt(n)
+    mean, error = statistics.fmean(ratios), statistics.stdev(ratios) / math.sqrt(n)
     critical = special.stdtrit(n - 1, 1 - alpha)
     low, high = mean - critical * error, mean + critical * error
     if error > 0:
@@ -164,14 +163,14 @@ def in_words(judgements: list[Judgement]) -> list[str]:
     for scenario in dict.fromkeys(j.scenario for j in judgements):
         by = {j.metric: j for j in judgements if j.scenario == scenario}
         median = by.get("p50")
+        if median is None or median.change is None:
+            continue
         tails = [by[m] for m in ("p99.9", "p99", "p90") if m in by and by[m].change is not None]
         # the tail that regressed, else the highest one judged
         tail = next((t for t in tails if t.verdict == "regressed"), tails[0] if tails else None)
-        if median is None or median.change is None:
-            continue
         said = f"{median.metric} {median.change:+.1%}"
-        tail_said = f"{tail.metric} {tail.change:+.1%}" if tail is not None and tail.change is not None else None
-        tail_verdict = tail.verdict if tail is not None else None
+        tail_said = None if tail is None else f"{tail.metric} {tail.change:+.1%}"
+        tail_verdict = None if tail is None else tail.verdict
         if median.verdict == "regressed":
             text = f"the service got slower ({said})" + (
                 "" if tail_said is None else f", its tail too ({tail_said})" if tail_verdict == "regressed"

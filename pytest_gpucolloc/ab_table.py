@@ -13,16 +13,10 @@ TERMINAL_HEADERS = [n if n != "p" else "p (slower)" for n in COLUMNS]  # the tit
 DROP_ORDER = ["pairs", "p", "detectable", "blocks", "interval"]
 
 
-def _measure(judged) -> str:
-    if judged.metric == "throughput" or judged.ms is None:
-        return judged.metric
-    return f"{judged.metric} {judged.ms[0]:.3g} -> {judged.ms[1]:.3g} ms"
-
-
 def rows(judgements) -> list[list[str]]:
-    """A row per judgement (``ab_judge.Judgement``), in ``COLUMNS``' order."""
-    return [[j.scenario, _measure(j), j.verdict, str(j.blocks), str(j.pairs), cell(j.change, "+.2%"),
-             interval(j.ci, 2), cell(j.p_slower, ".2g"),
+    """A row per judgement (``ab_judge.Judgement``), in ``COLUMNS``' order; a latency's measure with its ms."""
+    return [[j.scenario, j.metric if j.ms is None else f"{j.metric} {j.ms[0]:.3g} -> {j.ms[1]:.3g} ms", j.verdict,
+             str(j.blocks), str(j.pairs), cell(j.change, "+.2%"), interval(j.ci, 2), cell(j.p_slower, ".2g"),
              ">1000%" if (j.detectable or 0) > 10 else cell(j.detectable, ".2%"), j.reason or "-"] for j in judgements]
 
 

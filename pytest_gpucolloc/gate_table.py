@@ -33,8 +33,6 @@ def rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
     out = []
     for name, v in verdicts:
         latency = v.get("metric", "throughput") != "throughput"
-        change = cell(v.get("change"), "+.1%")
-        bounds = interval(v.get("ci"))
         mde = "-" if v.get("mde") is None else f"{'rise ' if latency else ''}{v['mde']:.1%}"
         if v.get("mde_noise") is not None and v["mde_noise"] < v["mde"]:  # the threshold binds, not the noise
             mde += f" (noise: {v['mde_noise']:.1%})"
@@ -42,10 +40,10 @@ def rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
         # a latency with a row of its own below is not said again in this row's notes
         notes = [n for n in v.get("notes", []) if not any(n.startswith(f"{metric} latency ") for metric in judged)]
         why = "; ".join([v.get("reason", "")] + notes)
-        lever = ((v.get("noise") or {}).get("lever")) or "-"
         shown = (lambda value: "-" if value is None else f"{ms(value)} ms") if latency else rate
-        out.append([name, v["verdict"], shown(v.get("baseline")), shown(v.get("current")), change, bounds, mde,
-                      str(len(v.get("baseline_runs", []))), _noise(v.get("noise")), lever, why])
+        out.append([name, v["verdict"], shown(v.get("baseline")), shown(v.get("current")),
+                    cell(v.get("change"), "+.1%"), interval(v.get("ci")), mde, str(len(v.get("baseline_runs", []))),
+                    _noise(v.get("noise")), (v.get("noise") or {}).get("lever") or "-", why])
         for metric, verdict in judged.items():
             out += rows([(f"{name} {metric} latency", verdict)])
     return out

@@ -53,8 +53,8 @@ def _summary_table(rows: list[report.SummaryRow], warned: Counter) -> str:
             cells.append(f"<td{' class=best' if shares_best else ''} title='{cell.n} jobs{runs}'>"
                          f"{cell.speedup:.2f}x<br><small>{cell.n} jobs, {cell.throughput:,.0f}/s</small></td>")
         ranked = sorted(row.cells, key=lambda mode: -row.cells[mode].speedup)
-        best = _e(row.best) + (f" <small>+{row.margin:.0%} over {_e(ranked[1])}</small>" if row.margin is not None
-                               else "") if len(row.cells) > 1 else f"<small>only {_e(row.best)} measured</small>"
+        best = (f"{_e(row.best)} <small>+{row.margin:.0%} over {_e(ranked[1])}</small>" if len(ranked) > 1
+                else f"<small>only {_e(row.best)} measured</small>")
         verdicts = f"<td>{_verdicts(row.verdicts)}</td>" if gated else ""
         n = warned[(row.jobs, row.mixed)]
         mark = (f" <a class=warned href='#warnings' title='{n} of its scenarios carry run warnings'>&#9888; {n}</a>"

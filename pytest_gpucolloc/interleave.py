@@ -60,10 +60,9 @@ class Link:
         answer = self._receive()
         if answer["do"] == "skip":
             pytest.skip(answer.get("why", "the A/B controller skipped it"))
-        paired = answer["do"] == "go"
-        if not paired:
+        if answer["do"] != "go":
             self.more[test] = False
-        return paired
+        return answer["do"] == "go"
 
     def serve(self, test: str, pool: WorkerPool, timeout_s: float) -> tuple[list[protocol.Result], str] | None:
         """Idle the warm workers, then measure a window whenever the controller says, until it is done: every window
@@ -78,17 +77,15 @@ class Link:
             self._send(measured(pool, results))
             merged = results if not merged else [protocol.joined(old, new) for old, new in zip(merged, results)]
         self.more[test] = bool(order.get("more"))
-        if not merged:
-            return None
-        return merged, f"interleaved with the other arm: {len(merged[0].rounds)} windows"
+        return (merged, f"interleaved with the other arm: {len(merged[0].rounds)} windows") if merged else None
 
 
 def measured(pool: WorkerPool, results: list[protocol.Result]) -> dict:
     """One window as the controller judges it: the training jobs' samples/s (a serving job answers requests at its
     rate: it is judged by its latency, which travels along)."""
     jobs = [slot.workload for slot in pool.slots]
-    aggregate = measure.counted_aggregate([list(r.rounds) for r in results], [job.serves for job in jobs])
-    message: dict = {"event": "measured", "throughput": aggregate[0]}
+    throughput = measure.counted_aggregate([list(r.rounds) for r in results], [job.serves for job in jobs])[0]
+    message: dict = {"event": "measured", "throughput": throughput}
     for result, job in zip(results, jobs):
         if job.serves and result.latency:
             offered = job.rate if isinstance(job.rate, (int, float)) else None  # None: back to back, no queue

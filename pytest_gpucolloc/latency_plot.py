@@ -19,7 +19,7 @@ from .modes import MODE_COLOURS
 from .plots import Entries, Figure, by_kind, machine_kind, mode_order, panel_grids, part_stem, plt, slug
 from .record import service_as_asked as service_of
 from .record import sm_reserved
-from .serving import merged
+from .serving import decode, merged
 from .words import count
 
 TICKS = (50, 90, 99, 99.9, 99.99)
@@ -68,15 +68,12 @@ CURVES = 8  # runs drawn per scenario: the most recent ones
 def for_runs(runs: list) -> list:
     """The report's figures: per serving scenario and machine kind, the latency distribution of each run's requests
     beside its neighbours, the most recent CURVES runs (``plots.Figure``s, drawn here)."""
-    from . import serving  # hdrhistogram loads only where a report has a service
-
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for run in runs:
         for name, scenario in run.scenarios.items():
             encoded = (scenario.serving or {}).get("histogram")
             if encoded and not scenario.serving.get("saturated"):
-                found.setdefault((machine_kind(run, scenario), short_name(name)), {})[run.run_id] = \
-                    serving.decode(encoded)
+                found.setdefault((machine_kind(run, scenario), short_name(name)), {})[run.run_id] = decode(encoded)
     figures = []
     for (kind, name), curves in sorted(found.items()):
         shown = dict(list(curves.items())[-CURVES:])
@@ -146,8 +143,7 @@ def serving(kind: str, entries: Entries) -> list[Figure]:
         modes, hollow = set(), False
         for axes, service in zip(grid.flat, services):
             for (mode, n, reserved), runs in sorted(points[service].items(), key=lambda kv: mode_order(kv[0][0])):
-                kept = statistics.median(r[0] for r in runs)
-                p99 = statistics.median(r[1] for r in runs)
+                kept, p99 = (statistics.median(r[i] for r in runs) for i in (0, 1))
                 saturated = any(r[2] for r in runs)
                 colour = MODE_COLOURS.get(mode)
                 modes.add(mode)

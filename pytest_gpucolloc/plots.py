@@ -242,7 +242,7 @@ def _rows_figure(section: str, stem: str, caption: str, title: str, keys: list, 
                               va="center", fontsize=7, color=MODE_COLOURS[MigMode.name])
                 present = sorted(data.get(key, {}), key=mode_order)
                 for k, mode in enumerate(present):
-                    y = row + (k - (len(present) - 1) / 2) * min(0.18, 0.7 / max(len(present), 1))
+                    y = row + (k - (len(present) - 1) / 2) * min(0.18, 0.7 / len(present))
                     values = data[key][mode]
                     colour = MODE_COLOURS.get(mode)
                     modes.add(mode)

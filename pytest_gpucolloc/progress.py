@@ -63,10 +63,9 @@ class Progress:
             phase = f"round {k} of {last}" + (f" (at most {most})" if most > last else "")
         elif self.ready[1] and self.tty:
             phase += f" ({self.ready[0]} of {self.ready[1]} workers warm)"
-        parts = [self.stage_text, phase] if self.verbosity >= 0 else []
-        elapsed = time.monotonic() - self.began
-        said = "; ".join(p for p in parts if p)
-        return f"gpucolloc {where}{self.test}{': ' + said if said else ''} [{elapsed:.0f} s, {self.left()}]"
+        said = "; ".join(p for p in [self.stage_text, phase] if p) if self.verbosity >= 0 else ""
+        return (f"gpucolloc {where}{self.test}{': ' + said if said else ''} "
+                f"[{time.monotonic() - self.began:.0f} s, {self.left()}]")
 
     def show(self, changed: bool) -> None:
         if self.test is None or self.verbosity < -1:

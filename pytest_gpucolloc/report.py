@@ -40,16 +40,13 @@ def rate(value: float | None) -> str:
 def _flags(scenario: ScenarioRecord) -> str:
     """What makes a result incomparable (throttling, other processes on the GPU), and the power cap, which
     does not: it is how a GPU-bound job normally runs."""
-    flags = []
-    if scenario.throttled:
-        flags.append("THROTTLED")
+    flags = ["THROTTLED"] if scenario.throttled else []
     if scenario.foreign_pids:
         flags.append("FOREIGN PIDS " + ",".join(map(str, scenario.foreign_pids)))
-    capped = [float(t["power_capped_share"]) for t in scenario.telemetry if t.get("power_capped_share")]
-    notes = [f"power cap {max(capped):.0%}"] if capped and max(capped) >= 0.1 else []
-    if not flags:
-        return "; ".join(notes) or ("-" if scenario.throttled is None else "ok")
-    return "; ".join(flags + notes)
+    capped = max((float(t["power_capped_share"]) for t in scenario.telemetry if t.get("power_capped_share")), default=0)
+    if capped >= 0.1:
+        flags.append(f"power cap {capped:.0%}")
+    return "; ".join(flags) or ("-" if scenario.throttled is None else "ok")
 
 
 def _tokens(scenario: ScenarioRecord) -> str:
@@ -263,12 +260,11 @@ def serving_rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str
         latencies = [SATURATED] * 4 if saturated else [ms(facts.get(k)) for k in ("p50_ms", "p99_ms", "p999_ms",
                                                                                    "max_ms")]
         versus = facts.get("p99_vs_alone")
-        reserved = sm_reserved(scenario)
         table.append([
             name, scenario.mode, "max" if facts.get("offered_rps") is None else rate(facts["offered_rps"]),
             rate(facts.get("achieved_rps")), *latencies,
             "-" if versus is None or saturated else f"{versus:.2f}x",
-            str(facts.get("training_jobs", "-")), cell(reserved, "g", "%"),
+            str(facts.get("training_jobs", "-")), cell(sm_reserved(scenario), "g", "%"),
             cell(facts.get("training_kept"), ".1%"),
         ])
     return table

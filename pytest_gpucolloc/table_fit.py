@@ -43,12 +43,10 @@ def fitted_table(body: list[list[str]], names: list[str], headers: list[str], dr
                  label: Callable[[list[str], list[str], str], str] = lambda full, shown, column: column,
                  lead: tuple[str, list[str]] | None = None) -> str:
     """``body``'s rows, a cell per one of ``names`` (headed by ``headers``): the columns ``asked`` for, else (a
-    terminal's, ``simple``) every column less those of ``drop_order`` (least important first) left out one at a time
-    until the table fits ``width``, with a line naming them and how to ask for them: ``ask`` names the option
-    (``--columns``) or the command (``pytest-gpucolloc gate 0004 --columns``, on a line of its own), given every
-    column; else it says where every column is shown. In a terminal a cell of a ``long`` column longer than WIDE is
-    numbered and said below, after ``label(row, row as shown, column)``; ``lead``: a first column (header, cells) that
-    is always shown."""
+    terminal's, ``simple``) every column less those of ``drop_order`` (least important first) that do not fit
+    ``width``, in a line saying how to show them: ``ask`` is the option (``--columns``) or the command (on a line of
+    its own), else where every column is shown. In a terminal a cell of a ``long`` column longer than WIDE is numbered
+    and said below, after ``label(row, row as shown, column)``; ``lead``: a first column (header, cells) kept."""
     def render(shown: list[str]) -> tuple[str, list[str]]:
         keep = [names.index(name) for name in shown]
         cells = [[row[i] for i in keep] for row in body]

@@ -214,7 +214,7 @@ class Coordinator:
                 answer = self._expect(label, "measured")
                 if answer is None:
                     return ratios, latency
-                rate[label], served[label] = float(answer["throughput"]), answer.get("latency")
+                rate[label], served[label] = float(answer["throughput"]), answer.get("latency") or {}
             ratios.append(math.log(rate[candidate] / rate[baseline]))
             if all(served.values()):  # kept in pairs, as the throughput's windows
                 for label, window in served.items():

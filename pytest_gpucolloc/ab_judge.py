@@ -32,8 +32,7 @@ class Judgement:
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("scenario", "metric", "verdict", "pairs", "blocks", "change", "ci",
-                                               "p_slower", "detectable", "reason", "log_ratios", "ms",
-                                               "saturated")}
+                                               "p_slower", "detectable", "reason", "log_ratios", "ms", "saturated")}
 
 
 def judge(scenario: str, ratios: list[float], threshold: float, alpha: float,

@@ -21,7 +21,6 @@ def rows(judgements) -> list[list[str]]:
 
 
 def table(judgements, fmt: str = "simple", columns: list[str] | None = None, width: int | None = None) -> str:
-    """The verdicts (``fmt``: a tabulate format; ``simple`` is a terminal's): ``columns`` as asked (``--columns``),
-    else every column that fits ``width``."""
+    """The verdicts in ``fmt`` (a tabulate format; ``simple``: a terminal's), ``columns`` as asked, else what fits."""
     return fitted_table(rows(judgements), COLUMNS, TERMINAL_HEADERS if fmt == "simple" else HEADERS, DROP_ORDER, fmt,
                         width, "--columns", columns, ("why",), lambda full, _, __: " ".join(full[:3]))

@@ -51,7 +51,7 @@ def figure(curves: dict[str, Any], title: str) -> Any:
     ticks = [t for t in TICKS if 1 / (1 - t / 100) <= top * 1.01]
     axes.set_xticks([1 / (1 - t / 100) for t in ticks], [f"p{t:g}" for t in ticks])
     axes.minorticks_off()
-    axes.set_xlim(1, max(top, 2.0))
+    axes.set_xlim(1, top)
     axes.set_ylim(bottom=0)
     axes.set_xlabel("percentile (log scale of 1 / (1 - q))")
     axes.set_ylabel("latency, ms (scheduled arrival to answer)")

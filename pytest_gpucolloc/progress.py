@@ -70,15 +70,12 @@ class Progress:
     def show(self, changed: bool) -> None:
         if self.test is None or self.verbosity < -1:
             return
-        with self.uncaptured():
-            if self.tty:
+        if self.tty:
+            with self.uncaptured():
                 self.reporter.rewrite(self.line()[: max(self.reporter._tw.fullwidth - 1, 20)], erase=True)
-            elif changed and (self.verbosity >= 0 or not self._shown):
-                text = self.line()
-                if getattr(self.reporter._tw, "width_of_current_line", 0):  # -q: pytest's dots have no file name
-                    self.reporter.write("\n")
-                self.reporter.write_line(wrapped(text, terminal_width()))  # a log's line per change, as wide as a table
-                self._shown = text
+        elif changed and (self.verbosity >= 0 or not self._shown):
+            self._shown = self.line()
+            self.note(self._shown)  # a log's line per change, as wide as a table
 
     def note(self, text: str) -> None:
         """A line that stays (a warning), whatever the verbosity short of -qq."""
@@ -91,7 +88,7 @@ class Progress:
                 self.reporter.write(text + "\n")
                 self.reporter.currentfspath = None
             else:
-                if getattr(self.reporter._tw, "width_of_current_line", 0):
+                if getattr(self.reporter._tw, "width_of_current_line", 0):  # -q: pytest's dots have no file name
                     self.reporter.write("\n")
                 self.reporter.write_line(text)
 

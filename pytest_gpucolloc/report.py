@@ -281,7 +281,6 @@ SERVING_DROP_ORDER = ["p99.9 ms", "max ms", "offered req/s", "SMs reserved", "tr
 
 def serving_table(entries: Iterable[tuple[str, ScenarioRecord]], fmt: str = "simple", width: int | None = None,
                   ask: str = "pytest-gpucolloc report") -> str | None:
-    """The serving table, or None when no scenario has a serving job; with a ``width``, its least important columns
-    left out until it fits, in a line saying so and where they are all shown (``ask``: the report page)."""
+    """The serving table fitted to ``width`` (``ask``: where every column is shown), None without a serving job."""
     body = serving_rows(entries)
     return fitted_table(body, SERVING_HEADERS, SERVING_HEADERS, SERVING_DROP_ORDER, fmt, width, ask) if body else None

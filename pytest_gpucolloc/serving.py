@@ -130,8 +130,7 @@ def serve_rounds(requests: Requests, start: float, round_s: float, rounds: int, 
             if len(measured) == rounds - 1:  # still queued at the end: counted at their wait so far
                 step = max(backlog // QUEUED_SAMPLES, 1)  # a long queue in groups of equal waits (same percentiles)
                 for k in range(requests.answered, requests.answered + backlog, step):
-                    waited = now - requests.arrival(k)
-                    record(histogram, waited, min(step, requests.answered + backlog - k))
+                    record(histogram, now - requests.arrival(k), min(step, requests.answered + backlog - k))
             measured.append((now - last, answered * samples_per_request))
             latencies.append({"histogram": histogram.encode().decode("ascii"), "backlog": backlog})
             histogram, answered, last = new_histogram(), 0, now

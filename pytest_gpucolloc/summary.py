@@ -144,8 +144,7 @@ class Summary:
             say(gate_table.ACCEPT_HINT.format(run=self._saved_run()))
 
     def _saved_run(self) -> str:
-        """The run saved now as the console command names it (its number; the storage where not the default), else
-        RUN."""
+        """The run saved now as a command names it: its number (and storage where not the default), else RUN."""
         s = self.session
         if not s.saved:
             return "RUN"

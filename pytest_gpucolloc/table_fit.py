@@ -16,6 +16,7 @@ MIN_WIDTH = 40  # narrower is a bogus size (as pytest's terminal writer takes it
 WIDE = 40  # a terminal's cell longer than this is numbered, and said in full below the table
 COMMAND = "pytest-gpucolloc "  # a line that starts with it is a command to copy: never wrapped
 
+
 def terminal_width() -> int:
     """The COLUMNS environment variable, else the terminal's width, else (output to a file or a CI log) LOG_WIDTH."""
     columns = shutil.get_terminal_size((0, 0)).columns

@@ -2,7 +2,7 @@
 and said below) and the least important columns left out until it fits, as the gate's and compare's tables do."""
 from __future__ import annotations
 
-from .report import cell, interval
+from .report import cell, change, interval
 from .table_fit import fitted_table
 
 COLUMNS = ["scenario", "measure", "verdict", "blocks", "pairs", "change", "interval", "p", "detectable", "why"]
@@ -16,7 +16,7 @@ DROP_ORDER = ["pairs", "p", "detectable", "blocks", "interval"]
 def rows(judgements) -> list[list[str]]:
     """A row per judgement (``ab_judge.Judgement``), in ``COLUMNS``' order; a latency's measure with its ms."""
     return [[j.scenario, j.metric if j.ms is None else f"{j.metric} {j.ms[0]:.3g} -> {j.ms[1]:.3g} ms", j.verdict,
-             str(j.blocks), str(j.pairs), cell(j.change, "+.2%"), interval(j.ci, 2), cell(j.p_slower, ".2g"),
+             str(j.blocks), str(j.pairs), change(j.change, 2), interval(j.ci, 2), cell(j.p_slower, ".2g"),
              ">1000%" if (j.detectable or 0) > 10 else cell(j.detectable, ".2%"), j.reason or "-"] for j in judgements]
 
 

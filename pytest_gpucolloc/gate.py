@@ -22,7 +22,7 @@ from .baseline import (
     signature,
 )
 from .noise import mde, noise_levels, what_would_resolve
-from .verdict import Policy, RunSample, Terms, Verdict, terms_of, variance_of
+from .verdict import Policy, RunSample, Terms, Verdict, percent, terms_of, variance_of
 
 
 def decide(current: RunSample, history: list[RunSample], policy: Policy = Policy(), references=()) -> Verdict:
@@ -120,7 +120,7 @@ def _decide(result: Verdict, current: RunSample, history: list[RunSample], polic
     result.change = math.exp(d) - 1
     if scale > 0:
         half = special.stdtrit(dof, 1 - policy.alpha) * scale
-        result.ci = (math.exp(d - half) - 1, math.exp(d + half) - 1)
+        result.ci = (math.exp(d - half) - 1, math.exp(min(d + half, 700.0)) - 1)  # past e^700: unbounded anyway
         # the chances of a run this low, and this high, if nothing changed
         p_lower, p_higher = special.stdtr(dof, d / scale), special.stdtr(dof, -d / scale)
     else:  # identical baseline runs: any difference is real
@@ -132,18 +132,19 @@ def _decide(result: Verdict, current: RunSample, history: list[RunSample], polic
     shown = abs(terms.change(result.change))
     if p_lower < policy.alpha and -result.change >= policy.threshold:
         result.verdict = "regressed"
-        result.reason = f"{shown:.1%} {terms.worse}, beyond the baseline's run-to-run spread (p={p_lower:.2g})"
+        result.reason = (f"{percent(shown, '.1%')} {terms.worse}, beyond the baseline's run-to-run spread "
+                         f"(p={p_lower:.2g})")
     elif p_higher < policy.alpha and result.change >= policy.threshold:
         result.verdict = "improved"
-        result.reason = f"{shown:.1%} {terms.better} (p={p_higher:.2g})"
+        result.reason = f"{percent(shown, '.1%')} {terms.better} (p={p_higher:.2g})"
     elif resolvable > policy.threshold:
         result.verdict = "inconclusive"
         if resolvable < UNRESOLVABLE_DROP:
             result.reason = (f"too noisy for the {result.threshold:.0%} threshold: with {k} baseline runs it can only "
                              f"catch {terms.drops} of {terms.detectable(result.mde):.1%} or more")
-        else:  # only a halving caught: its interval and detectable change are numbers no data stands behind (+21309%)
-            result.reason = (f"not resolvable with {k} baseline run{'s' * (k != 1)}: they spread so much that only "
-                             f"{'a doubling' if terms.inverse else 'a halving'} or more would be caught")
+        else:  # a halving may be missed: its interval and detectable change are numbers no data stands behind (+21309%)
+            result.reason = (f"not resolvable with {k} baseline run{'s' * (k != 1)}: they spread so much that "
+                             f"even {'a doubling' if terms.inverse else 'a halving'} could go uncaught")
             result.ci = result.mde = result.mde_noise = None
         result.reason += what_would_resolve(baseline, spread, policy)
     else:

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable
 
 from .history import short_name
-from .report import cell, interval, ms, rate
+from .report import change, interval, ms, rate
 from .table_fit import fitted_table, tabular, wrapped
 
 # a regressed run is saved, but it is no baseline: a retry of the same commit would pass on it
@@ -42,7 +42,7 @@ def rows(verdicts: Iterable[tuple[str, dict]]) -> list[list[str]]:
         why = "; ".join([v.get("reason", "")] + notes)
         shown = (lambda value: "-" if value is None else f"{ms(value)} ms") if latency else rate
         out.append([name, v["verdict"], shown(v.get("baseline")), shown(v.get("current")),
-                    cell(v.get("change"), "+.1%"), interval(v.get("ci")), mde, str(len(v.get("baseline_runs", []))),
+                    change(v.get("change")), interval(v.get("ci")), mde, str(len(v.get("baseline_runs", []))),
                     _noise(v.get("noise")), (v.get("noise") or {}).get("lever") or "-", why])
         for metric, verdict in judged.items():
             out += rows([(f"{name} {metric} latency", verdict)])

@@ -265,7 +265,7 @@ def _read_worker(data: Any, version: int, index: int) -> WorkerRecord:
         else check.object_of()(data.get("mode_facts") or {}, f"{what}'s mode_facts")  # version 1: beside the fields
     return WorkerRecord(
         workload=workload,
-        throughput=check.positive_finite(data.get("throughput"), f"{what}'s throughput"),
+        throughput=check.throughput(data.get("throughput"), f"{what}'s throughput"),
         round_throughputs=tuple(checked["round_throughputs"] or ()),
         params=checked["params"] or {},
         mode_facts=facts,
@@ -288,7 +288,7 @@ def read(info: Any) -> ScenarioRecord:
                           f"(1-{VERSION}); upgrade pytest-gpucolloc")
     if too_deep(info):
         raise RecordError(f"nested more than {MAX_DEPTH} lists or objects deep")
-    positive = check.positive_finite
+    positive = check.throughput
     rounds = tuple(check.list_of(lambda v, what: positive(v, "an aggregate round throughput"), nonempty=True)(
         info.get("aggregate_round_throughputs"), "aggregate_round_throughputs"))
     workloads = check.list_of(check.text, nonempty=True)(info.get("workloads"), "workloads")

@@ -56,6 +56,27 @@ def latency(value: Any, what: str) -> float:
     return ms
 
 
+# A throughput a job can have (per second): from a step in 11 days to beyond any GPU's tokens; 1e-300 or 1e300 in a
+# record is no measurement, and a baseline of such runs would overflow the gate's arithmetic. A speedup: likewise.
+THROUGHPUT = (1e-6, 1e13)
+MAX_SPEEDUP = 1e6
+
+
+def throughput(value: Any, what: str) -> float:
+    rate = finite(value, what, positive=True)
+    if not THROUGHPUT[0] <= rate <= THROUGHPUT[1]:
+        raise RecordError(f"{what} must be a throughput from {THROUGHPUT[0]:g} to {THROUGHPUT[1]:g} per second, "
+                          f"got {rate:g}")
+    return rate
+
+
+def speedup(value: Any, what: str) -> float:
+    ratio = finite(value, what)
+    if ratio > MAX_SPEEDUP:
+        raise RecordError(f"{what} must be at most {MAX_SPEEDUP:g}, got {ratio:g}")
+    return ratio
+
+
 def real(value: Any, what: str) -> float:  # a change or an interval bound: negative too
     return finite(value, what, low=None)
 
@@ -142,7 +163,7 @@ SERVING = object_of({  # a serving job's numbers (serving.summary; fixture._serv
     "alone_round_p99_ms": list_of(optional(latency)), "alone_saturated": flag, "p99_vs_alone": finite,
     "training_jobs": count, "training_throughput": finite, "training_kept": finite})
 WORKER = {  # field -> check, for the fields a reader uses (None: absent)
-    "params": PARAMS, "throughput": positive_finite,
+    "params": PARAMS, "throughput": throughput,
     "round_throughputs": list_of(finite), "cv": finite, "step_time_median_s": finite, "step_time_cv": finite,
     "measured_s": finite, "peak_memory_bytes": count, "reserved_memory_bytes": count,
     "device_memory_bytes": count, "cpus": list_of(count), "pid": count, "startup_s": finite,
@@ -150,8 +171,8 @@ WORKER = {  # field -> check, for the fields a reader uses (None: absent)
     "alone_throughput": finite, "tokens_per_s": finite, "data_wait_share": finite, "serving": SERVING,
 }
 SCENARIO = {
-    "gpu": GPU, "device": text, "n_workers": count, "aggregate_throughput": finite, "aggregate_cv": finite,
-    "speedup_vs_sequential": finite, "ideal_throughput": finite, "efficiency": finite,
+    "gpu": GPU, "device": text, "n_workers": count, "aggregate_throughput": throughput, "aggregate_cv": finite,
+    "speedup_vs_sequential": speedup, "ideal_throughput": finite, "efficiency": finite,
     "samples_per_joule": finite, "throttled": flag, "foreign_pids": list_of(count), "telemetry": list_of(PHASE),
     "cpu_affinity": text, "cpu_placement": text, "gate": GATE, "gate_by": text, "measurement": MEASUREMENT,
     "warnings": list_of(text), "serving": SERVING,

@@ -11,6 +11,7 @@ from statistics import median
 
 from .record import ScenarioRecord, describe_workers, jobs, sm_reserved
 from .table_fit import fitted_table
+from .verdict import percent
 from .words import count
 
 HEADERS = ["scenario", "mode", "workers", "per-worker samples/s", "aggregate samples/s", "CV",
@@ -27,7 +28,12 @@ def interval(ci: tuple[float, float] | None, digits: int = 1) -> str:
     """A change's interval; a bound beyond +1000% says nothing more than 'unbounded', so it is said as such."""
     if not ci:
         return "-"
-    return "[" + ", ".join(">+1000%" if bound > 10 else f"{bound:+.{digits}%}" for bound in ci) + "]"
+    return "[" + ", ".join(percent(bound, f"+.{digits}%") for bound in ci) + "]"
+
+
+def change(value: float | None, digits: int = 1) -> str:
+    """A change in a table, "-" where there is none."""
+    return "-" if value is None else percent(value, f"+.{digits}%")
 
 
 def rate(value: float | None) -> str:

@@ -82,6 +82,11 @@ class RunSample:
         return math.sqrt(statistics.fmean(variances)) if variances else 0.0
 
 
+def percent(fraction: float, spec: str = "+.1%") -> str:
+    """A change said in percent; beyond +1000% a number says nothing more than 'unbounded' (a hostile or broken run)."""
+    return (">+1000%" if spec.startswith("+") else ">1000%") if fraction > 10 else f"{fraction:{spec}}"
+
+
 @dataclass(frozen=True)
 class Terms:
     """How a verdict says what it judges. A sample is higher-is-better (throughput, or a serving job's 1/p99): the
@@ -107,7 +112,7 @@ class Terms:
 
     def level(self, sample_change: float) -> str:
         """A level's change in a note, e.g. ``+5.0%`` or ``p99 +5.0%``."""
-        return f"{self.metric + ' ' if self.inverse else ''}{self.change(sample_change):+.1%}"
+        return f"{self.metric + ' ' if self.inverse else ''}{percent(self.change(sample_change))}"
 
 
 THROUGHPUT = Terms("throughput", "slower", "faster", "drops", "the noise alone", inverse=False)

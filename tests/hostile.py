@@ -54,6 +54,10 @@ def variants(saved: dict) -> dict[str, str]:
         for name, value in (("tiny", 5e-324), ("huge", 1e308)):  # finite, not a latency: 1/p99 overflows
             latency = [value] * len(rounds) if field == "round_p99_ms" else value
             put(f"latency-{field}-{name}", setter("serving", {"workload": "x", field: latency}, worker=True))
+    for name, value in (("tiny", 1e-300), ("huge", 1e300)):  # finite, not a throughput: the gate's logs overflow
+        put(f"throughput-rounds-{name}", setter("aggregate_round_throughputs", [value] * len(rounds)))
+        put(f"throughput-worker-{name}", setter("throughput", value, worker=True))
+    put("huge-speedup", setter("speedup_vs_sequential", 1e300))
     put("workers-mismatch", setter("workers", info["workers"] * 2))
     put("nested-40-in-gpu", setter("gpu", json.loads("[" * 40 + "]" * 40)))
     put("nested-40-in-params", setter("params", {"options": json.loads("[" * 40 + "]" * 40)}, worker=True))

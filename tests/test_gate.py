@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from doubles.gatesim import detection_rate, synthetic_run
-from pytest_gpucolloc import cli, gate, gate_table
+from pytest_gpucolloc import cli, gate, gate_table, record_checks
 from pytest_gpucolloc.baseline import level_outliers
 from pytest_gpucolloc.benchmark_api import storage_path
 from pytest_gpucolloc.history import load, read_run
@@ -80,6 +80,15 @@ def test_run_to_run_noise_that_rounds_cannot_fix_is_named():
     assert "baseline runs would" in verdict.reason
 
 
+def test_runs_at_the_ends_of_what_a_record_may_hold_are_judged_without_an_overflow():
+    # the extreme throughputs a saved record may hold (record_checks.THROUGHPUT): the gate's logs stay finite
+    low, high = record_checks.THROUGHPUT
+    history = [run([low] * 3, "a"), run([high] * 3, "b"), run([low] * 3, "c")]
+    verdict = gate.decide(run([high] * 3, "now"), history, gate.Policy(min_runs=3))
+    table = gate_table.table([("s", verdict.to_dict())])
+    assert verdict.verdict == "inconclusive" and ">+1000%" in table and "e+" not in table
+
+
 def test_advice_never_asks_for_an_absurd_number_of_rounds():
     # Two baseline runs on the H200 (xdist check): noisy rounds, an almost equal pair of run means.
     history = [run([14000.0, 12000.0, 16000.0, 13000.0, 15000.0], "a"),
@@ -88,7 +97,8 @@ def test_advice_never_asks_for_an_absurd_number_of_rounds():
     verdict = gate.decide(run([13800.0] * 5, "now"), history, policy)
     assert verdict.verdict == "inconclusive"
     assert "more rounds alone would need over 1000" in verdict.reason and "baseline runs" in verdict.reason
-    assert verdict.reason.startswith("not resolvable with 2 baseline runs: they spread so much that only a halving")
+    assert verdict.reason.startswith("not resolvable with 2 baseline runs: they spread so much that even a halving "
+                                     "could go uncaught")
     assert verdict.mde is None and verdict.ci is None  # no number the runs cannot stand behind
 
 

@@ -32,12 +32,22 @@ def _key(root: Path, path: Path) -> str:
         return path.resolve().as_posix()
 
 
+class ListError(ValueError):
+    """A list that is not one this plugin wrote (a folder, a FIFO, binary): named, never read blindly."""
+
+
 def read(root: Path, file: str = FILE) -> dict[str, tuple[str, str]]:
     """The runs on the list ``file`` under ``root``: path under the storage -> (when, why)."""
-    try:
-        text = (Path(root) / file).read_text()
-    except FileNotFoundError:
+    path = Path(root) / file
+    if not path.exists():
         return {}
+    try:
+        if not path.is_file():  # a FIFO would block every command that reads the storage
+            raise ValueError("not a regular file")
+        text = path.read_bytes().decode()
+    except (OSError, ValueError) as error:
+        raise ListError(f"{path} is not a list of runs that pytest-gpucolloc can read ({error}): move it aside, "
+                        "or delete it to empty the list") from None
     rows = [(line.split("\t") + ["", ""])[:3] for line in text.splitlines()
             if line.strip() and not line.startswith("#")]
     return {key: (when, why) for key, when, why in rows}

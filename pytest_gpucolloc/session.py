@@ -16,6 +16,7 @@ import pytest
 from . import (
     benchmark_api,
     distributed,
+    forget,
     forkserver,
     gate,
     history,
@@ -164,6 +165,14 @@ class CollocSession:
                 report.columns(self.options.colloc_columns, report.COLUMNS, "--colloc-columns")
             if self.xdist_index is not None or not distributed.is_controller_of_workers(config):
                 self.settings()  # device-dependent defaults checked against each other
+            if self.options.colloc_gate:
+                if self.options.colloc_gate_runs < self.options.colloc_gate_min_runs:
+                    raise ValueError(f"--colloc-gate-runs ({self.options.colloc_gate_runs}) must be at least "
+                                     f"--colloc-gate-min-runs ({self.options.colloc_gate_min_runs}): with fewer the "
+                                     "gate could never judge")
+                if (root := benchmark_api.storage_path(config.getoption("benchmark_storage", None))) is not None:
+                    for listed in (forget.FILE, forget.ACCEPTED):  # a damaged list said now, not after measuring
+                        forget.read(root, listed)
         except (ValueError, DeviceUnavailable) as exc:
             raise pytest.UsageError(str(exc)) from None
 
@@ -180,6 +189,9 @@ class CollocSession:
             root = benchmark_api.storage_path(config.getoption("benchmark_storage", None))
             if root is not None:
                 folders.append(("--benchmark-storage", root))
+        if self.options.colloc_gate_report and Path(self.options.colloc_gate_report).is_dir():
+            raise pytest.UsageError(f"--colloc-gate-report={self.options.colloc_gate_report} is a folder: name the "
+                                    "report's file, e.g. a gate.md in it")
         if self.options.colloc_gate_report:
             folders.append(("--colloc-gate-report", Path(self.options.colloc_gate_report).resolve().parent))
         for option, folder in folders:

@@ -2,8 +2,11 @@
 ``pytest-gpucolloc forget``, enter no baseline and no comparison unless named; their files are never touched."""
 import json
 import math
+import os
 
-from pytest_gpucolloc import history
+import pytest
+
+from pytest_gpucolloc import forget, history
 from test_benchmark_interop import ARGS, ONE
 from test_cli import run_cli, save_runs
 from test_plugin import TINY
@@ -82,6 +85,25 @@ def test_forget_leaves_a_run_out_of_the_history_lists_it_and_undo_brings_it_back
     assert run_cli(capsys, "forget", "--list", "--storage", storage)[1].startswith("no run set aside")
     code, out, err = run_cli(capsys, "forget", "0009", "--storage", storage)
     assert code == 2 and "'0009' names 0 saved runs" in err
+
+
+@pytest.mark.parametrize("damage", ["binary", "fifo", "folder"])
+def test_a_damaged_list_of_runs_is_named_and_left_as_it_is(damage, tmp_path, capsys):
+    storage = tmp_path / "storage"
+    save_runs(storage, [1000.0, 1000.0, 1000.0])
+    listed = storage / forget.FILE
+    if damage == "binary":
+        listed.write_bytes(bytes(range(256)) * 4)
+    elif damage == "fifo":
+        os.mkfifo(listed)  # read blindly, it would block every command
+    else:
+        listed.mkdir()
+    for argv in (["history"], ["gate"], ["forget", "0002"], ["forget", "--list"]):
+        code, out, err = run_cli(capsys, *argv, "--storage", storage)
+        assert code == 2 and "is not a list of runs that pytest-gpucolloc can read" in err, (argv, out, err)
+        assert "Traceback" not in err and err.count("\n") == 1
+    assert listed.is_fifo() if damage == "fifo" else listed.is_dir() if damage == "folder" else \
+        listed.read_bytes() == bytes(range(256)) * 4  # left as it was: the user's to look at
 
 
 def test_benchmark_compare_compares_with_the_latest_run_of_the_history(pytester):

@@ -188,9 +188,12 @@ def test_a_gate_report_folder_is_created_and_an_unwritable_report_fails_the_run(
     assert pytester.runpytest(*args, "--colloc-gate-report=reports/gate.md").ret == 0
     assert "### Collocation regression gate" in (pytester.path / "reports" / "gate.md").read_text()
     (pytester.path / "a-folder").mkdir()
-    blocked = pytester.runpytest(*args, "--colloc-gate-report=a-folder")
-    assert blocked.ret == pytest.ExitCode.TESTS_FAILED
-    blocked.stdout.fnmatch_lines(["*could not write the gate report to a-folder*"])
+    blocked = pytester.runpytest(*args, "--colloc-gate-report=a-folder")  # said before anything is measured
+    assert blocked.ret == pytest.ExitCode.USAGE_ERROR and "gpucolloc [1/1]" not in blocked.stdout.str()
+    blocked.stderr.fnmatch_lines(["*--colloc-gate-report=a-folder is a folder: name the report's file*"])
+    never = pytester.runpytest(*args, "--colloc-gate-runs=2")  # below --colloc-gate-min-runs (3): never judged
+    assert never.ret == pytest.ExitCode.USAGE_ERROR
+    never.stderr.fnmatch_lines(["*--colloc-gate-runs (2) must be at least --colloc-gate-min-runs (3)*"])
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -199,6 +202,7 @@ def test_a_gate_report_folder_is_created_and_an_unwritable_report_fails_the_run(
     (["--alpha", "0"], "--alpha must be between"),
     (["--runs", "1"], "--runs must be between 2 and 1000"),
     (["--min-runs", "x"], "--min-runs must be an integer"),
+    (["--runs", "2"], "--runs (2) must be at least --min-runs (3): with fewer the gate could never judge"),
 ])
 def test_the_cli_rejects_bad_gate_options_before_reading_anything(argv, message, capsys, tmp_path):
     assert cli.main(["gate", str(tmp_path / "run.json"), *argv]) == 2 and message in capsys.readouterr().err

@@ -13,6 +13,7 @@ from typing import NoReturn
 
 from ..ab_table import COLUMNS as AB_COLUMNS
 from ..benchmark_api import storage_path
+from ..forget import ListError
 from ..gate_table import GATE_COLUMNS
 from ..history import METRICS
 from ..machine import PLUGIN_VERSION
@@ -316,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         code = args.run_command(args)
         sys.stdout.flush()  # here, not at exit: a reader that went away is answered below, not by a traceback
         return code
+    except ListError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except CommandError as error:
         # wrapped on a terminal; one line in a log, where it is searched for
         print(wrapped(f"error: {error}", terminal_width() if sys.stderr.isatty() else None), file=sys.stderr)

@@ -96,6 +96,9 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
+    if args.runs < args.min_runs:  # said before anything is read
+        raise CommandError(f"--runs ({args.runs}) must be at least --min-runs ({args.min_runs}): with fewer the gate "
+                           "could never judge", USAGE)
     if args.run and Path(args.run).is_dir():  # `gate FOLDER`: its latest run, against that folder's history
         args.storage = Path(args.run)
     # a file named is read first (its problem said first); the history once, so its notes are said once

@@ -80,7 +80,8 @@ def add(root: Path, paths: list[Path], reason: str = "", file: str = FILE) -> li
     entries = read(root, file)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")  # as a run's own datetime: compared with it
     keys = [_key(root, path) for path in paths]
-    entries.update({key: (when, " ".join(reason.split())) for key in keys})
+    # listed again without a reason: the one given before stays
+    entries.update({key: (when, " ".join(reason.split()) or entries.get(key, ("", ""))[1]) for key in keys})
     _write(root, entries, file)
     return keys
 

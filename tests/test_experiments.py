@@ -3,6 +3,7 @@
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 
@@ -146,6 +147,13 @@ def test_a_regressed_run_is_no_baseline_until_accepted_and_then_its_level_is_the
     assert "3 run(s) judged regressed left out until accepted (0007, 0008, 0009; `pytest-gpucolloc accept RUN`" \
         in " ".join(verdicts[0]["notes"])
     assert "`pytest-gpucolloc accept 0010` makes it the new level" in err
+    # a run the gate did not judge regressed, or a file that is not a run of this storage: refused, nothing listed
+    code, out, err = run_cli(capsys, "accept", "0003", "--storage", storage)
+    assert code == 2 and "accept takes a run the gate judged regressed, and 0003_run was not" in err, out + err
+    for outside in (tmp_path / "elsewhere.json", Path("/etc/passwd")):
+        outside.exists() or outside.write_text("{}")
+        assert run_cli(capsys, "forget", str(outside), "--storage", storage)[0] == 2
+    assert not (storage / forget.FILE).exists() and not (storage / forget.ACCEPTED).exists()
     # the change is intended: accepting the first slower run makes its level the baseline, retries included
     code, out, err = run_cli(capsys, "accept", "0007", "--why", "a larger model", "--storage", storage)
     assert code == 0 and "accepted as the new level" in out and f"{MACHINE}/{ids[6]}.json" in out
@@ -162,8 +170,9 @@ def test_a_regressed_run_is_no_baseline_until_accepted_and_then_its_level_is_the
     elsewhere.parent.mkdir()
     elsewhere.write_bytes((storage / MACHINE / f"{ids[9]}.json").read_bytes())
     assert run_cli(capsys, "gate", elsewhere, "--storage", storage, "--min-runs", "3")[0] == 1
+    assert run_cli(capsys, "accept", "0007", "0007", "--storage", storage)[0] == 0  # again, without a reason
     code, out, err = run_cli(capsys, "accept", "--list", "--storage", storage, "--format", "json")
-    assert [row["why"] for row in json.loads(out)] == ["a larger model"]
+    assert [row["why"] for row in json.loads(out)] == ["a larger model"]  # the reason given before stays
     # taken back, the slower runs are regressions again; the files were never touched
     assert run_cli(capsys, "accept", "--undo", "0007", "--storage", storage)[0] == 0
     assert run_cli(capsys, *gate)[0] == 1

@@ -278,15 +278,27 @@ def cmd_forget(args) -> int:
     if not root.is_dir():
         raise CommandError(f"no storage folder {root}: check --storage", NOTHING_TO_READ)
     loaded = history.load(root)
-    paths: list[Path] = []
-    for wanted in args.runs:
-        files = [run.path for run in loaded.named(wanted)] or [Path(wanted)] * Path(wanted).is_file()
-        if len(files) != 1:
-            raise CommandError(f"{wanted!r} names {len(files)} saved runs under {root}"
-                               + (f" ({', '.join(map(str, files))}): name it by its file" if files else ""), USAGE)
-        paths += files
-    print(wrapped(f"{done}: " + ", ".join(forget.add(root, paths, args.why or "", file)), terminal_width()))
+    runs: list[history.SavedRun] = []
+    for wanted in dict.fromkeys(args.runs):  # each once
+        # by id, or by its file: a saved run under this storage only (a list names runs of its storage)
+        named = loaded.named(wanted) or [run for run in [*loaded.runs, *(r for r, _ in loaded.left_out)]
+                                         if is_path(wanted) and run.path.resolve() == Path(wanted).resolve()]
+        if len(named) != 1:
+            raise CommandError(f"{wanted!r} names {len(named)} saved runs under {root}"
+                               + (f" ({', '.join(str(r.path) for r in named)}): name it by its file" if named else
+                                  ""), USAGE)
+        runs += named
+    if args.command == "accept" and (judged := [r.run_id for r in runs if not _regressed(r)]):
+        raise CommandError(f"accept takes a run the gate judged regressed, and {', '.join(judged)} was not (its "
+                           "runs before would leave the baseline for nothing): `pytest-gpucolloc gate RUN` says "
+                           "its verdicts", USAGE)
+    keys = forget.add(root, [run.path for run in runs], args.why or "", file)
+    print(wrapped(f"{done}: " + ", ".join(keys), terminal_width()))
     return OK
+
+
+def _regressed(run) -> bool:
+    return any(scenario.verdict == "regressed" for scenario in run.scenarios.values())
 
 
 def _older_shifts(older, shown: int, runs: int) -> str:

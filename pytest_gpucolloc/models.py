@@ -269,9 +269,27 @@ def build_serving(workload: Workload, device: torch.device, image_size: int | No
     obj = _user_object(workload, device, "serve_step", " (a serving job, rate=..., answers one request per "
                                                         "serve_step())")
     samples = getattr(obj, "samples_per_step", workload.batch_size)
+    every = workload.options.get("extra_step_every")
     if workload.cuda_graph:
-        return GraphedStep(obj.serve_step, samples)
-    return UserServingStep(obj, samples)
+        return GraphedStep(obj.serve_step, samples, every)
+    return Slowed(UserServingStep(obj, samples), every) if every else UserServingStep(obj, samples)
+
+
+class Slowed:
+    """A user's step with the injected slowdown (``--colloc-extra-step-every`` K): one extra, uncounted call after
+    every K, as the built-in steps take one; its other attributes (``samples_per_step``, ...) are the user's."""
+
+    def __init__(self, step: Any, every: int):
+        self.step, self.every, self.calls = step, every, 0
+
+    def train_step(self) -> None:
+        self.step.train_step()
+        self.calls += 1
+        if self.calls % self.every == 0:
+            self.step.train_step()  # uncounted extra work (a known slowdown)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.step, name)
 
 
 def data_wait_s(step) -> float | None:
@@ -292,7 +310,8 @@ def _user_object(workload: Workload, device: torch.device, method: str, why: str
         near = difflib.get_close_matches(attr, [name for name in vars(module) if not name.startswith("_")], 1)
         raise ImportError(f"module {module_name!r} has no attribute {attr!r}"
                           + (f": did you mean {near[0]!r}?" if near else "")) from None
-    obj = factory(batch_size=workload.batch_size, device=device, precision=workload.precision, **workload.options)
+    options = {k: v for k, v in workload.options.items() if k != "extra_step_every"}  # the plugin's, not the user's
+    obj = factory(batch_size=workload.batch_size, device=device, precision=workload.precision, **options)
     if not callable(getattr(obj, method, None)):
         raise TypeError(f"{workload.model} returned {type(obj).__name__}, which has no {method}(){why}")
     return obj
@@ -310,6 +329,7 @@ def build(workload: Workload, device: torch.device, image_size: int | None = Non
     if workload.is_named:
         return build_named(workload, device, image_size)
     step = _user_object(workload, device, "train_step")
+    every = workload.options.get("extra_step_every")
     if workload.cuda_graph:
-        return GraphedStep(step.train_step, getattr(step, "samples_per_step", workload.batch_size))
-    return step
+        return GraphedStep(step.train_step, getattr(step, "samples_per_step", workload.batch_size), every)
+    return Slowed(step, every) if every else step

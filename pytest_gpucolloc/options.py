@@ -188,8 +188,9 @@ class Config:
         parse_flag, "false", flag=True)
     colloc_cpu_full: bool = option("in CPU smoke mode, run every scenario instead of only the quick tier",
         parse_flag, "false", flag=True)
-    colloc_extra_step_every: int | None = option("inject a known slowdown to check a regression gate: every built-in "
-        "workload runs one extra, uncounted step after every K steps (K=20 costs 1/21 of the throughput); "
+    colloc_extra_step_every: int | None = option("inject a known slowdown to check a regression gate: every "
+        "workload (a user's factory too) runs one extra, uncounted step after every K steps (K=20 costs 1/21 of the "
+        "throughput); "
         "default off",
         lambda text: number_option("--colloc-extra-step-every", 0, 10**6, integer=True)(text) or None, "0")  # 0: off
     colloc_cudnn: str = option("how the named convolutional workloads choose their cuDNN convolution algorithms when "

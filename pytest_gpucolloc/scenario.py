@@ -43,7 +43,7 @@ class Settings:
             options["seq_len"] = SMOKE_SEQ_LEN
         if self.cudnn == "heuristics" and isinstance(workload.shape, ModelShape):
             options.setdefault("cudnn_autotune", False)
-        if self.extra_step_every and workload.is_named:
+        if self.extra_step_every:  # a user's factory too (models.Slowed): never passed to it
             options["extra_step_every"] = self.extra_step_every
         if self.batch_cap and workload.batch_size > self.batch_cap:
             workload = workload.with_batch_size(self.batch_cap)

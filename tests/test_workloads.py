@@ -161,3 +161,27 @@ def test_a_mistyped_factory_is_named_with_the_one_meant():
         models._user_object(Workload("tests.user_workloads:tinyy", batch_size=2), torch.device("cpu"), "train_step")
     with pytest.raises(ImportError, match=r"has no attribute 'zzz'$"):  # nothing near: no guess
         models._user_object(Workload("tests.user_workloads:zzz", batch_size=2), torch.device("cpu"), "train_step")
+
+
+def test_the_injected_slowdown_reaches_a_users_factory_without_its_option(tmp_path, monkeypatch):
+    # --colloc-extra-step-every K: one extra, uncounted call after every K, as the built-in steps take
+    (tmp_path / "counted_steps.py").write_text(
+        "class Step:\n"
+        "    calls = 0\n"
+        "    samples_per_step = 3\n"
+        "    def train_step(self):\n"
+        "        Step.calls += 1\n"
+        "def factory(batch_size, device, precision='fp32'):\n"  # no **options: the plugin's option is not passed
+        "    return Step()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import torch
+
+    from pytest_gpucolloc import models
+    from pytest_gpucolloc.scenario import Settings
+
+    workload = Settings(2, 0.2, 0.1, 2, 60, extra_step_every=2).adapt(Workload("counted_steps:factory", batch_size=4))
+    step = models.build(workload, torch.device("cpu"))
+    for _ in range(4):
+        step.train_step()
+    counted = __import__("counted_steps").Step
+    assert counted.calls == 6 and step.samples_per_step == 3

@@ -91,6 +91,17 @@ def test_compare_of_one_run_against_one_says_the_change_and_what_a_decision_need
         assert "in the history" not in row["reason"]  # two runs named: no history was asked for
 
 
+def test_compare_of_runs_that_share_no_scenario_says_so(tmp_path, capsys):
+    ids = save_runs(tmp_path, [600.0, 570.0])
+    path = tmp_path / "Linux-CPython-3.12-64bit" / f"{ids[1]}.json"
+    data = json.loads(path.read_text())
+    for bench in data["benchmarks"]:
+        bench["fullname"] += "-renamed"
+    path.write_text(json.dumps(data))
+    code, out, err = run_cli(capsys, "compare", ids[0], ids[1], "--storage", tmp_path)
+    assert code == 2 and "0001_run and 0002_run share no scenario: nothing to compare" in err, out + err
+
+
 def test_compare_names_runs_as_gate_does_by_id_file_or_storage_folder(tmp_path, capsys):
     ids = save_runs(tmp_path, [600.0, 570.0])
     folder = tmp_path / "Linux-CPython-3.12-64bit"

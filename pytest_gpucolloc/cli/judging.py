@@ -78,6 +78,9 @@ def cmd_compare(args) -> int:
     if shared:  # a run on both sides is paired with its own neighbours: a change out of nothing
         raise CommandError(f"both sides hold the same run(s) ({', '.join(sorted(p.stem for p in shared))}): name "
                            "two different commits, groups or runs", USAGE)
+    if not {n for run in before for n in run.scenarios} & {n for run in after for n in run.scenarios}:
+        raise CommandError(f"{a} and {b} share no scenario: nothing to compare (`pytest-gpucolloc table RUN` lists "
+                           "a run's)", USAGE)
     said = args.commits or [a, b]  # in the order given, as typed (HEAD~1) and the commit it names
     found = " -> ".join(typed if typed == label else f"{typed} ({label[:10]})" for typed, label in zip(said, (a, b)))
     for run, why in loaded.left_out if loaded else ():  # asked for: compared, said

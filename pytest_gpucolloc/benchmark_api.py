@@ -98,11 +98,18 @@ def file_storage(config):
     return getattr(getattr(config, "_benchmarksession", None), "storage", None)
 
 
+def next_number(folder: Path) -> str:
+    """The number the next run saved in ``folder`` takes: one past the highest, four digits or more (pytest-benchmark's
+    own finds only four-digit numbers: from 9999 on it gives every run 10000)."""
+    numbers = [int(p.name.split("_", 1)[0]) for p in folder.glob("[0-9]*_*.json") if p.name.split("_", 1)[0].isdigit()]
+    return f"{max(numbers, default=0) + 1:04d}"
+
+
 def guard_saving(storage, problems: list[str], saved: list[Path]) -> None:
     """Make pytest-benchmark's file storage save without ever overwriting or losing a run (its own save writes in
     place after checking the name: runs saving at once collide, a full disk truncates): written aside, then linked
     into place; a run that cannot be saved goes to a temporary file, saying why in ``problems``."""
-    if not (hasattr(storage, "get") and hasattr(type(storage), "_next_num")):
+    if not (hasattr(storage, "get") and hasattr(type(storage), "_next_num")):  # pytest-benchmark's FileStorage
         return  # not the file storage: leave it alone
 
     def save(output_json, save_name):
@@ -111,7 +118,8 @@ def guard_saving(storage, problems: list[str], saved: list[Path]) -> None:
         data = safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
         try:
             for _ in range(1000):
-                path = storage.get(f"{storage._next_num}_{save_name}.json")
+                folder = storage.get(save_name).parent  # the machine's folder, made where missing
+                path = folder / f"{next_number(folder)}_{save_name}.json"
                 aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
                 try:
                     aside.write_bytes(data)

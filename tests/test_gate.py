@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from doubles.gatesim import detection_rate, synthetic_run
-from pytest_gpucolloc import cli, gate, gate_table, record_checks
+from pytest_gpucolloc import benchmark_api, cli, gate, gate_table, record_checks
 from pytest_gpucolloc.baseline import level_outliers
 from pytest_gpucolloc.benchmark_api import storage_path
 from pytest_gpucolloc.history import load, read_run
@@ -279,8 +279,6 @@ def file_storage(path):
 
 
 def test_saving_never_overwrites_a_run_that_took_the_number_first(tmp_path, monkeypatch):
-    from pytest_benchmark.storage.file import FileStorage
-
     from pytest_gpucolloc.benchmark_api import guard_saving
 
     storage = file_storage(tmp_path)
@@ -288,12 +286,22 @@ def test_saving_never_overwrites_a_run_that_took_the_number_first(tmp_path, monk
     guard_saving(storage, problems, kept)
     storage.save({"run": "A"}, "x")
     numbers = iter(["0001", "0001", "0002"])  # a second run looked before A was saved: it also chose 0001
-    monkeypatch.setattr(FileStorage, "_next_num", property(lambda self: next(numbers)))
+    monkeypatch.setattr(benchmark_api, "next_number", lambda folder: next(numbers))
     storage.save({"run": "B"}, "x")
     saved = {p.name: json.loads(p.read_text())["run"] for p in (tmp_path / "Linux-test").glob("*.json")}
     assert saved == {"0001_x.json": "A", "0002_x.json": "B"} and problems == []
     assert [p.name for p in kept] == ["0001_x.json", "0002_x.json"]  # what the summary names
     assert not list((tmp_path / "Linux-test").glob(".*.tmp"))
+
+
+def test_run_numbers_go_on_past_9999(tmp_path):
+    storage = file_storage(tmp_path)
+    benchmark_api.guard_saving(storage, problems := [], saved := [])
+    (tmp_path / "Linux-test").mkdir()
+    (tmp_path / "Linux-test" / "9999_x.json").write_text("{}")
+    storage.save({"run": "A"}, "ci")
+    storage.save({"run": "B"}, "ci")  # pytest-benchmark's own numbering gave both 10000: the second never saved
+    assert [p.name for p in saved] == ["10000_ci.json", "10001_ci.json"] and problems == []
 
 
 def test_a_run_that_cannot_be_saved_is_kept_elsewhere_and_reported(tmp_path, monkeypatch):

@@ -189,6 +189,12 @@ class CollocSession:
             root = benchmark_api.storage_path(config.getoption("benchmark_storage", None))
             if root is not None:
                 folders.append(("--benchmark-storage", root))
+        dump, root = config.getoption("benchmark_json", None), benchmark_api.storage_path(
+            config.getoption("benchmark_storage", None))
+        if dump is not None and root is not None and Path(dump).is_file() \
+                and Path(dump).resolve().is_relative_to(Path(root).resolve()):
+            raise pytest.UsageError(f"--benchmark-json={dump} is a saved run of --benchmark-storage: writing there "
+                                    "would overwrite it; name a file outside the storage")
         if self.options.colloc_gate_report and Path(self.options.colloc_gate_report).is_dir():
             raise pytest.UsageError(f"--colloc-gate-report={self.options.colloc_gate_report} is a folder: name the "
                                     "report's file, e.g. a gate.md in it")

@@ -191,6 +191,12 @@ def test_a_gate_report_folder_is_created_and_an_unwritable_report_fails_the_run(
     blocked = pytester.runpytest(*args, "--colloc-gate-report=a-folder")  # said before anything is measured
     assert blocked.ret == pytest.ExitCode.USAGE_ERROR and "gpucolloc [1/1]" not in blocked.stdout.str()
     blocked.stderr.fnmatch_lines(["*--colloc-gate-report=a-folder is a folder: name the report's file*"])
+    saved = pytester.path / "history" / "Linux" / "0001_run.json"  # a saved run, named as the JSON dump by mistake
+    saved.parent.mkdir(parents=True)
+    saved.write_text('{"benchmarks": []}')
+    dump = pytester.runpytest(*args, "--benchmark-storage=file://history", f"--benchmark-json={saved}")
+    assert dump.ret == pytest.ExitCode.USAGE_ERROR and saved.read_text() == '{"benchmarks": []}'
+    dump.stderr.fnmatch_lines(["*is a saved run of --benchmark-storage: writing there would overwrite it*"])
     never = pytester.runpytest(*args, "--colloc-gate-runs=2")  # below --colloc-gate-min-runs (3): never judged
     assert never.ret == pytest.ExitCode.USAGE_ERROR
     never.stderr.fnmatch_lines(["*--colloc-gate-runs (2) must be at least --colloc-gate-min-runs (3)*"])

@@ -86,7 +86,8 @@ class Summary:
                 "its unit: a slower scenario shows a longer time; its OPS are samples/s), so that "
                 "--benchmark-compare-fail sees a slowdown")
         if s.results and not (config.getoption("benchmark_save", None)
-                              or config.getoption("benchmark_autosave", None)):
+                              or config.getoption("benchmark_autosave", None)
+                              or config.getoption("benchmark_disable", None)):  # said why by its own line
             say(  # a first-time user's runs would otherwise leave no history, silently
                 "gpucolloc: this run was not saved, so no later run can be compared or gated against it: add "
                 "--benchmark-autosave (or gate it: --colloc-gate saves too)", yellow=True)

@@ -357,6 +357,8 @@ def test_a_gated_run_is_saved_without_autosave_so_the_next_one_has_history(pytes
     assert len(list((pytester.path / ".benchmarks").rglob("0002_mine.json"))) == 1
     assert pytester.runpytest(*gated, "--benchmark-disable").ret == 0  # records nothing: nothing saved
     assert len(list((pytester.path / ".benchmarks").rglob("*.json"))) == 2
+    plain = pytester.runpytest(*[a for a in gated if a != "--colloc-gate"], "--benchmark-disable")
+    assert "this run was not saved" not in plain.stdout.str()  # no advice to autosave what records nothing
 
 
 def test_a_gate_that_judged_nothing_does_not_pass(pytester):

@@ -151,7 +151,9 @@ class Summary:
             return "RUN"
         storage = s.saved[-1].parent.parent
         where = "" if storage.resolve() == Path(".benchmarks").resolve() else f" --storage {storage}"
-        return run_number(s.saved[-1].stem) + where
+        number = run_number(s.saved[-1].stem)
+        alone = len(list(storage.glob(f"*/{number}_*.json"))) == 1  # another machine's folder may hold one too
+        return (number if alone else s.saved[-1].stem) + where
 
     def _unjudged_lines(self) -> list[str]:
         """What the gate did not judge, for the summary and the gate report."""

@@ -336,9 +336,13 @@ def test_gate_fails_the_run_on_an_injected_slowdown(pytester, suite):
                                "`pytest-gpucolloc accept 0004` makes it the new level*"])
     assert "| regressed |" in (pytester.path / "gate.md").read_text().replace("  ", " ")
     assert "CPU smoke mode: its numbers check the suite, not a GPU" in (pytester.path / "gate.md").read_text()
+    other = pytester.path / ".benchmarks" / "Another-machine" / "0005_elsewhere.json"  # another Python's folder
+    other.parent.mkdir()
+    other.write_text("{}")
     retry = pytester.runpytest(*gated)  # the slower code again: the regressed run saved above is no baseline
     assert retry.ret == pytest.ExitCode.TESTS_FAILED
-    retry.stdout.fnmatch_lines(["*1 run(s) judged regressed left out until accepted (0004*"])
+    retry.stdout.fnmatch_lines(["*1 run(s) judged regressed left out until accepted (0004*",
+                                "*`pytest-gpucolloc accept 0005_*` makes it the new level*"])  # 0005 names two runs
 
 
 def test_a_gated_run_is_saved_without_autosave_so_the_next_one_has_history(pytester, suite):

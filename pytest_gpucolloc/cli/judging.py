@@ -158,7 +158,9 @@ def cmd_gate(args) -> int:
                       "(`pytest-gpucolloc accept`): its regression is intended, not a failure", width), file=prose)
         return OK
     if failed:
-        print(wrapped(gate_table.ACCEPT_HINT.format(run=run_number(run.run_id)), width), file=prose)
+        number = run_number(run.run_id)  # the run by its number where that names it alone (one machine's folder)
+        print(wrapped(gate_table.ACCEPT_HINT.format(run=number if len(loaded.named(number)) == 1 else run.run_id),
+                      width), file=prose)
     return NEGATIVE if failed else OK
 
 

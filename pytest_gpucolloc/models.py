@@ -272,21 +272,19 @@ def build_serving(workload: Workload, device: torch.device, image_size: int | No
     every = workload.options.get("extra_step_every")
     if workload.cuda_graph:
         return GraphedStep(obj.serve_step, samples, every)
-    return Slowed(UserServingStep(obj, samples), every) if every else UserServingStep(obj, samples)
+    served = UserServingStep(obj, samples)
+    return Slowed(served, every) if every else served
 
 
-class Slowed:
-    """A user's step with the injected slowdown (``--colloc-extra-step-every`` K): one extra, uncounted call after
-    every K, as the built-in steps take one; its other attributes (``samples_per_step``, ...) are the user's."""
+class Slowed(TrainingStep):
+    """A user's step with the injected slowdown (``--colloc-extra-step-every`` K), taken as the built-in steps take
+    it; its other attributes (``samples_per_step``, ...) are the user's."""
 
     def __init__(self, step: Any, every: int):
-        self.step, self.every, self.calls = step, every, 0
+        self.step, self.extra_step_every = step, every
 
-    def train_step(self) -> None:
+    def _step(self) -> None:
         self.step.train_step()
-        self.calls += 1
-        if self.calls % self.every == 0:
-            self.step.train_step()  # uncounted extra work (a known slowdown)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.step, name)

@@ -185,12 +185,11 @@ class CollocSession:
         """A run that would save must be able to: say so before any GPU time is spent, not after."""
         config = self.config
         folders = []
-        if config.getoption("benchmark_autosave", False) or config.getoption("benchmark_save", None):
-            root = benchmark_api.storage_path(config.getoption("benchmark_storage", None))
-            if root is not None:
-                folders.append(("--benchmark-storage", root))
-        dump, root = config.getoption("benchmark_json", None), benchmark_api.storage_path(
-            config.getoption("benchmark_storage", None))
+        root = benchmark_api.storage_path(config.getoption("benchmark_storage", None))
+        if root is not None and (config.getoption("benchmark_autosave", False)
+                                 or config.getoption("benchmark_save", None)):
+            folders.append(("--benchmark-storage", root))
+        dump = config.getoption("benchmark_json", None)
         if dump is not None and root is not None and Path(dump).is_file() \
                 and Path(dump).resolve().is_relative_to(Path(root).resolve()):
             raise pytest.UsageError(f"--benchmark-json={dump} is a saved run of --benchmark-storage: writing there "

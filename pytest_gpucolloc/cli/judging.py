@@ -293,17 +293,14 @@ def cmd_forget(args) -> int:
                                + (f" ({', '.join(str(r.path) for r in named)}): name it by its file" if named else
                                   ""), USAGE)
         runs += named
-    if args.command == "accept" and (judged := [r.run_id for r in runs if not _regressed(r)]):
+    if args.command == "accept" and (judged := [r.run_id for r in runs
+                                                if all(s.verdict != "regressed" for s in r.scenarios.values())]):
         raise CommandError(f"accept takes a run the gate judged regressed, and {', '.join(judged)} was not (its "
                            "runs before would leave the baseline for nothing): `pytest-gpucolloc gate RUN` says "
                            "its verdicts", USAGE)
     keys = forget.add(root, [run.path for run in runs], args.why or "", file)
     print(wrapped(f"{done}: " + ", ".join(keys), terminal_width()))
     return OK
-
-
-def _regressed(run) -> bool:
-    return any(scenario.verdict == "regressed" for scenario in run.scenarios.values())
 
 
 def _older_shifts(older, shown: int, runs: int) -> str:

@@ -114,7 +114,8 @@ def test_a_forked_session_leader_left_by_a_killed_run_is_killed_by_the_next_run(
     child, deadline = None, time.monotonic() + 120
     while child is None and time.monotonic() < deadline:
         time.sleep(0.1)
-        pid = int(pid_file.read_text()) if pid_file.exists() else 0
+        text = pid_file.read_text() if pid_file.exists() else ""  # created before the child's pid is written in
+        pid = int(text) if text.strip() else 0
         if pid and stat_of(pid)[3:4] == [str(pid)]:  # it has started its own session
             child = pid
     assert child, "the workload never forked its child"

@@ -130,11 +130,17 @@ def cmd_advise(args) -> int:
     return OK
 
 
-def _advice(args, parse, text: str, answer) -> dict:
-    """The advisor's answer to the question asked: a question it cannot read exits 2, runs that cannot answer it 3."""
+def _advice(args, parse, text: str, answer, unsaved: str | None = None) -> dict:
+    """The advisor's answer to the question asked: a question it cannot read exits 2, runs that cannot answer it 3;
+    ``unsaved``: what is missing where no run is named and the storage has none to read."""
     with failing(advisor.AdviceError, USAGE):
         asked = parse(text)
-    runs = named_runs(args.runs, args.storage)
+    try:
+        runs = named_runs(args.runs, args.storage)
+    except CommandError as error:
+        if unsaved is None or args.runs or error.code != NOTHING_TO_READ:
+            raise
+        raise CommandError(unsaved, NOTHING_TO_READ) from None
     with failing(advisor.AdviceError, NOTHING_TO_READ):
         return answer(runs, asked)
 
@@ -142,7 +148,9 @@ def _advice(args, parse, text: str, answer) -> dict:
 def _advise_serving(args) -> int:
     """``advise --p99-within``: per service and number of training jobs, the way within the p99 budget where training
     keeps the most; exit 1 when a service has none."""
-    advice = _advice(args, advisor.parse_budget, args.p99_within, advisor.serving_advice)
+    advice = _advice(args, advisor.parse_budget, args.p99_within, advisor.serving_advice,
+                     f"no saved run to read under {args.storage}, so no serving job beside training jobs and no p99 to "
+                     f"bound: {advisor.MEASURE_SERVICE}, or point --storage at saved runs")
     code = OK if advice["met"] else NEGATIVE
     if args.format == "json":
         answers = [{**a, "option": vars(a["option"])} for a in advice["answers"]]

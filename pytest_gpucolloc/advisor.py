@@ -271,6 +271,11 @@ class ServingOption:
         return self.mode + (f", {self.sm_reserved:g}% of SMs reserved for the service" if self.sm_reserved else "")
 
 
+# how to measure what ``serving_advice`` answers from, said where no run holds it
+MEASURE_SERVICE = ("measure one first, e.g. `pytest benchmarks/test_serving.py --colloc-full "
+                   "--gpu-mode=naive,mps,mps-partitioned` (docs/serving.md)")
+
+
 def serving_options(runs: list[SavedRun]) -> tuple[list[ServingOption], str]:
     """Each scenario with a service and training jobs beside it, and the device they ran on: GPU runs where there
     are any, else CPU smoke runs (never the two together)."""
@@ -326,8 +331,10 @@ def serving_advice(runs: list[SavedRun], budget: Budget) -> dict:
     there. ``advice``: the answer in lines; ``met``: False when some service has no measured way within it at all."""
     options, device = serving_options(runs)
     if not options:
-        raise AdviceError("no saved scenario runs a serving job (Workload(..., rate=...)) beside training jobs; "
-                          "measure some first, e.g. benchmarks/test_serving.py")
+        raise AdviceError(f"none of the runs read ({', '.join(run.run_id for run in runs)}) has a serving job "
+                          "(Workload(..., rate=...)) beside training jobs, so there is no p99 to bound: "
+                          f"{MEASURE_SERVICE}, or name a saved run that has one (none named, the storage's latest "
+                          "is read)")
     answers: list[dict] = []
     lines, met = [], True
     for service in sorted({o.service for o in options}):

@@ -55,14 +55,18 @@ def _flags(scenario: ScenarioRecord) -> str:
     return "; ".join(flags) or ("-" if scenario.throttled is None else "ok")
 
 
-def _tokens(scenario: ScenarioRecord) -> str:
+def _tokens_per_s(scenario: ScenarioRecord) -> float | None:
     """Language models: the aggregate in tokens/s as well."""
     tokens = [w.tokens_per_s or 0.0 for w in scenario.workers]
     if not tokens or not all(tokens) or (scenario.mode == "sequential" and not scenario.homogeneous):
-        return ""  # one after another, different sequence lengths do not add up
+        return None  # one after another, different sequence lengths do not add up
     per_sample = tokens[0] / scenario.workers[0].throughput
-    total = scenario.throughput * per_sample if scenario.homogeneous else sum(tokens)
-    return f" ({total / 1e6:,.2f}M tokens/s)"
+    return scenario.throughput * per_sample if scenario.homogeneous else sum(tokens)
+
+
+def _tokens(scenario: ScenarioRecord) -> str:
+    total = _tokens_per_s(scenario)
+    return "" if total is None else f" ({total / 1e6:,.2f}M tokens/s)"
 
 
 def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
@@ -85,6 +89,30 @@ def rows(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[list[str]]:
             f"= {measured['same_as']}" if measured.get("same_as") else cell(measured.get("fixed_cost_s"), ",.1f"),
             _flags(scenario)])
     return found
+
+
+def facts(entries: Iterable[tuple[str, ScenarioRecord]]) -> list[dict]:
+    """One object per scenario, the numbers of ``rows`` as numbers (``--format json``): unrounded, the unit in the
+    key, a share as a fraction (0.058, not 5.8%), null where not measured; a per-worker or per-phase key a list."""
+    return [{
+        "scenario": name, "mode": scenario.mode, "gpu": scenario.gpu_uuid,
+        "workers": describe_workers(list(scenario.workloads)),
+        "per_worker_samples_per_s": [w.throughput for w in scenario.workers],
+        "aggregate_samples_per_s": scenario.throughput, "aggregate_tokens_per_s": _tokens_per_s(scenario),
+        "cv": scenario.cv, "speedup": scenario.speedup, "efficiency": scenario.efficiency,
+        "sm_activity_pct": [phase.get("sm_activity_pct") for phase in scenario.telemetry],
+        "memory_per_worker_gb": [None if w.device_memory_bytes is None else w.device_memory_bytes / 1e9
+                                 for w in scenario.workers],
+        "data_wait_share": [w.data_wait_share for w in scenario.workers],
+        "samples_per_joule": scenario.samples_per_joule,
+        "rounds": scenario.measurement.get("rounds", len(scenario.rounds)),
+        # a measurement taken once (alone, or of another mode) and recorded again: its start-up is not this one's
+        "start_up_s": None if scenario.measurement.get("same_as") else scenario.measurement.get("fixed_cost_s"),
+        "measurement_same_as": scenario.measurement.get("same_as"),
+        "throttled": scenario.throttled, "foreign_pids": list(scenario.foreign_pids),
+        "power_capped_share": max((float(t["power_capped_share"]) for t in scenario.telemetry
+                                   if t.get("power_capped_share") is not None), default=None),
+    } for name, scenario in entries]
 
 
 def time_spent(records: Iterable[ScenarioRecord], round_s: float) -> str | None:

@@ -6,6 +6,7 @@ Pure data, no torch: the pytest process validates and records these; the worker 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import re
@@ -104,8 +105,11 @@ class Workload:
             raise WorkloadError(f"workload model must be a non-empty string, got {self.model!r}")
         name = ALIASES.get(name, name)
         if name not in NAMED_WORKLOADS and not _IMPORT_PATH.match(name):
-            raise WorkloadError(f"unknown workload {self.model!r}; known workloads: {', '.join(known_workloads())}, "
-                                "or a factory given as 'package.module:factory'")
+            near = difflib.get_close_matches(name.lower(), known_workloads())
+            raise WorkloadError(f"unknown workload {self.model!r}"
+                                + (f": did you mean {' or '.join(map(repr, near))}?" if near else ".")
+                                + " Known workloads (pytest_gpucolloc.known_workloads(), the README's Workloads): "
+                                f"{', '.join(known_workloads())}, or a factory given as 'package.module:factory'")
         object.__setattr__(self, "model", name)
         if not _is(self.batch_size, int):
             raise WorkloadError(f"batch_size must be an integer, got {self.batch_size!r}")

@@ -215,7 +215,7 @@ def test_table_formats_read_back(capsys, fmt):
     assert code == 0
     if fmt == "json":
         rows = json.loads(out)
-        assert rows and rows[0]["scenario"] and "aggregate samples/s" in rows[0]
+        assert rows and rows[0]["scenario"] and "aggregate_samples_per_s" in rows[0]
     elif fmt == "csv":
         assert out.splitlines()[0].startswith("scenario,")
     else:
@@ -223,6 +223,28 @@ def test_table_formats_read_back(capsys, fmt):
         assert "CPU smoke" not in out  # an H200's runs
     if fmt == "table":  # CPU runs' numbers are said to be what they are
         assert run_cli(capsys, "table", DATA / "serving-cpu-run.json")[1].splitlines()[-1] == cli.common.CPU_SMOKE
+
+
+def test_table_json_holds_the_saved_numbers_as_numbers(capsys):
+    """Data for jq or pandas: each number as saved, its unit in the key, a share a fraction, null where not measured
+    (it held the terminal's strings: "19,414", "5.8%", "1.86x")."""
+    saved = json.loads((DATA / "mixes-run.json").read_text())["benchmarks"]
+    code, out, _ = run_cli(capsys, "table", DATA / "mixes-run.json", "--format", "json")
+    rows = json.loads(out)
+    assert code == 0 and [row["scenario"] for row in rows] == [bench["name"] for bench in saved]
+    for row, bench in zip(rows, saved):
+        info = bench["extra_info"]
+        assert row["run"] == "data/mixes-run.json" and row["gpu"] == info["gpu"]["uuid"]
+        assert row["aggregate_samples_per_s"] == pytest.approx(info["aggregate_throughput"])
+        assert row["per_worker_samples_per_s"] == [w["throughput"] for w in info["workers"]]
+        assert row["memory_per_worker_gb"] == [w["device_memory_bytes"] / 1e9 for w in info["workers"]]
+        assert [row[key] for key in ("speedup", "cv", "samples_per_joule", "rounds", "start_up_s")] == [
+            info["speedup_vs_sequential"], info["aggregate_cv"], info["samples_per_joule"],
+            info["measurement"]["rounds"], info["measurement"]["fixed_cost_s"]]
+        assert row["efficiency"] is None and row["data_wait_share"] == [None, None] and row["throttled"] is False
+    code, out, _ = run_cli(capsys, "table", DATA / "serving-cpu-run.json", "--format", "json")
+    alone = json.loads(out)[0]  # the measurement alone, recorded again: no start-up of its own
+    assert (alone["start_up_s"], alone["measurement_same_as"], alone["gpu"]) == (None, "alone", None)
 
 
 def test_advise_takes_workload_names_as_workload_does(capsys):
@@ -266,7 +288,7 @@ def test_every_command_names_runs_alike_and_defaults_to_the_latest(tmp_path, cap
     code, out, err = run_cli(capsys, "table", "0002", "0004", "--storage", storage)  # each row's run, by its number
     assert code == 0 and [line.split()[:2] for line in out.splitlines()[2:4]] == [["0002", "on"], ["0004", "on"]], out
     code, out, err = run_cli(capsys, "table", "0002", "0004", "--storage", storage, "--format", "json")
-    assert json.loads(out)[0]["run"].startswith(f"Linux-CPython-3.12-64bit/{ids[1]}.json on ")  # data: the file
+    assert json.loads(out)[0]["run"] == f"Linux-CPython-3.12-64bit/{ids[1]}.json"  # data: the file
     code, latest, _ = run_cli(capsys, "table", "--storage", storage, "--format", "json")
     code, by_file, _ = run_cli(capsys, "table", storage / "Linux-CPython-3.12-64bit" / f"{ids[3]}.json",
                                "--format", "json")
@@ -327,7 +349,7 @@ def test_a_summary_table_shortens_many_workers_and_takes_columns(capsys, monkeyp
     assert " .. " in row and "(7)" in row, row  # the per-worker range, not seven numbers
     code, out, _ = run_cli(capsys, "table", run, "--format", "json")
     row = next(r for r in json.loads(out) if r["scenario"] == "test_resnet26_cifar10[mps-7-32]")
-    assert row["per-worker samples/s"].count(", ") == 6  # JSON keeps every value
+    assert len(row["per_worker_samples_per_s"]) == 7  # JSON keeps every value
     code, out, _ = run_cli(capsys, "table", run, "--columns", "scenario,speedup,flags")
     assert out.splitlines()[0].split() == ["scenario", "speedup", "flags"] and max(map(len, out.splitlines())) < 80
     assert run_cli(capsys, "table", run, "--columns", "bogus")[0] == 2

@@ -248,8 +248,25 @@ def test_x(collocate):
     collocate(JOBS)
 ''')
     result = pytester.runpytest("--colloc-device=cpu")
-    result.stdout.fnmatch_lines(["*unknown workload 'resnet999'; known workloads: gpt-mini, gpt2-small, resnet152-imagenet*"])
+    result.stdout.fnmatch_lines(["*unknown workload 'resnet999': did you mean *? Known workloads "
+                                 "(pytest_gpucolloc.known_workloads(), the README's Workloads): gpt-mini, gpt2-small, "
+                                 "resnet152-imagenet*"])
     assert result.ret == pytest.ExitCode.INTERRUPTED  # collection error
+
+
+@pytest.mark.parametrize("typed, near", [("resnet25-cifar10", "'resnet26-cifar10' or 'resnet50'"),
+                                         ("resnet26-cifar", "'resnet26-cifar10' or 'resnet26' or 'resnet152-imagenet'")])
+def test_a_mistyped_workload_in_a_test_names_the_closest_built_in_ones(pytester, typed, near):
+    """Said where the Workload is made, before anything starts; the name alone had said nothing of the nearest."""
+    pytester.makepyfile(f'''
+from pytest_gpucolloc import Workload
+def test_x(collocate):
+    collocate([Workload("{typed}", batch_size=128)] * 2)
+''')
+    result = pytester.runpytest("--colloc-device=cpu")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"E * unknown workload '{typed}': did you mean {near}? Known workloads "
+                                 "(pytest_gpucolloc.known_workloads(), the README's Workloads): *"])
 
 
 def test_full_tier_is_skipped_in_cpu_smoke_mode_with_the_reason(pytester):

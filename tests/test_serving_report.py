@@ -164,6 +164,21 @@ def test_advise_refuses_a_budget_that_is_not_one(capsys, args, code, message):
     assert message in capsys.readouterr().err
 
 
-def test_advise_on_runs_without_services_is_nothing_to_read(capsys):
+def test_advise_on_runs_without_services_says_what_is_missing_and_how_to_measure_it(capsys, tmp_path, monkeypatch):
+    """Exit 3, nothing to read: a service's p99 to bound, not the storage, is what is missing (with no run saved it
+    had said "no storage folder .benchmarks: check --storage")."""
     assert cli.main(["advise", str(DATA / "default-run.json"), "--p99-within", "25"]) == 3
-    assert "no saved scenario runs a serving job" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("error: none of the runs read (default-run) has a serving job (Workload(..., rate=...)) "
+                          "beside training jobs, so there is no p99 to bound: measure one first, e.g. `pytest "
+                          "benchmarks/test_serving.py --colloc-full"), err
+    monkeypatch.chdir(tmp_path)  # a newcomer's first question: nothing saved yet
+    (tmp_path / "empty").mkdir()
+    for storage in ([], ["--storage", "empty"]):
+        assert cli.main(["advise", "--p99-within", "2x", *storage]) == 3
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: no saved run to read under {storage[-1] if storage else '.benchmarks'}, so no "
+                              "serving job beside training jobs and no p99 to bound: measure one first"), err
+        assert "check --storage" not in err
+    assert cli.main(["advise", "0001", "--p99-within", "2x"]) == 3  # a run named: where it was looked for is the news
+    assert "no storage folder .benchmarks: check --storage" in capsys.readouterr().err

@@ -61,7 +61,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_table(args) -> int:
-    entries, sources = [], []
+    entries, labelled = [], []
     runs = named_runs(args.files, args.storage)
     # Speedups are against the sequential run of the same session and GPU: rows of several files say which, in a
     # terminal by the run's number where it names one run alone (as the commands take it); data keeps the file
@@ -71,12 +71,16 @@ def cmd_table(args) -> int:
         if not run.scenarios and not run.problems:
             raise CommandError(f"{run.path} holds no pytest-gpucolloc scenarios", NOTHING_TO_READ)
         entries += [(history.short_name(name), scenario) for name, scenario in run.scenarios.items()]
-        sources += [f"{label} on {(scenario.gpu_uuid or 'cpu')[:12]}" for scenario in run.scenarios.values()]
+        labelled += [label] * len(run.scenarios)
+    if args.format == "json":  # data for jq or pandas: numbers, and every row's file
+        print(json.dumps([{"run": file, **row} for file, row in zip(labelled, report.facts(entries))], indent=2))
+        return OK
+    sources = [f"{label} on {(scenario.gpu_uuid or 'cpu')[:12]}" for label, (_, scenario) in zip(labelled, entries)]
     shown = sources if len(runs) > 1 else None
-    if args.format in ("csv", "json"):
+    if args.format == "csv":
         rows = report.rows(entries)
         headers = report.HEADERS if shown is None else ["run", *report.HEADERS]
-        print(tabular(rows if shown is None else [[s, *row] for s, row in zip(shown, rows)], headers, args.format))
+        print(tabular(rows if shown is None else [[s, *row] for s, row in zip(shown, rows)], headers, "csv"))
     else:
         print(report.table(entries, fmt="github" if args.format == "markdown" else "simple", sources=shown,
                            shown=args.columns, width=terminal_width()))
@@ -126,11 +130,17 @@ def cmd_advise(args) -> int:
     return OK
 
 
-def _advice(args, parse, text: str, answer) -> dict:
-    """The advisor's answer to the question asked: a question it cannot read exits 2, runs that cannot answer it 3."""
+def _advice(args, parse, text: str, answer, unsaved: str | None = None) -> dict:
+    """The advisor's answer to the question asked: a question it cannot read exits 2, runs that cannot answer it 3;
+    ``unsaved``: what is missing where no run is named and the storage has none to read."""
     with failing(advisor.AdviceError, USAGE):
         asked = parse(text)
-    runs = named_runs(args.runs, args.storage)
+    try:
+        runs = named_runs(args.runs, args.storage)
+    except CommandError as error:
+        if unsaved is None or args.runs or error.code != NOTHING_TO_READ:
+            raise
+        raise CommandError(unsaved, NOTHING_TO_READ) from None
     with failing(advisor.AdviceError, NOTHING_TO_READ):
         return answer(runs, asked)
 
@@ -138,7 +148,9 @@ def _advice(args, parse, text: str, answer) -> dict:
 def _advise_serving(args) -> int:
     """``advise --p99-within``: per service and number of training jobs, the way within the p99 budget where training
     keeps the most; exit 1 when a service has none."""
-    advice = _advice(args, advisor.parse_budget, args.p99_within, advisor.serving_advice)
+    advice = _advice(args, advisor.parse_budget, args.p99_within, advisor.serving_advice,
+                     f"no saved run to read under {args.storage}, so no serving job beside training jobs and no p99 to "
+                     f"bound: {advisor.MEASURE_SERVICE}, or point --storage at saved runs")
     code = OK if advice["met"] else NEGATIVE
     if args.format == "json":
         answers = [{**a, "option": vars(a["option"])} for a in advice["answers"]]

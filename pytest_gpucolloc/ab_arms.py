@@ -153,6 +153,28 @@ def sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def signals_deferred():
+    """SIGTERM and Ctrl-C wait until the block has finished (a run being saved is saved whole); yields the names of
+    those that arrived. A second one acts at once: a block that hangs can still be stopped."""
+    arrived = []
+
+    def defer(signum, frame):
+        arrived.append(signal.Signals(signum).name)
+        signal.signal(signum, previous[signum])
+
+    try:
+        previous = {sig: signal.signal(sig, defer) for sig in (signal.SIGTERM, signal.SIGINT)}
+    except ValueError:  # not the main thread
+        yield arrived
+        return
+    try:
+        yield arrived
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def check_clean(here: Path) -> None:
     """Revision arms check out committed code: uncommitted changes would be in neither arm."""
     if changed := _git(here, "status", "--porcelain", "--untracked-files=no"):

@@ -184,6 +184,7 @@ class History:
     runs: list[SavedRun] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # "path: why it was skipped"
     left_out: list[tuple[SavedRun, str]] = field(default_factory=list)  # experiments and forgotten runs, and why
+    empty: list[SavedRun] = field(default_factory=list)  # saved files holding no scenario of this plugin
     accepted: dict[str, str] = field(default_factory=dict)  # run id -> when it was accepted as the new level
 
     def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput",
@@ -277,9 +278,11 @@ def load(root: Path, use_index: bool | None = None) -> History:
                     fresh[file.key] = (file.size, file.mtime_ns, *_summary(run))
             keep.add(file.key)
             history.problems += run.problems
-            if run.scenarios and (why := why_left_out(root, run, forgotten)):
+            if not run.scenarios:
+                history.empty.append(run)
+            elif why := why_left_out(root, run, forgotten):
                 history.left_out.append((run, why))
-            elif run.scenarios:
+            else:
                 history.runs.append(run)
                 if (entry := forget.entry(accepted, root, run.path)) is not None:
                     history.accepted[run.run_id] = entry[0]

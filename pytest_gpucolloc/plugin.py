@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from . import benchmark_api, markers
+from .ab_arms import signals_deferred
 from .device import make_target, release, selected_gpus
 from .fixture import CollocateFixture, diagnostics_key
 from .modes import MODES
@@ -54,6 +55,22 @@ def pytest_unconfigure(config):
         session.stop()
         config.pluginmanager.unregister(session)
         config.pluginmanager.unregister(name="gpucolloc-summary")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session):
+    """SIGTERM or Ctrl-C while the session ends (pytest-benchmark saving the run, the summary) waits for its end:
+    it had cut the save short, losing the run, in a traceback. Said in one line; pytest's exit code 2."""
+    own = session.config.stash.get(session_key, None)
+    if own is None or not own.invited:
+        return (yield)
+    with signals_deferred() as arrived:
+        result = yield
+    if arrived:
+        saved = f" (the run saved whole: {own.saved[-1]})" if own.saved else ""
+        pytest.exit(f"{arrived[0]} arrived as the session ended: stopped once its end was done{saved}",
+                    pytest.ExitCode.INTERRUPTED)
+    return result
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)

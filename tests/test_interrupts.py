@@ -1,5 +1,6 @@
-"""Ctrl-C and SIGTERM to a running pytest, during warm-up and during measurement, for the modes that run
-without a GPU; and the leftovers of a killed run. Checked from outside the pytest process."""
+"""Ctrl-C and SIGTERM to a running pytest, during warm-up, during measurement and while the run is saved, for the
+modes that run without a GPU; and the leftovers of a killed run. Checked from outside the pytest process."""
+import json
 import os
 import signal
 import subprocess
@@ -129,3 +130,44 @@ def test_a_forked_session_leader_left_by_a_killed_run_is_killed_by_the_next_run(
     pytester.runpytest_subprocess("--colloc-device=cpu", "--co")
     assert stat_of(child)[:1] in ([], ["Z"]), "the workload's child escaped"
     assert not any(path.exists() for path in scratch)
+
+
+SAVE_BLOCKS = '''
+import time
+from pathlib import Path
+import pytest_benchmark.utils as utils
+
+_dumps = utils.safe_dumps
+
+def blocks_until_signalled(*args, **kwargs):  # the run's save (at the session's end) waits for the test's signal
+    Path("saving").touch()
+    deadline = time.monotonic() + 60
+    while not Path("signalled").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _dumps(*args, **kwargs)
+
+utils.safe_dumps = blocks_until_signalled
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_run_is_saved_lets_the_save_finish_and_says_so_in_one_line(tmp_path, sig):
+    """A CI job cancelled as pytest-benchmark saves the run: the run is saved whole, then stopped, in one line."""
+    (tmp_path / "conftest.py").write_text(SAVE_BLOCKS)
+    (tmp_path / "test_b.py").write_text("def test_b(benchmark):\n    benchmark(lambda: None)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    child = subprocess.Popen(pytest_command("test_b.py", "--colloc-device=cpu", "-p", "no:cacheprovider",
+                                            "--benchmark-autosave", "--benchmark-storage=file://runs"),
+                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "saving").exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(sig)
+    (tmp_path / "signalled").touch()
+    output = child.communicate(timeout=120)[0].decode()
+    saved = [path for path in (tmp_path / "runs").rglob("*") if path.is_file()]
+    assert [path.suffix for path in saved] == [".json"], output[-3000:]  # saved whole, nothing left aside
+    assert json.loads(saved[0].read_text())["benchmarks"][0]["name"] == "test_b"
+    assert child.returncode == 2 and "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
+    assert f"Exit: {sig.name} arrived as the session ended: stopped once its end was done (the run saved whole: " \
+           f"{saved[0]})" in output, output[-3000:]

@@ -2,6 +2,7 @@
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pytest_gpucolloc.device import standalone_target
 from pytest_gpucolloc.modes.naive import NaiveMode
 from pytest_gpucolloc.scenario import Settings, run_scenario
 from pytest_gpucolloc.workloads import Workload
+from test_cli import run_cli, save_runs
 from test_gate_serving import write_run
 from test_plugin import FAST, SCENARIOS, TINY
 
@@ -262,3 +264,54 @@ def test_what_a_killed_ab_left_is_removed_by_the_next_run(ab_repo, tmp_path):
         time.sleep(0.5)
     assert ab_left(ab_repo, tmp_path, controller.pid) == {"arms": [], "folders": [], "worktrees": [],
                                                           "registered": []}
+
+
+# --- the storage's latest run: the file saved last -------------------------------------------------------------
+
+def with_datetime(path: Path, when: str) -> Path:
+    data = json.loads(path.read_text())
+    data["datetime"] = when
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_gate_judges_the_run_saved_last_against_those_saved_before_it_whatever_its_clock_said(tmp_path, capsys):
+    """A machine whose clock went back: the run it saved last records the oldest datetime."""
+    ids = save_runs(tmp_path, [1000.0] * 4 + [900.0])
+    folder = tmp_path / "Linux-CPython-3.12-64bit"
+    with_datetime(folder / f"{ids[4]}.json", "2026-11-19T00:00:00")
+    code, out, _ = run_cli(capsys, "gate", ids[3], "--storage", tmp_path, "--format", "json")
+    assert ids[4] not in out  # a run saved after it is no part of its baseline, not even one left out as disturbed
+    code, out, err = run_cli(capsys, "gate", "--storage", tmp_path, "--format", "json")
+    assert code == cli.NEGATIVE, out + err  # the run saved last, 10% slower
+    assert {row["verdict"] for row in json.loads(out)} == {"regressed"}
+    assert {tuple(row["baseline_runs"]) for row in json.loads(out)} == {tuple(ids[:4])}
+    # another machine folder's run: folders count apart, the file written last is the latest
+    other = tmp_path / "Linux-CPython-3.13-64bit"
+    other.mkdir()
+    newer = with_datetime(Path(shutil.copy(folder / f"{ids[0]}.json", other / "0001_other.json")), "2026-11-18T00:00")
+    written = (folder / f"{ids[4]}.json").stat().st_mtime_ns + 10**9
+    os.utime(newer, ns=(written, written))
+    assert run_cli(capsys, "gate", "--storage", tmp_path)[1].startswith("gate: 0001_other")
+    newer.unlink()
+    # a run set aside is never the latest
+    assert run_cli(capsys, "forget", ids[4], "--storage", tmp_path)[0] == cli.OK
+    assert run_cli(capsys, "gate", "--storage", tmp_path)[1].startswith(f"gate: {ids[3]}")
+
+
+@pytest.mark.parametrize("benchmarks", [[], [{"name": "test_plain", "fullname": "test_b.py::test_plain",
+                                              "extra_info": {}, "stats": {"mean": 0.001}}]],
+                         ids=["none", "another-benchmark"])
+def test_a_run_saved_last_without_scenarios_fails_the_gate_instead_of_an_older_run_passing(tmp_path, capsys,
+                                                                                          benchmarks):
+    """The collocation tests deselected or skipped: the run pytest saved holds other benchmarks, or none."""
+    ids = save_runs(tmp_path, [1000.0] * 4)
+    path = tmp_path / "Linux-CPython-3.12-64bit" / "0005_run.json"
+    data = json.loads(path.with_name(f"{ids[3]}.json").read_text())
+    path.write_text(json.dumps({**data, "benchmarks": benchmarks, "datetime": "2026-11-20T05:00:00"}))
+    for argv in (["gate"], ["gate", tmp_path], ["table"], ["advise", "--jobs", "resnet26*2"]):
+        code, out, err = run_cli(capsys, *argv, "--storage", tmp_path)
+        assert code == cli.NOTHING_TO_READ and out == "", out + err
+        assert f"error: {path}, the latest run saved under {tmp_path}, holds no pytest-gpucolloc scenarios (none of " \
+               "its collocation tests ran" in err and "--benchmark-autosave" in err, err
+    assert run_cli(capsys, "gate", "0004", "--storage", tmp_path)[0] == cli.OK  # named, an earlier run is read

@@ -1,6 +1,7 @@
 """What every command shares: exit codes, reading saved runs and storage, writing outputs."""
 from __future__ import annotations
 
+import functools
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,11 +58,11 @@ def is_path(name) -> bool:
 
 def named_runs(names: list, storage: Path, loaded=None) -> list:
     """Saved runs as every command names them: a file, a storage folder (its latest run), or a run id (its file name
-    or NNNN number) in ``storage``; none named: the storage's latest run (of its history: not an experiment or a run
-    set aside). ``loaded``: the storage's history, where the caller has read it."""
+    or NNNN number) in ``storage``; none named: the storage's latest run (``newest``). ``loaded``: the storage's
+    history, where the caller has read it."""
     def latest(folder: Path):
-        history_of = loaded if loaded is not None and folder == storage and loaded.runs else load_history(folder)
-        return history_of.runs[-1]
+        return newest(loaded if loaded is not None and folder == storage and loaded.runs else load_history(folder),
+                      folder)
 
     if any(Path(name).is_dir() for name in names):  # `gate .benchmarks`: a folder's latest run
         return [run for name in names for run in (
@@ -70,7 +71,7 @@ def named_runs(names: list, storage: Path, loaded=None) -> list:
         return read_runs(names)
     loaded = loaded if loaded is not None else load_history(storage, named=bool(names))
     if not names:
-        return [loaded.runs[-1]]
+        return [newest(loaded, storage)]
     runs: list = []
     for name in names:
         found = read_runs([name]) if is_path(name) else loaded.named(str(name))
@@ -80,6 +81,44 @@ def named_runs(names: list, storage: Path, loaded=None) -> list:
                                   " (a file name, its NNNN number, a path to the file, or a storage folder)"), USAGE)
         runs += found
     return runs
+
+
+def saved_before(run, other) -> bool:
+    """Whether ``run`` was saved before ``other``: in one machine folder by its NNNN number, pytest-benchmark's counter
+    (the datetime a run records is its machine's clock, which may be wrong); folders count apart, and between them
+    the recorded datetime orders runs (their files' times may be those of a copy or a checkout)."""
+    if _real(run.path.parent) != _real(other.path.parent):
+        return run.datetime < other.datetime
+    return (_number(run), run.datetime) < (_number(other), other.datetime)
+
+
+def _number(run) -> int:
+    """A saved run's NNNN number; -1 for a file pytest-benchmark did not name (it saves ``NNNN_name.json``)."""
+    number = history.run_number(run.run_id)
+    return int(number) if number.isdigit() else -1
+
+
+@functools.cache
+def _real(folder: Path) -> Path:
+    return folder.resolve()
+
+
+def newest(loaded, storage: Path):
+    """The storage's latest run: the file saved last, the history's or one holding no scenario, never a run left out
+    of the history. In each machine folder the last by ``saved_before``; among folders the file written last (where
+    CI saves and then gates: the run just saved, however wrong its machine's clock), the recorded datetime on a tie.
+    One holding no scenario fails: an older run judged instead would pass a gate that measured nothing."""
+    last: dict[Path, history.SavedRun] = {}
+    for run in [*loaded.runs, *(run for run in loaded.empty if _number(run) >= 0)]:  # saved by pytest-benchmark
+        if run.path.parent not in last or saved_before(last[run.path.parent], run):
+            last[run.path.parent] = run
+    run = max(last.values(), key=lambda run: (run.path.stat().st_mtime_ns if run.path.exists() else 0, run.datetime))
+    if not run.scenarios:
+        raise CommandError(f"{run.path}, the latest run saved under {storage}, holds no pytest-gpucolloc scenarios "
+                           "(none of its collocation tests ran: deselected, skipped or failed): run them again with "
+                           "--benchmark-autosave (or --colloc-gate), or name an earlier run by its number",
+                           NOTHING_TO_READ)
+    return run
 
 
 def write_out(path, text: str) -> None:

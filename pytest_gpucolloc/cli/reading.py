@@ -20,6 +20,7 @@ from .common import (
     failing,
     load_history,
     named_runs,
+    newest,
 )
 
 
@@ -176,7 +177,8 @@ def cmd_plot(args) -> int:
     from .. import history_plot, latency_plot, plots  # matplotlib loads only for a figure
 
     loaded = load_history(args.storage)
-    run = next((run for run in loaded.runs if run.matches(args.run)), None) if args.run else loaded.runs[-1]
+    run = next((run for run in loaded.runs if run.matches(args.run)), None) if args.run \
+        else newest(loaded, args.storage)
     if run is None:
         raise CommandError(f"no saved run {args.run!r} under {args.storage}", USAGE)
     out = out_folder(args.out)

@@ -185,6 +185,7 @@ class History:
     problems: list[str] = field(default_factory=list)  # "path: why it was skipped"
     left_out: list[tuple[SavedRun, str]] = field(default_factory=list)  # experiments and forgotten runs, and why
     empty: list[SavedRun] = field(default_factory=list)  # saved files holding no scenario of this plugin
+    unreadable: list[Path] = field(default_factory=list)  # saved files skipped as unreadable (in ``problems``)
     accepted: dict[str, str] = field(default_factory=dict)  # run id -> when it was accepted as the new level
 
     def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput",
@@ -273,6 +274,7 @@ def load(root: Path, use_index: bool | None = None) -> History:
                     run = read_run(file.path)
                 except (OSError, ValueError) as error:  # JSONDecodeError is a ValueError
                     history.problems.append(f"{file.path}: skipped ({type(error).__name__}: {str(error)[:120]})")
+                    history.unreadable.append(file.path)
                     continue
                 if kept.connection is not None:
                     fresh[file.key] = (file.size, file.mtime_ns, *_summary(run))

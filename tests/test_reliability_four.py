@@ -315,3 +315,17 @@ def test_a_run_saved_last_without_scenarios_fails_the_gate_instead_of_an_older_r
         assert f"error: {path}, the latest run saved under {tmp_path}, holds no pytest-gpucolloc scenarios (none of " \
                "its collocation tests ran" in err and "--benchmark-autosave" in err, err
     assert run_cli(capsys, "gate", "0004", "--storage", tmp_path)[0] == cli.OK  # named, an earlier run is read
+
+
+def test_a_run_saved_last_that_cannot_be_read_fails_the_gate_instead_of_an_older_run_passing(tmp_path, capsys):
+    """A run cut short as it was written: the gate says so rather than judging the run saved before it."""
+    ids = save_runs(tmp_path, [1000.0] * 4)
+    folder = tmp_path / "Linux-CPython-3.12-64bit"
+    path = folder / "0005_run.json"
+    path.write_text((folder / f"{ids[3]}.json").read_text()[:200])
+    code, out, err = run_cli(capsys, "gate", "--storage", tmp_path)
+    assert code == cli.NOTHING_TO_READ and out == "", out + err
+    assert f"error: {path}, the latest run saved under {tmp_path}, could not be read (above)" in err, err
+    assert run_cli(capsys, "gate", "0004", "--storage", tmp_path)[0] == cli.OK  # named, an earlier run is read
+    path.rename(tmp_path / "0005_run.json.broken")  # moved aside as the message says: the run before is the latest
+    assert run_cli(capsys, "gate", "--storage", tmp_path)[1].startswith(f"gate: {ids[3]}")

@@ -98,6 +98,10 @@ def _number(run) -> int:
     return int(number) if number.isdigit() else -1
 
 
+def _written(path: Path) -> int:
+    return path.stat().st_mtime_ns if path.exists() else 0
+
+
 @functools.cache
 def _real(folder: Path) -> Path:
     return folder.resolve()
@@ -112,7 +116,15 @@ def newest(loaded, storage: Path):
     for run in [*loaded.runs, *(run for run in loaded.empty if _number(run) >= 0)]:  # saved by pytest-benchmark
         if run.path.parent not in last or saved_before(last[run.path.parent], run):
             last[run.path.parent] = run
-    run = max(last.values(), key=lambda run: (run.path.stat().st_mtime_ns if run.path.exists() else 0, run.datetime))
+    run = max(last.values(), key=lambda run: (_written(run.path), run.datetime))
+    for path in loaded.unreadable:  # one saved after it that could not be read is the latest: never passed over
+        number = history.run_number(path.stem)
+        before = last.get(path.parent)
+        if number.isdigit() and (before is None or int(number) > _number(before)) \
+                and (path.parent == run.path.parent or _written(path) > _written(run.path)):
+            raise CommandError(f"{path}, the latest run saved under {storage}, could not be read (above): an older run "
+                               "judged in its place would pass a gate that never judged this one: move it aside, or "
+                               "name an earlier run by its number", NOTHING_TO_READ)
     if not run.scenarios:
         raise CommandError(f"{run.path}, the latest run saved under {storage}, holds no pytest-gpucolloc scenarios "
                            "(none of its collocation tests ran: deselected, skipped or failed): run them again with "

@@ -291,8 +291,24 @@ def load(root: Path, use_index: bool | None = None) -> History:
         kept.update(fresh, keep)
         if kept.problem:
             history.problems.append(kept.problem)
-    history.runs.sort(key=lambda r: r.datetime)
+    history.runs = in_saved_order(history.runs)
     return history
+
+
+def in_saved_order(runs: list[SavedRun]) -> list[SavedRun]:
+    """Oldest first: by the datetimes they record, except that within a machine folder pytest-benchmark's NNNN
+    numbers order its runs (a machine's clock may be wrong, its counter is not); a run not so named keeps its place."""
+    runs = sorted(runs, key=lambda r: r.datetime)
+    places: dict[Path, list[int]] = {}
+    for i, run in enumerate(runs):
+        if run_number(run.run_id).isdigit():
+            places.setdefault(run.path.parent, []).append(i)
+    ordered = list(runs)
+    for folder in places.values():
+        numbered = sorted((runs[i] for i in folder), key=lambda r: (int(run_number(r.run_id)), r.datetime))
+        for i, run in zip(folder, numbered):
+            ordered[i] = run
+    return ordered
 
 
 OWN = ("run_id", "datetime", "commit")  # a sample's fields that are its run's: kept once, with the run

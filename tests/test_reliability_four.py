@@ -286,14 +286,22 @@ def test_the_gate_judges_the_run_saved_last_against_those_saved_before_it_whatev
     assert code == cli.NEGATIVE, out + err  # the run saved last, 10% slower
     assert {row["verdict"] for row in json.loads(out)} == {"regressed"}
     assert {tuple(row["baseline_runs"]) for row in json.loads(out)} == {tuple(ids[:4])}
-    # another machine folder's run: folders count apart, the file written last is the latest
+    # another machine folder: folders count apart, the one whose last run records the later datetime holds the
+    # latest (a copy of a storage gives every file the copy's time: written earlier, a run is still the latest)
     other = tmp_path / "Linux-CPython-3.13-64bit"
     other.mkdir()
-    newer = with_datetime(Path(shutil.copy(folder / f"{ids[0]}.json", other / "0001_other.json")), "2026-11-18T00:00")
-    written = (folder / f"{ids[4]}.json").stat().st_mtime_ns + 10**9
-    os.utime(newer, ns=(written, written))
+    newer = with_datetime(Path(shutil.copy(folder / f"{ids[0]}.json", other / "0001_other.json")), "2026-11-21T00:00")
+    os.utime(newer, ns=(1, 1))
     assert run_cli(capsys, "gate", "--storage", tmp_path)[1].startswith("gate: 0001_other")
+    with_datetime(newer, "2026-11-18T00:00")
+    assert run_cli(capsys, "gate", "--storage", tmp_path)[1].startswith(f"gate: {ids[4]}")
     newer.unlink()
+    # renamed by hand: no number, its datetime places it (after the four runs at 1000/s, before the slower one)
+    renamed = folder / "candidate.json"
+    shutil.copy(folder / f"{ids[3]}.json", renamed)
+    code, out, err = run_cli(capsys, "gate", renamed, "--storage", tmp_path, "--format", "json")
+    assert code == cli.OK and {tuple(row["baseline_runs"]) for row in json.loads(out)} == {tuple(ids[:3])}, out + err
+    renamed.unlink()
     # a run set aside is never the latest
     assert run_cli(capsys, "forget", ids[4], "--storage", tmp_path)[0] == cli.OK
     assert run_cli(capsys, "gate", "--storage", tmp_path)[1].startswith(f"gate: {ids[3]}")
@@ -329,3 +337,16 @@ def test_a_run_saved_last_that_cannot_be_read_fails_the_gate_instead_of_an_older
     assert run_cli(capsys, "gate", "0004", "--storage", tmp_path)[0] == cli.OK  # named, an earlier run is read
     path.rename(tmp_path / "0005_run.json.broken")  # moved aside as the message says: the run before is the latest
     assert run_cli(capsys, "gate", "--storage", tmp_path)[1].startswith(f"gate: {ids[3]}")
+
+
+def test_the_baseline_is_in_the_order_the_runs_were_saved_whatever_their_clock_said(tmp_path, capsys):
+    """Four runs at 1,000/s, then four saved by a machine whose clock was two days behind at 1,030/s: the gate judges
+    a run at 1,000/s against the four just before it (the newer level), and `history` puts the shift at run 5."""
+    ids = save_runs(tmp_path, [1000.0] * 4 + [1030.0] * 4 + [1000.0])
+    folder = tmp_path / "Linux-CPython-3.12-64bit"
+    for i, run_id in enumerate(ids[4:8]):
+        with_datetime(folder / f"{run_id}.json", f"2026-11-18T0{i}:00:00")
+    code, out, err = run_cli(capsys, "gate", "--storage", tmp_path, "--format", "json", "--runs", "4")
+    rows = json.loads(out)
+    assert {tuple(row["baseline_runs"]) for row in rows} == {tuple(ids[4:8])}, out + err
+    assert code == cli.NEGATIVE and {row["verdict"] for row in rows} == {"regressed"}, out + err

@@ -86,8 +86,9 @@ def named_runs(names: list, storage: Path, loaded=None) -> list:
 def saved_before(run, other) -> bool:
     """Whether ``run`` was saved before ``other``: in one machine folder by its NNNN number, pytest-benchmark's counter
     (the datetime a run records is its machine's clock, which may be wrong); folders count apart, and between them
-    the recorded datetime orders runs (their files' times may be those of a copy or a checkout)."""
-    if _real(run.path.parent) != _real(other.path.parent):
+    the recorded datetime orders runs (their files' times may be those of a copy or a checkout), as it does a file
+    not named ``NNNN_...`` (renamed by hand)."""
+    if _real(run.path.parent) != _real(other.path.parent) or min(_number(run), _number(other)) < 0:
         return run.datetime < other.datetime
     return (_number(run), run.datetime) < (_number(other), other.datetime)
 
@@ -109,19 +110,19 @@ def _real(folder: Path) -> Path:
 
 def newest(loaded, storage: Path):
     """The storage's latest run: the file saved last, the history's or one holding no scenario, never a run left out
-    of the history. In each machine folder the last by ``saved_before``; among folders the file written last (where
-    CI saves and then gates: the run just saved, however wrong its machine's clock), the recorded datetime on a tie.
-    One holding no scenario fails: an older run judged instead would pass a gate that measured nothing."""
+    of the history. In each machine folder the last by its number; among folders the one recording the latest
+    datetime (a copied storage's files all carry the copy's time), the file written last on a tie. One holding no
+    scenario, or that cannot be read, fails: an older run judged instead would pass a gate that measured nothing."""
     last: dict[Path, history.SavedRun] = {}
     for run in [*loaded.runs, *(run for run in loaded.empty if _number(run) >= 0)]:  # saved by pytest-benchmark
         if run.path.parent not in last or saved_before(last[run.path.parent], run):
             last[run.path.parent] = run
-    run = max(last.values(), key=lambda run: (_written(run.path), run.datetime))
+    run = max(last.values(), key=lambda run: (run.datetime, _written(run.path)))
     for path in loaded.unreadable:  # one saved after it that could not be read is the latest: never passed over
         number = history.run_number(path.stem)
         before = last.get(path.parent)
         if number.isdigit() and (before is None or int(number) > _number(before)) \
-                and (path.parent == run.path.parent or _written(path) > _written(run.path)):
+                and (path.parent == run.path.parent or _written(path) >= _written(run.path)):
             raise CommandError(f"{path}, the latest run saved under {storage}, could not be read (above): an older run "
                                "judged in its place would pass a gate that never judged this one: move it aside, or "
                                "name an earlier run by its number", NOTHING_TO_READ)

@@ -13,6 +13,8 @@ from .table_fit import fitted_table, tabular, wrapped
 # a regressed run is saved, but it is no baseline: a retry of the same commit would pass on it
 ACCEPT_HINT = ("a regressed run stays out of later baselines until accepted: if the change is intended, "
                "`pytest-gpucolloc accept {run}` makes it the new level")
+UNGATED_HINT = ("saved without a verdict of the gate (--colloc-gate), this run is part of later baselines: if the "
+                "change is intended, `pytest-gpucolloc accept {run}` starts the level at it")
 GATE_HEADERS = ["scenario", "verdict", "baseline samples/s", "current samples/s", "change", "interval",
                 "detectable drop", "baseline runs", "noise (share of a run's variance)", "lever", "why"]
 

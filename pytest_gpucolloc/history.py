@@ -186,22 +186,22 @@ class History:
     left_out: list[tuple[SavedRun, str]] = field(default_factory=list)  # experiments and forgotten runs, and why
     empty: list[SavedRun] = field(default_factory=list)  # saved files holding no scenario of this plugin
     unreadable: list[Path] = field(default_factory=list)  # saved files skipped as unreadable (in ``problems``)
-    accepted: dict[str, str] = field(default_factory=dict)  # run id -> when it was accepted as the new level
+    accepted: dict[Path, str] = field(default_factory=dict)  # run's file (not id: folders share ids) -> when accepted
 
     def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput",
                 last: int | None = None) -> list[RunSample]:
         """The scenario's samples, oldest first; ``last``: only the newest this many (the newer runs alone are read)."""
-        found = (sample for run in reversed(self.runs)
+        found = ((run.path, sample) for run in reversed(self.runs)
                  if run.run_id not in exclude and (sample := run.sample(fullname, metric)) is not None)
         return self._with_acceptance(list(itertools.islice(found, last))[::-1])
 
-    def _with_acceptance(self, found: list[RunSample]) -> list[RunSample]:
-        """The newest accepted run starts the level (``accepted``); the runs after it that were judged regressed
-        before it was accepted were judged against the old level: they are of the new one."""
-        newest = max((i for i, s in enumerate(found) if s.run_id in self.accepted), default=None)
+    def _with_acceptance(self, paths_and_samples: list[tuple[Path, RunSample]]) -> list[RunSample]:
+        """The newest accepted run starts the level; runs after it judged regressed before it was accepted are of it."""
+        found = [sample for _, sample in paths_and_samples]
+        newest = max((i for i, (path, _) in enumerate(paths_and_samples) if path in self.accepted), default=None)
         if newest is None:
             return found
-        when = self.accepted[found[newest].run_id][:19]
+        when = self.accepted[paths_and_samples[newest][0]][:19]
         return [*found[:newest], dataclasses.replace(found[newest], accepted=True),
                 *(dataclasses.replace(s, regressed=False) if s.regressed and s.datetime[:19] <= when else s
                   for s in found[newest + 1:])]
@@ -287,7 +287,7 @@ def load(root: Path, use_index: bool | None = None) -> History:
             else:
                 history.runs.append(run)
                 if (entry := forget.entry(accepted, root, run.path)) is not None:
-                    history.accepted[run.run_id] = entry[0]
+                    history.accepted[run.path] = entry[0]
         kept.update(fresh, keep)
         if kept.problem:
             history.problems.append(kept.problem)

@@ -1,6 +1,6 @@
-"""A storage's saved files: found without recursion and within limits (``walk``; links to folders are not followed:
-a loop would never end), and what reading each gave, kept in an index beside them so that thousands of saved runs are
-read in a second, not parsed again at every command.
+"""A storage's saved files: found without recursion and within limits (``walk``; a link to a folder is followed, each
+folder walked once by its real path: a loop ends), and what reading each gave, kept in an index beside them so that
+thousands of saved runs are read in a second, not parsed again at every command.
 
 ``Index``: an SQLite file in the storage, one row per saved file, keyed by its path, size and modification time. The
 JSON files stay the source of truth and pytest-benchmark keeps reading them: a file whose size or time changed is read
@@ -39,8 +39,13 @@ def walk(root: Path) -> tuple[list[Found], list[str]]:
     too_deep: list[str] = []
     prefix = os.path.join(root, "")
     stack = [(Path(root), 0)]
-    while stack:
-        folder, depth = stack.pop()
+    links: list[tuple[Path, int]] = []  # walked after every folder of the storage's own: its runs keep their paths
+    seen: set[str] = set()  # folders walked, by real path: a link into one, or a loop, is not walked again
+    while stack or links:
+        folder, depth = stack.pop() if stack else links.pop(0)
+        if (real := os.path.realpath(folder)) in seen:
+            continue
+        seen.add(real)
         try:
             with os.scandir(folder) as entries:
                 listed = list(entries)
@@ -49,11 +54,12 @@ def walk(root: Path) -> tuple[list[Found], list[str]]:
             continue
         for entry in listed:
             try:
-                if entry.is_dir(follow_symlinks=False) and not entry.name.endswith(".json"):
+                # a link to a folder too: pytest-benchmark saves through one (a machine folder kept elsewhere)
+                if entry.is_dir() and not entry.name.endswith(".json"):
                     if depth + 1 > MAX_DEPTH:
                         too_deep.append(entry.path)
                     else:
-                        stack.append((Path(entry.path), depth + 1))
+                        (links if entry.is_symlink() else stack).append((Path(entry.path), depth + 1))
                 elif entry.name.endswith(".json"):
                     if len(found) >= MAX_FILES:
                         skipped.append(f"{root}: more than {MAX_FILES:,} saved files; the rest skipped")

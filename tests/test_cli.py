@@ -131,6 +131,27 @@ def test_compare_names_runs_as_gate_does_by_id_file_or_storage_folder(tmp_path, 
     assert code == cli.NOTHING_TO_READ and "nothing to judge against" in err, err
 
 
+def test_two_storage_folders_compared_need_no_storage_here(tmp_path, capsys, monkeypatch):
+    save_runs(tmp_path / "before", [600.0])
+    save_runs(tmp_path / "after", [570.0])
+    monkeypatch.chdir(tmp_path)  # no .benchmarks: never read, both runs are named
+    code, out, err = run_cli(capsys, "compare", "before", "after", "--format", "json")
+    assert code == 0 and all(row["change"] == pytest.approx(-0.05, abs=0.005) for row in json.loads(out)), out + err
+
+
+@pytest.mark.parametrize("argv", [["gate", ""], ["compare", "", "0002"], ["compare", "--runs-ids", "0001", " "],
+                                  ["table", ""], ["advise", "", "--jobs", "resnet26*2"], ["report", ""],
+                                  ["plot", "--run", ""], ["forget", ""], ["accept", ""]])
+def test_an_empty_run_name_is_a_usage_error_not_the_latest_run(tmp_path, capsys, monkeypatch, argv):
+    """``gate "$RUN"`` with RUN unset in CI: it judged the latest run instead."""
+    save_runs(tmp_path / "storage", [1000.0] * 3 + [800.0])
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, *argv, "--storage", "storage")
+    assert code == cli.USAGE and out == "" and "the run named is empty (an unset variable?)" in err, out + err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["storage"]  # nothing written, no list started
+    assert sorted(path.name for path in (tmp_path / "storage").iterdir()) == ["Linux-CPython-3.12-64bit"]
+
+
 def test_storage_is_taken_as_pytest_takes_it_and_empty_storage_fails_loudly(tmp_path, capsys):
     ids = save_runs(tmp_path / "history", [600.0, 601.0, 599.0, 600.0])
     run = tmp_path / "history" / "Linux-CPython-3.12-64bit" / f"{ids[-1]}.json"

@@ -123,20 +123,21 @@ def test_benchmark_compare_compares_with_the_latest_run_of_the_history(pytester)
     assert f"Comparing against benchmarks from: .benchmarks/{saved.parent.name}/{saved.name}" in output
 
 
-def mark_regressed(root, run_ids: list[str]) -> None:
-    """As the pytest gate saves a run it judged regressed: the verdict in each scenario's record."""
+def mark_regressed(root, run_ids: list[str], verdict: str = "regressed") -> None:
+    """As the pytest gate saves a run it judged regressed (or ``verdict``): the verdict in each scenario's record."""
     for run_id in run_ids:
         path = root / MACHINE / f"{run_id}.json"
         data = json.loads(path.read_text())
         for bench in data["benchmarks"]:
-            bench["extra_info"]["gate"] = {"verdict": "regressed", "change": -0.2}
+            bench["extra_info"]["gate"] = {"verdict": verdict, "change": -0.2 if verdict == "regressed" else 0.0}
         path.write_text(json.dumps(data))
 
 
 def test_a_regressed_run_is_no_baseline_until_accepted_and_then_its_level_is_the_baseline(tmp_path, capsys):
     storage = tmp_path / "storage"
     ids = save_runs(storage, [1000.0 * (1 + 0.003 * (i % 3)) for i in range(6)] + [800.0] * 4)
-    mark_regressed(storage, ids[6:9])  # a slower commit, gated three times (two retries), each run saved
+    mark_regressed(storage, ids[6:10])  # a slower commit, gated four times (three retries), each run saved
+    mark_regressed(storage, ids[2:3], "unchanged")
     latest = storage / MACHINE / f"{ids[9]}.json"
     gate = ("gate", latest, "--storage", storage, "--format", "json", "--min-runs", "3")
     # a fourth try is judged against the runs before the regression, not against its retries
@@ -177,6 +178,63 @@ def test_a_regressed_run_is_no_baseline_until_accepted_and_then_its_level_is_the
     assert run_cli(capsys, "accept", "--undo", "0007", "--storage", storage)[0] == 0
     assert run_cli(capsys, *gate)[0] == 1
     assert all(json.loads((storage / MACHINE / f"{i}.json").read_text())["benchmarks"] for i in ids)
+
+
+GPU_BOUND = Path(__file__).resolve().parent / "data" / "gpu-bound-history" / MACHINE  # 0007: a real -3.7%, gated
+
+
+def nightly_folders(storage: Path, folders: list[str]) -> None:
+    """The real history saved with --benchmark-save=nightly in each of ``folders``: runs of the same ids."""
+    for folder in folders:
+        (storage / folder).mkdir(parents=True)
+        for number, path in enumerate(sorted(GPU_BOUND.glob("*.json")), 1):
+            (storage / folder / f"{number:04d}_nightly.json").write_bytes(path.read_bytes())
+
+
+def test_accepting_a_run_accepts_its_file_not_another_folders_run_of_the_same_id(tmp_path, capsys):
+    nightly_folders(tmp_path, ["A", "B"])
+    assert run_cli(capsys, "accept", tmp_path / "A" / "0007_nightly.json", "--storage", tmp_path)[0] == 0
+    code, out, err = run_cli(capsys, "gate", tmp_path / "B" / "0007_nightly.json", "--storage", tmp_path)
+    assert code == 1 and "was accepted" not in out + err, out + err  # it passed as accepted
+    assert f"`pytest-gpucolloc accept {tmp_path / 'B' / '0007_nightly.json'}` makes it" in out  # its id names two
+    code, out, err = run_cli(capsys, "gate", tmp_path / "A" / "0007_nightly.json", "--storage", tmp_path)
+    assert code == 0 and "0007_nightly was accepted as the new level on " in out, out + err
+    # set aside, likewise: the other folder's run stays in the history
+    assert run_cli(capsys, "forget", tmp_path / "A" / "0006_nightly.json", "--storage", tmp_path)[0] == 0
+    assert sorted(str(r.path.relative_to(tmp_path)) for r in history.load(tmp_path).runs if r.run_id == "0006_nightly") \
+        == ["B/0006_nightly.json"]
+
+
+def test_a_run_saved_without_the_gate_is_accepted_as_the_gate_says_it_can_be(tmp_path, capsys):
+    """Its regression was found by `pytest-gpucolloc gate`: the pytest gate saved no verdict in it (no --colloc-gate),
+    so later baselines hold it, and accept takes it (it refused: "was not judged regressed")."""
+    nightly_folders(tmp_path, [MACHINE])
+    for path in (tmp_path / MACHINE).iterdir():
+        data = json.loads(path.read_text())
+        for bench in data["benchmarks"]:
+            bench["extra_info"].pop("gate", None)
+        path.write_text(json.dumps(data))
+    code, out, err = run_cli(capsys, "gate", "--storage", tmp_path)
+    assert code == 1 and "stays out of later baselines" not in out, out + err  # not true of this run
+    assert "saved without a verdict of the gate (--colloc-gate), this run is part of later baselines: if the change " \
+           "is intended, `pytest-gpucolloc accept 0007` starts the level at it" in " ".join(out.split()), out
+    code, out, err = run_cli(capsys, "accept", "0007", "--storage", tmp_path)
+    assert code == 0 and f"{MACHINE}/0007_nightly.json" in out, out + err
+    assert "0007_nightly carries no verdict of the gate (saved without --colloc-gate): accepted all the same" in err
+    assert run_cli(capsys, "gate", "--storage", tmp_path)[0] == 0
+    code, out, err = run_cli(capsys, "accept", "--list", "--storage", tmp_path, "--format", "json")
+    assert [row["why"] for row in json.loads(out)] == [None]  # no reason given: null, not "-"
+
+
+def test_a_list_of_a_storage_that_does_not_exist_is_exit_3_and_a_reason_needs_a_run(tmp_path, capsys):
+    for argv in (["forget", "--list"], ["accept", "--list"], ["accept"], ["forget", "--undo", "0001"]):
+        code, out, err = run_cli(capsys, *argv, "--storage", tmp_path / "nonexist")
+        assert code == 3 and out == "" and f"error: no storage folder {tmp_path / 'nonexist'}: check --storage" in err
+    save_runs(tmp_path, [1000.0] * 2)
+    for argv, said in ((["forget", "--why", "x"], "--why needs the runs it is for"),
+                       (["accept", "--undo"], "--undo needs the runs it is for")):
+        code, out, err = run_cli(capsys, *argv, "--storage", tmp_path)
+        assert code == 2 and out == "" and said in err, out + err
 
 
 def test_an_id_that_also_names_an_ab_arm_compares_the_ordinary_run_only(tmp_path, capsys):

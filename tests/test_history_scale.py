@@ -3,6 +3,7 @@
 import json
 import math
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from pytest_gpucolloc import changepoints, cli, gate, history, history_shifts, index
+from test_cli import run_cli
 from test_plugin import FAST, SCENARIOS, TINY
 
 DATA = Path(__file__).resolve().parent / "data"  # cut from real runs: data/README.md
@@ -108,12 +110,29 @@ def test_the_walk_stops_at_its_file_limit_and_says_so(tmp_path, monkeypatch):
     assert len(found) == 3 and skipped == [f"{tmp_path}: more than 3 saved files; the rest skipped"]
 
 
-def test_a_link_to_a_folder_is_not_followed(tmp_path):
+def test_a_link_back_to_a_folder_walked_is_not_walked_again(tmp_path):
     save_runs(tmp_path / "storage", count=2)
     (tmp_path / "storage" / "loop").symlink_to(tmp_path / "storage")  # walked into, it would never end
     found, skipped = index.walk(tmp_path / "storage")
     assert [f.key for f in found] == ["Linux-CPython-3.12-64bit/0001_run.json", "Linux-CPython-3.12-64bit/0002_run.json"]
     assert skipped == []
+
+
+def test_a_machine_folder_linked_into_the_storage_is_read_through_the_link(tmp_path, capsys):
+    """A machine folder kept elsewhere and linked in (pytest-benchmark saves through the link): it was skipped, and
+    the gate said the storage held no runs."""
+    real = shutil.copytree(DATA / "gpu-bound-history", tmp_path / "elsewhere") / "Linux-CPython-3.12-64bit"
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    (storage / real.name).symlink_to(real)
+    (real / "up").symlink_to(storage)  # a loop through the link: each run is still read once
+    code, out, err = run_cli(capsys, "gate", "--storage", storage, "--format", "json")
+    assert code == cli.NEGATIVE and [row["verdict"] for row in json.loads(out)] == ["regressed"], out + err
+    code, out, err = run_cli(capsys, "history", "--storage", storage, "--format", "json")
+    assert [series["runs"] for series in json.loads(out)["series"]] == [7], out + err
+    # set aside through the link, by its path in the storage: left out (its key is the link's path)
+    assert run_cli(capsys, "forget", storage / real.name / next(real.glob("0007_*")).name, "--storage", storage)[0] == 0
+    assert run_cli(capsys, "gate", "--storage", storage)[1].startswith("gate: 0006_")
 
 
 # --- the index ----------------------------------------------------------------------------------------------------

@@ -61,6 +61,14 @@ RUN_HELP = ("saved runs: files, run ids in --storage (a file name or its NNNN nu
             "run)")
 
 
+def run_name(text: str) -> str:
+    """A run as the commands name one; an empty name (``gate "$RUN"`` with RUN unset) names none, never the latest."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the run named is empty (an unset variable?): name a run, or leave the "
+                                         "argument out")
+    return text
+
+
 def storage_folder(text: str) -> Path:
     """--storage as pytest's --benchmark-storage takes it: a folder or a file:// URL."""
     path = storage_path(text)
@@ -183,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     gate_cmd = command("gate", cmd_gate, "judge a saved run against the history in the storage (exit 1: a regression; "
                        "3: the storage holds no saved runs; 5: nothing judged, as pytest's gate)")
-    gate_cmd.add_argument("run", nargs="?", help=RUN_HELP + " (default: the storage's latest run)")
+    gate_cmd.add_argument("run", nargs="?", type=run_name, help=RUN_HELP + " (default: the storage's latest run)")
     gate_cmd.add_argument("--markdown", help="also write the verdicts as Markdown to this file (a CI job summary)")
     columns_argument(gate_cmd, GATE_COLUMNS, "default all; in a terminal a long reason is numbered and said below "
                      "the table")
@@ -191,10 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare_cmd = command("compare", cmd_compare, "compare two sets of saved runs, per scenario (exit 1: a regression; "
                           "one run against one says the change, not a verdict)")
-    compare_cmd.add_argument("runs", nargs="*", metavar="RUN",
+    compare_cmd.add_argument("runs", nargs="*", metavar="RUN", type=run_name,
                              help="two run ids, before then after (file names or their NNNN prefix), as gate names "
                                   "one; the same as --runs-ids")
-    compare_cmd.add_argument("--runs-ids", dest="runs_ids", nargs=2, metavar=("BEFORE", "AFTER"),
+    compare_cmd.add_argument("--runs-ids", dest="runs_ids", nargs=2, metavar=("BEFORE", "AFTER"), type=run_name,
                              help="two run ids (file names or their NNNN prefix), pytest-benchmark's spelling")
     compare_cmd.add_argument("--commits", nargs=2, metavar=("BEFORE", "AFTER"),
                              help="two commits (ids, prefixes or git revisions such as HEAD~1): the runs saved "
@@ -255,8 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
                        ("accept", "accept runs the gate judged regressed as the new level (a regression is no "
                                   "baseline until then: a retry would pass on it)")):
         listing = command(name, cmd_forget, f"{text}; --list shows them, --undo takes one back")
-        listing.add_argument("runs", nargs="*", metavar="RUN", help="run ids (file names or their NNNN prefix) or "
-                             "files in the storage")
+        listing.add_argument("runs", nargs="*", metavar="RUN", type=run_name,
+                             help="run ids (file names or their NNNN prefix) or files in the storage")
         listing.add_argument("--why", help="the reason, kept in the list")
         listing.add_argument("--undo", action="store_true", help="take the named runs off the list")
         listing.add_argument("--list", action="store_true", help="the runs on the list (the default without RUN)")
@@ -265,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     report_cmd = command("report", cmd_report, "an HTML page of runs (and the history of a storage) that answers "
                          "first: the best way to share, a summary table, then figures linked in figures/")
-    report_cmd.add_argument("runs", nargs="*", help=RUN_HELP + " (default: the latest run of --storage or .benchmarks)")
+    report_cmd.add_argument("runs", nargs="*", type=run_name,
+                            help=RUN_HELP + " (default: the latest run of --storage or .benchmarks)")
     report_cmd.add_argument("--storage", type=storage_folder,
                             help="also draw the history of this pytest-benchmark storage (a folder or a file:// URL)")
     report_cmd.add_argument("--out", default="gpucolloc-report", help="folder for index.html and figures/ "
@@ -275,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     advise_cmd = command("advise", cmd_advise, "rank the measured ways a job mix can share this GPU, and say which and "
                          "why (exit 3: nothing measured runs these jobs); or, with --p99-within, which way keeps a "
                          "service's p99 within a budget while training gets the most (exit 1: no measured way does)")
-    advise_cmd.add_argument("runs", nargs="*", help=RUN_HELP + " (default: the storage's latest run)")
+    advise_cmd.add_argument("runs", nargs="*", type=run_name, help=RUN_HELP + " (default: the storage's latest run)")
     storage_argument(advise_cmd)
     question = advise_cmd.add_mutually_exclusive_group(required=True)
     question.add_argument("--jobs", help="the mix: labels as the summary shows them or workload "
@@ -290,13 +299,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "run), history with gate decisions")
     storage_argument(plot)
     plot.add_argument("--out", default="gpucolloc-plots", help="folder for the figures (default gpucolloc-plots)")
-    plot.add_argument("--run", help="run for the figures of one run (default: the newest)")
+    plot.add_argument("--run", type=run_name, help="run for the figures of one run (default: the newest)")
     window_arguments(plot, "draw the history of")
     plot.add_argument("--format", choices=["png", "svg"], default="png",
                       help="the figures' file format (default png); this command writes figures, not tables")
 
     table = command("table", cmd_table, "table of the scenarios in pytest-benchmark JSON files")
-    table.add_argument("files", nargs="*", metavar="run", help=RUN_HELP + " (default: the storage's latest run)")
+    table.add_argument("files", nargs="*", metavar="run", type=run_name,
+                       help=RUN_HELP + " (default: the storage's latest run)")
     storage_argument(table)
     columns_argument(table, TABLE_COLUMNS, "default all")
     format_argument(table, extra=("text",))  # text: the name "table" had before

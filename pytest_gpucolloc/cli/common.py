@@ -143,14 +143,19 @@ def write_out(path, text: str) -> None:
         raise CommandError(f"cannot write {path}: {error.strerror or error}", UNWRITABLE) from None
 
 
+def existing_storage(root: Path) -> Path:
+    """``root``, a folder; storage that does not exist is exit code 3 (a mis-set path, not an empty storage)."""
+    if not root.is_dir():
+        raise CommandError(f"no storage folder {root}" + (" (a file)" if root.exists() else "") + ": check --storage "
+                           "(pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
+    return root
+
+
 def load_history(root: Path, named: bool = False):
     """The saved runs under ``root``; storage that does not exist or holds no run of this plugin is exit code 3,
     never an empty history (a mis-set storage path must not pass as "no baseline"). ``named``: runs will be named by
     id, so runs left out of the history (an A/B's own storage holds only those) are enough."""
-    if not root.is_dir():
-        raise CommandError(f"no storage folder {root}" + (" (a file)" if root.exists() else "") + ": check --storage "
-                           "(pytest saves runs there with --benchmark-autosave)", NOTHING_TO_READ)
-    loaded = history.load(root)
+    loaded = history.load(existing_storage(root))
     for problem in loaded.problems:
         note(f"warning: {problem}")
     if loaded.left_out:  # said, so that a run missing from an answer is not a mystery

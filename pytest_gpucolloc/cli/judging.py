@@ -21,6 +21,7 @@ from .common import (
     OK,
     USAGE,
     CommandError,
+    existing_storage,
     failing,
     is_path,
     load_history,
@@ -62,8 +63,8 @@ def cmd_compare(args) -> int:
             raise CommandError("compare takes two runs, before then after (compare 0012 0015), or --runs-ids; "
                                f"given: {' '.join(args.runs + (args.runs_ids or []))}", USAGE)
         args.runs_ids = args.runs
-    files = bool(args.runs_ids) and all(is_path(name) and not Path(name).is_dir() for name in args.runs_ids)
-    loaded = None if files else load_history(args.storage, named=bool(args.runs_ids))  # two files need no storage
+    paths = bool(args.runs_ids) and all(map(is_path, args.runs_ids))  # files or folders: no --storage read
+    loaded = None if paths else load_history(args.storage, named=bool(args.runs_ids))
     with failing(compare.SelectionError, USAGE):
         if args.runs_ids and any(map(is_path, args.runs_ids)):
             # files or storage folders (their latest run), named as `gate` names them
@@ -152,16 +153,18 @@ def cmd_gate(args) -> int:
     if left:
         print(("\n" if prose is sys.stdout else "") + wrapped(left_line, width), file=prose)
     failed = any(verdict.failed for _, verdict in verdicts)
-    accepted = run.run_id in loaded.accepted and any(  # this very file, not another of the same name
-        saved.run_id == run.run_id and saved.path.resolve() == run.path.resolve() for saved in loaded.runs)
+    # this very file, not another of the same name
+    accepted = next((when for path, when in loaded.accepted.items() if path.resolve() == run.path.resolve()), None)
     if failed and accepted:  # the user's word: the change was intended
-        print(wrapped(f"{run.run_id} was accepted as the new level on {loaded.accepted[run.run_id][:19]} "
+        print(wrapped(f"{run.run_id} was accepted as the new level on {accepted[:19]} "
                       "(`pytest-gpucolloc accept`): its regression is intended, not a failure", width), file=prose)
         return OK
-    if failed:
-        number = run_number(run.run_id)  # the run by its number where that names it alone (one machine's folder)
-        print(wrapped(gate_table.ACCEPT_HINT.format(run=number if len(loaded.named(number)) == 1 else run.run_id),
-                      width), file=prose)
+    # what accepting it does, as its saved verdicts have it; none where they passed it: accept refuses such a run
+    hint = {"regressed": gate_table.ACCEPT_HINT, None: gate_table.UNGATED_HINT}.get(saved_verdict(run))
+    if failed and hint:
+        # the run by its number where that names it alone (one machine's folder), else its id, else its file
+        named = next((name for name in (run_number(run.run_id), run.run_id) if len(loaded.named(name)) == 1), run.path)
+        print(wrapped(hint.format(run=named), width), file=prose)
     return NEGATIVE if failed else OK
 
 
@@ -240,10 +243,17 @@ def _series_runs(loaded, metric: str, looked, shown: set[str]) -> dict[tuple[str
         if metric != "throughput":
             judged = (judged.get("latency") or {}).get(metric) or (judged.get("p99") if metric == "p99" else None) or {}
         said = judged.get("verdict")
-        return f"{said} (accepted)" if said and run.run_id in loaded.accepted else said
+        return f"{said} (accepted)" if said and run.path in loaded.accepted else said
 
     return {(name, gpu): [(p.run.run_id, math.exp(p.log_level), verdict(p.run, name))
                           for p in found[(name, gpu)] if p.run.run_id in shown] for name, gpu, _ in looked}
+
+
+def saved_verdict(run) -> str | None:
+    """What the pytest gate said of ``run`` when it was saved: "regressed" (a scenario regressed; no baseline of later
+    runs until accepted), "not regressed", or None where it saved no verdict (no --colloc-gate)."""
+    said = [scenario.verdict for scenario in run.scenarios.values() if scenario.verdict]
+    return "regressed" if "regressed" in said else "not regressed" if said else None
 
 
 LISTS = {  # command -> (its list, what putting a run on it means, taking one off, the heading of --list)
@@ -258,13 +268,17 @@ LISTS = {  # command -> (its list, what putting a run on it means, taking one of
 def cmd_forget(args) -> int:
     """Put saved runs on the command's list (forget: left out of every history; accept: regressed runs that are a
     baseline again), list them, or take them off. The runs' files are never touched."""
-    root = args.storage
     file, done, undone, heading = LISTS[args.command]
+    if not args.runs and (args.why or args.undo):
+        raise CommandError(f"{'--why' if args.why else '--undo'} needs the runs it is for: `pytest-gpucolloc "
+                           f"{args.command} {'--undo ' if args.undo else ''}RUN ...`", USAGE)
+    root = existing_storage(args.storage)  # a mis-set --storage: its lists are not empty, they are not there
     if args.list or not args.runs:
         listed = forget.read(root, file)
-        keys = sorted(listed)  # in a terminal a run by its number; data keeps its path
-        names = numbered([Path(key).stem for key in keys], keys) if args.format in ("table", "markdown") else keys
-        rows = [[name, listed[key][0], listed[key][1] or "-"] for name, key in zip(names, keys)]
+        keys = sorted(listed)  # in a terminal a run by its number; data keeps its path; data's missing reason: null
+        terminal = args.format in ("table", "markdown")
+        names = numbered([Path(key).stem for key in keys], keys) if terminal else keys
+        rows = [[name, listed[key][0], listed[key][1] or ("-" if terminal else None)] for name, key in zip(names, keys)]
         print(tabular(rows, ["run", heading, "why"], args.format) if rows or args.format == "json"
               else f"no run {heading} under {root}")
         return OK
@@ -281,8 +295,6 @@ def cmd_forget(args) -> int:
         forget.undo(root, keys, file)
         print(wrapped(f"{undone}: " + ", ".join(keys), terminal_width()))
         return OK
-    if not root.is_dir():
-        raise CommandError(f"no storage folder {root}: check --storage", NOTHING_TO_READ)
     loaded = history.load(root)
     runs: list[history.SavedRun] = []
     for wanted in dict.fromkeys(args.runs):  # each once
@@ -294,13 +306,16 @@ def cmd_forget(args) -> int:
                                + (f" ({', '.join(str(r.path) for r in named)}): name it by its file" if named else
                                   ""), USAGE)
         runs += named
-    if args.command == "accept" and (judged := [r.run_id for r in runs
-                                                if all(s.verdict != "regressed" for s in r.scenarios.values())]):
+    if args.command == "accept" and (judged := [r.run_id for r in runs if saved_verdict(r) == "not regressed"]):
         raise CommandError(f"accept takes a run the gate judged regressed, and {', '.join(judged)} was not (its "
                            "runs before would leave the baseline for nothing): `pytest-gpucolloc gate RUN` says "
                            "its verdicts", USAGE)
     keys = forget.add(root, [run.path for run in runs], args.why or "", file)
     print(wrapped(f"{done}: " + ", ".join(keys), terminal_width()))
+    for run in runs if args.command == "accept" else ():
+        if saved_verdict(run) is None:  # the pytest gate did not judge it: `pytest-gpucolloc gate` did
+            note(f"note: {run.run_id} carries no verdict of the gate (saved without --colloc-gate): accepted all the "
+                 "same, the level starts at it and the runs before it are no baseline of later runs")
     return OK
 
 

@@ -80,6 +80,8 @@ def add(root: Path, paths: list[Path], reason: str = "", file: str = FILE) -> li
     entries = read(root, file)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")  # as a run's own datetime: compared with it
     keys = [_key(root, path) for path in paths]
+    if odd := [key for key in keys if set(key) & set("\t\r\n")]:  # the list's separators: it would misread them
+        raise ListError(f"{odd[0]!r}: a tab or line break in its name cannot be kept in {file}: rename the file")
     # listed again without a reason: the one given before stays
     entries.update({key: (when, " ".join(reason.split()) or entries.get(key, ("", ""))[1]) for key in keys})
     _write(root, entries, file)

@@ -350,3 +350,24 @@ def test_the_baseline_is_in_the_order_the_runs_were_saved_whatever_their_clock_s
     rows = json.loads(out)
     assert {tuple(row["baseline_runs"]) for row in rows} == {tuple(ids[4:8])}, out + err
     assert code == cli.NEGATIVE and {row["verdict"] for row in rows} == {"regressed"}, out + err
+
+
+def test_a_regressed_file_outside_the_storage_gets_no_hint_to_accept_a_run_of_the_storage(tmp_path, capsys):
+    """`accept` takes the storage's runs: `accept 0005` would have accepted the storage's own 0005, not the file."""
+    ids = save_runs(tmp_path / "storage", [1000.0] * 5 + [900.0])
+    outside = Path(shutil.move(tmp_path / "storage" / "Linux-CPython-3.12-64bit" / f"{ids[5]}.json",
+                               tmp_path / f"{ids[4]}.json"))  # outside, and named as the storage's 0005
+    code, out, err = run_cli(capsys, "gate", outside, "--storage", tmp_path / "storage")
+    assert code == cli.NEGATIVE and "regressed" in out, out + err
+    assert "accept" not in out + err, out + err
+
+
+def test_a_run_whose_name_holds_a_tab_is_refused_by_forget_and_the_list_kept_whole(tmp_path, capsys):
+    ids = save_runs(tmp_path, [1000.0] * 3)
+    folder = tmp_path / "Linux-CPython-3.12-64bit"
+    (folder / f"{ids[2]}.json").rename(folder / "0003_night\tly.json")
+    assert run_cli(capsys, "forget", "1", "--storage", tmp_path)[0] == cli.OK
+    code, out, err = run_cli(capsys, "forget", "3", "--storage", tmp_path)
+    assert code == cli.USAGE and "a tab or line break in its name cannot be kept" in err, out + err
+    code, out, _ = run_cli(capsys, "forget", "--list", "--storage", tmp_path, "--format", "json")
+    assert [row["run"] for row in json.loads(out)] == [f"Linux-CPython-3.12-64bit/{ids[0]}.json"], out

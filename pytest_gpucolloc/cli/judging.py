@@ -161,9 +161,11 @@ def cmd_gate(args) -> int:
         return OK
     # what accepting it does, as its saved verdicts have it; none where they passed it: accept refuses such a run
     hint = {"regressed": gate_table.ACCEPT_HINT, None: gate_table.UNGATED_HINT}.get(saved_verdict(run))
-    if failed and hint:
+    stored = [saved for saved in loaded.runs if saved.path.resolve() == run.path.resolve()]
+    if failed and hint and stored:  # accept takes the storage's runs only: a file elsewhere gets no hint
         # the run by its number where that names it alone (one machine's folder), else its id, else its file
-        named = next((name for name in (run_number(run.run_id), run.run_id) if len(loaded.named(name)) == 1), run.path)
+        named = next((name for name in (run_number(run.run_id), run.run_id) if loaded.named(name) == stored),
+                     run.path)
         print(wrapped(hint.format(run=named), width), file=prose)
     return NEGATIVE if failed else OK
 

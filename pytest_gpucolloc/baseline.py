@@ -119,23 +119,19 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
     """Comparable runs, newest last, at the current GPU's level; notes on what was left out and why; how other
     GPUs' runs were placed at this one's level (None: their level relative to this GPU is unknown); and how other
     GPUs' runs were used, in words."""
-    calm, notes = comparable(current, history)
-    position = {r.run_id: i for i, r in enumerate(history)}
-
-    def in_order(runs: list[RunSample]) -> list[RunSample]:  # the history's: the order the runs were saved in
-        return sorted(runs, key=lambda r: position.get(r.run_id, -1))
-
+    calm, notes = comparable(current, history)  # in the history's order: the order the runs were saved in
     same_gpu = [r for r in calm if current.gpu_uuid and r.gpu_uuid == current.gpu_uuid]
     if len(same_gpu) >= policy.min_runs or not current.gpu_uuid or len(same_gpu) == len(calm):
-        return in_order(calm if not current.gpu_uuid else same_gpu), notes, Placement(), None
+        return calm if not current.gpu_uuid else same_gpu, notes, Placement(), None
     levels = machine_levels(current, references)
-    adjusted = [_at_level(r, levels[r.gpu_uuid].offset) for r in calm if r.gpu_uuid in levels]
-    if len(same_gpu) + len(adjusted) < policy.min_runs:
+    chosen = [r if r.gpu_uuid == current.gpu_uuid else _at_level(r, levels[r.gpu_uuid].offset)
+              for r in calm if r.gpu_uuid == current.gpu_uuid or r.gpu_uuid in levels]
+    if len(chosen) < policy.min_runs:
         others = len({r.gpu_uuid for r in calm}) - bool(same_gpu)
         fleet = (f"other GPUs of this model ({others}), not adjusted: fewer than {MIN_SHARED} scenarios shared with "
                  "this GPU")
-        return in_order(calm), notes, None, fleet
-    if unplaced := len(calm) - len(same_gpu) - len(adjusted):
+        return calm, notes, None, fleet
+    if unplaced := len(calm) - len(chosen):
         notes.append(f"{unplaced} run(s) on GPUs that share fewer than {MIN_SHARED} scenarios with this one left out "
                      "(their level is unknown)")
     used = {r.gpu_uuid for r in calm if r.gpu_uuid in levels}
@@ -144,7 +140,6 @@ def choose_baseline(current: RunSample, history: list[RunSample], policy: Policy
     fleet = (f"other GPUs of this model ({len(used)}), level adjusted by "
              f"{terms_of(current).level(math.exp(mean_offset) - 1)} from "
              f"{shared}{'+' if any(levels[g].scenarios > shared for g in used) else ''} shared scenario(s)")
-    chosen = in_order(same_gpu + adjusted)
     # each GPU's offset moves the centre by its share of the runs; the offsets share this GPU's reference runs and
     # the judged scenario's own way of moving, so their errors are taken as one (a weighted mean, not of squares)
     share = {g: sum(r.gpu_uuid == g for r in chosen) / len(chosen) for g in used}

@@ -188,11 +188,12 @@ class History:
     unreadable: list[Path] = field(default_factory=list)  # saved files skipped as unreadable (in ``problems``)
     accepted: dict[Path, str] = field(default_factory=dict)  # run's file (not id: folders share ids) -> when accepted
 
-    def samples(self, fullname: str, exclude: Collection[str] = frozenset(), metric: str = "throughput",
+    def samples(self, fullname: str, exclude: Collection[Path] = frozenset(), metric: str = "throughput",
                 last: int | None = None) -> list[RunSample]:
-        """The scenario's samples, oldest first; ``last``: only the newest this many (the newer runs alone are read)."""
+        """The scenario's samples, oldest first, but for the runs saved at ``exclude``; ``last``: only the newest this
+        many (the newer runs alone are read)."""
         found = ((run.path, sample) for run in reversed(self.runs)
-                 if run.run_id not in exclude and (sample := run.sample(fullname, metric)) is not None)
+                 if run.path not in exclude and (sample := run.sample(fullname, metric)) is not None)
         return self._with_acceptance(list(itertools.islice(found, last))[::-1])
 
     def _with_acceptance(self, paths_and_samples: list[tuple[Path, RunSample]]) -> list[RunSample]:

@@ -167,10 +167,13 @@ def test_a_regressed_run_is_no_baseline_until_accepted_and_then_its_level_is_the
     code, out, err = run_cli(capsys, "gate", storage / MACHINE / f"{ids[6]}.json", "--storage", storage, "--min-runs", "3")
     assert code == 0 and "regressed" in out and "0007_run was accepted as the new level on " in out, out + err
     assert "makes it the new level" not in out + err  # not told to accept it again
-    elsewhere = tmp_path / "elsewhere" / f"{ids[6]}.json"  # another file of the accepted run's name: not accepted
+    # another file of the accepted run's name, slower than the new level: judged against it, not accepted
+    slower = save_runs(tmp_path / "slower", [640.0] * 10)
+    elsewhere = tmp_path / "elsewhere" / f"{ids[6]}.json"
     elsewhere.parent.mkdir()
-    elsewhere.write_bytes((storage / MACHINE / f"{ids[9]}.json").read_bytes())
-    assert run_cli(capsys, "gate", elsewhere, "--storage", storage, "--min-runs", "3")[0] == 1
+    elsewhere.write_bytes((tmp_path / "slower" / MACHINE / f"{slower[9]}.json").read_bytes())
+    code, out, err = run_cli(capsys, "gate", elsewhere, "--storage", storage, "--min-runs", "3")
+    assert code == 1 and "was accepted" not in out + err, out + err
     assert run_cli(capsys, "accept", "0007", "0007", "--storage", storage)[0] == 0  # again, without a reason
     code, out, err = run_cli(capsys, "accept", "--list", "--storage", storage, "--format", "json")
     assert [row["why"] for row in json.loads(out)] == ["a larger model"]  # the reason given before stays

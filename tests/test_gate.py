@@ -128,7 +128,7 @@ def test_h200_a_a_pair_is_not_failed():
     history = load(H200_HISTORY)
     assert len(history.runs) == 2
     name = next(iter(history.runs[1].scenarios))
-    verdict = gate.decide(history.runs[1].sample(name), history.samples(name, exclude={history.runs[1].run_id}))
+    verdict = gate.decide(history.runs[1].sample(name), history.samples(name, exclude={history.runs[1].path}))
     assert verdict.verdict == "no baseline" and not verdict.failed
     assert verdict.change == pytest.approx(0.186, abs=0.01)
 

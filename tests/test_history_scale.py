@@ -49,7 +49,7 @@ def answers(loaded: history.History) -> dict:
     points, looked = history_shifts.find(loaded)
     verdicts = {}
     for run in loaded.runs:
-        before = {r.run_id for r in loaded.runs if r.datetime >= run.datetime}
+        before = {r.path for r in loaded.runs if r.datetime >= run.datetime}
         for name in run.scenarios:
             verdicts[(run.run_id, name)] = gate.decide(run.sample(name), loaded.samples(name, exclude=before)).to_dict()
     return {"points": [p.to_dict() | {"run": None} for p in points], "looked": looked, "verdicts": verdicts,
@@ -303,7 +303,7 @@ def test_the_gate_reads_only_the_newest_runs_it_judges_by(tmp_path):
     history.load(tmp_path)  # builds the index
     loaded = history.load(tmp_path)
     name = next(iter(loaded.runs[0].scenarios))
-    newest = loaded.samples(name, exclude={loaded.runs[-1].run_id}, last=10)
+    newest = loaded.samples(name, exclude={loaded.runs[-1].path}, last=10)
     assert [s.run_id for s in newest] == [r.run_id for r in loaded.runs[-11:-1]]
     assert all(r.stored is not None for r in loaded.runs[:-12])  # the older runs' samples were never read
 

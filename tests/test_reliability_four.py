@@ -371,3 +371,16 @@ def test_a_run_whose_name_holds_a_tab_is_refused_by_forget_and_the_list_kept_who
     assert code == cli.USAGE and "a tab or line break in its name cannot be kept" in err, out + err
     code, out, _ = run_cli(capsys, "forget", "--list", "--storage", tmp_path, "--format", "json")
     assert [row["run"] for row in json.loads(out)] == [f"Linux-CPython-3.12-64bit/{ids[0]}.json"], out
+
+
+def test_a_run_of_another_machine_folder_with_the_same_id_stays_in_the_baseline(tmp_path, capsys):
+    """Runs saved with one --benchmark-save name on two machines share ids: gating one leaves the other's in."""
+    ids = save_runs(tmp_path, [1000.0] * 3)
+    other = tmp_path / "Linux-CPython-3.13-64bit"
+    shutil.copytree(tmp_path / "Linux-CPython-3.12-64bit", other)
+    for run_id in ids:  # the second machine ran a day later
+        data = json.loads((other / f"{run_id}.json").read_text())
+        with_datetime(other / f"{run_id}.json", data["datetime"].replace("2026-11-20", "2026-11-21"))
+    code, out, err = run_cli(capsys, "gate", other / f"{ids[2]}.json", "--storage", tmp_path, "--format", "json",
+                             "--min-runs", "3")
+    assert {tuple(row["baseline_runs"]) for row in json.loads(out)} == {(*ids, *ids[:2])}, out + err

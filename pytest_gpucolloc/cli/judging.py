@@ -124,7 +124,7 @@ def cmd_gate(args) -> int:
                            "above): the gate has nothing to judge against", NOTHING_TO_READ)
     policy = policy_of(args)
     # Judge the run as the gate would have when it was made: against the runs saved before it.
-    excluded = {run.run_id} | {r.run_id for r in loaded.runs if not saved_before(r, run)}
+    excluded = {r.path for r in loaded.runs if not saved_before(r, run)}  # by file: folders share run ids
     # a scenario whose marker leaves it to paired A/B is not judged here either, as the pytest gate does not
     left = [name for name, scenario in run.scenarios.items() if scenario.gate_by == "ab"]
     left_line = gate_table.left_to_ab_line(left, dict.fromkeys(run.scenarios[name].mode for name in left))

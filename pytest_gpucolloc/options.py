@@ -96,7 +96,7 @@ def parse_flag(text: Any) -> bool:
         return True
     if value in (False, "0", "false", "no", "off", ""):
         return False
-    raise ValueError(f"expected true or false, got {text!r}")
+    raise ValueError(f"expected on or off (true or false), got {text!r}")
 
 
 @dataclass(frozen=True)

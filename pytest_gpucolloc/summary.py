@@ -46,6 +46,8 @@ class Summary:
         for problem in s.save_problems:
             say(f"gpucolloc: {problem}", red=True)
         if not (s.results or s.forwarded or s.alone_measured or s.skipped):
+            if s.history is not None:  # gated, yet no scenario ran: the gate did not pass, and says why
+                self._gate_summary(terminalreporter, width, say, exitstatus == pytest.ExitCode.INTERRUPTED)
             return
         terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
         device = s.device()
@@ -55,6 +57,9 @@ class Summary:
                 f"{CPU_BATCH_CAP}, language models at {SMOKE_SEQ_LEN} tokens; its numbers check the suite, not a GPU")
         say(s.machine_warmup.describe() if s.machine_warmup is not None
             else preamble.machine_warmup_line(s).removeprefix("gpucolloc: "))
+        if every := s.options.colloc_extra_step_every:
+            say(f"--colloc-extra-step-every={every}: every job slowed on purpose to check the gate; a run saved is "
+                "marked so, and left out of later runs' history", yellow=True)
         if device.gpu is None:
             say("telemetry sampler: off (no GPU)")
         elif not s.options.colloc_telemetry:
@@ -162,6 +167,8 @@ class Summary:
         if not s.verdicts:  # a gate that passes without judging anything must say why
             why = [f"{len(s.measured_for_ab)} left to paired A/B"] * bool(s.measured_for_ab)
             why += [f"{len(s.skipped)} skipped"] * bool(s.skipped)
+            if not (why or s.results or s.forwarded):
+                why = ["no collocation scenario ran (none collected, or all deselected)"]
             said = "".join(f"\n  skipped {name}: {reason}" for name, reason in s.skipped[:3])
             lines.append("no scenario was judged against history" + (f": {', '.join(why)}" if why else "") + said
                          + "\n  ..." * (len(s.skipped) > 3))

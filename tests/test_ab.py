@@ -222,6 +222,12 @@ def test_the_ab_table_fits_a_terminal_and_shows_the_columns_asked_for():
     assert cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--columns", "scenario,nope"]) == 2
 
 
+def test_fewer_blocks_at_most_than_at_least_is_a_usage_error(capsys):
+    assert cli.main(["ab", "--baseline", "HEAD", "--candidate", "HEAD", "--ab-min-blocks", "5",
+                     "--ab-max-blocks", "2"]) == 2
+    assert "--ab-max-blocks (2) must be at least --ab-min-blocks (5)" in capsys.readouterr().err
+
+
 def test_an_inconclusive_judgement_says_why():
     noisy = ab_judge.judge_blocks("test_x[cpu-naive]", [[0.05], [-0.04], [0.03], [-0.02]], 0.02, 0.005)
     assert noisy.verdict == "inconclusive"

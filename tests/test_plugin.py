@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from pytest_gpucolloc.history import load
 from test_cli import run_cli
 
 FAST = ["--colloc-rounds=2", "--colloc-round-seconds=0.2", "--colloc-warmup-seconds=0.1", "-p", "no:cacheprovider"]
@@ -73,6 +74,7 @@ def test_unknown_mode_is_a_usage_error_listing_the_valid_ones(pytester):
     (["--colloc-device=tpu"], "*--colloc-device must be one of auto, cuda, cpu, got 'tpu'*"),
     (["--gpu-mode="], "*--gpu-mode needs at least one mode*"),
     (["--colloc-cudnn=fast"], "*--colloc-cudnn must be one of autotune, heuristics, got 'fast'*"),
+    (["--colloc-alone=maybe"], "*--colloc-alone*expected on or off (true or false), got 'maybe'*"),
 ])
 def test_bad_option_values_are_usage_errors(pytester, args, message):
     result = pytester.runpytest(*args)
@@ -329,6 +331,19 @@ def test_twice(collocate):
     result.stdout.fnmatch_lines(["*collocate can run one scenario per test*"])
 
 
+def test_a_run_slowed_on_purpose_is_judged_says_so_and_is_no_later_runs_history(pytester, suite):
+    """--colloc-extra-step-every checks that the gate catches a slowdown: its run must not become a baseline."""
+    suite(sleep=0.001)
+    slowed = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-autosave", "--colloc-gate",
+                                "--colloc-extra-step-every=1", "-k", "naive-1", *FAST)
+    slowed.assert_outcomes(passed=1)
+    slowed.stdout.fnmatch_lines(["--colloc-extra-step-every=1: every job slowed on purpose to check the gate; a run "
+                                 "saved is marked so, and left out of later runs' history"])
+    loaded = load(pytester.path / ".benchmarks")
+    assert loaded.runs == [] and len(loaded.left_out) == 1, loaded
+    assert "slowed on purpose: --colloc-extra-step-every=1" in loaded.left_out[0][1]
+
+
 def test_gate_fails_the_run_on_an_injected_slowdown(pytester, suite):
     gated = ["--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-autosave", "--colloc-gate",
              "--colloc-rounds=5", "--colloc-round-seconds=0.2",
@@ -402,6 +417,18 @@ def test_x(collocate):
                                  "no scenario was judged against history: 1 skipped",
                                  "  skipped test_x?cpu-naive?: needs an NVIDIA GPU*"])
     assert "0 regressed of 0" not in result.stdout.str()
+
+
+def test_a_gate_where_no_scenario_ran_says_so_and_does_not_pass(pytester):
+    """Every scenario deselected, or a project without one: the gated run says why in red and exits 5."""
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    result = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", *FAST)
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines(["*gpucolloc gate: no scenario judged, exit code 5: the gate did not pass*",
+                                 "no scenario was judged against history: no collocation scenario ran (none "
+                                 "collected, or all deselected)"])
 
 
 def test_gate_marker_threshold_must_be_a_percentage(pytester, suite):

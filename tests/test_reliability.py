@@ -191,6 +191,9 @@ def test_a_gate_report_folder_is_created_and_an_unwritable_report_fails_the_run(
     blocked = pytester.runpytest(*args, "--colloc-gate-report=a-folder")  # said before anything is measured
     assert blocked.ret == pytest.ExitCode.USAGE_ERROR and "gpucolloc [1/1]" not in blocked.stdout.str()
     blocked.stderr.fnmatch_lines(["*--colloc-gate-report=a-folder is a folder: name the report's file*"])
+    ungated = pytester.runpytest(*[a for a in args if a != "--colloc-gate"], "--colloc-gate-report=reports/gate.md")
+    assert ungated.ret == pytest.ExitCode.USAGE_ERROR  # no verdicts to write: the report of the run before stays
+    ungated.stderr.fnmatch_lines(["*--colloc-gate-report=reports/gate.md writes the gate's verdicts: add --colloc-gate*"])
     saved = pytester.path / "history" / "Linux" / "0001_run.json"  # a saved run, named as the JSON dump by mistake
     saved.parent.mkdir(parents=True)
     saved.write_text('{"benchmarks": []}')

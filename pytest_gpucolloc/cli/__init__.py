@@ -235,8 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     ab_cmd.add_argument("--candidate", required=True, help="the same kinds as --baseline")
     ab_cmd.add_argument("--ab-min-blocks", type=checked("--ab-min-blocks", 2, 1000, integer=True), default=3,
                         help="blocks (fresh processes in each arm) per scenario at least, 2 or more (default 3)")
-    ab_cmd.add_argument("--ab-max-blocks", type=checked("--ab-max-blocks", 2, 1000, integer=True), default=12,
-                        help="blocks per scenario at most while it is inconclusive (default 12)")
+    ab_cmd.add_argument("--ab-max-blocks", type=checked("--ab-max-blocks", 2, 1000, integer=True),
+                        help="blocks per scenario at most while it is inconclusive (default 12, or --ab-min-blocks "
+                             "where that is more)")
     ab_cmd.add_argument("--ab-pairs", type=checked("--ab-pairs", 1, 1000, integer=True), default=5,
                         help="pairs of windows per block, each arm measured once a pair, in random order (default 5)")
     ab_cmd.add_argument("--ab-window-seconds", type=checked("--ab-window-seconds", 0.05, 600), default=1.0,

@@ -338,8 +338,11 @@ def cmd_ab(args) -> int:
 
     here = Path.cwd()
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    if args.ab_max_blocks is not None and args.ab_max_blocks < args.ab_min_blocks:  # said before any arm starts
+        raise CommandError(f"--ab-max-blocks ({args.ab_max_blocks}) must be at least --ab-min-blocks "
+                           f"({args.ab_min_blocks})", USAGE)
     settings = ab.Settings(threshold=args.threshold / 100, alpha=args.alpha, min_blocks=args.ab_min_blocks,
-                           max_blocks=max(args.ab_max_blocks, args.ab_min_blocks), pairs_per_block=args.ab_pairs,
+                           max_blocks=args.ab_max_blocks or max(12, args.ab_min_blocks), pairs_per_block=args.ab_pairs,
                            window_s=args.ab_window_seconds, scenario_budget_s=60 * args.ab_scenario_minutes,
                            budget_s=60 * args.ab_budget_minutes, alone=args.ab_alone)
     removed = clean_stale_scratch()  # a killed ab's arms, worktrees and socket folder (and a killed run's scratch)

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 import pytest
 
 from . import benchmark_api, markers
-from .ab_arms import signals_deferred
 from .device import make_target, release, selected_gpus
 from .fixture import CollocateFixture, diagnostics_key
 from .modes import MODES
 from .mps_daemon import MpsDaemon
 from .options import add_options, any_given, read_options
 from .session import CollocSession
+from .signals import signals_deferred
 from .summary import Summary
 
 session_key = pytest.StashKey[CollocSession]()

@@ -31,7 +31,6 @@ from . import (
     telemetry,
     timings,
 )
-from .ab_arms import sigterm_as_interrupt
 from .cpu_affinity import check_cores
 from .device import DeviceChoice, DeviceUnavailable, detect, make_target, selected_gpus
 from .machine_warmup import DEFAULT_LIMIT_S
@@ -39,6 +38,7 @@ from .modes.base import ModeOptions, Target
 from .options import Config, DeviceConfig
 from .scenario import ScenarioResult, Settings
 from .scratch import can_write_in, clean_stale_scratch
+from .signals import sigterm_as_interrupt
 
 # CPU smoke mode: real processes and real training, small enough for a laptop or a CI runner.
 CPU_IMAGE_SIZE = 32

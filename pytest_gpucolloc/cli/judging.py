@@ -10,6 +10,7 @@ from pathlib import Path
 from .. import changepoints, compare, forget, gate, gate_table, history, history_shifts, report, table_fit
 from ..history import LATENCY, experiment, numbered, run_number, short_name
 from ..scratch import clean_stale_scratch
+from ..signals import sigterm_as_interrupt
 from ..table_fit import tabular, terminal_width, wrapped
 from ..verdict import Verdict, with_latency
 from ..words import count
@@ -358,7 +359,7 @@ def cmd_ab(args) -> int:
         out = ab_arms.fresh_out(Path(args.out).resolve())
         if out != Path(args.out).resolve():
             note(f"{args.out} holds an earlier A/B's arms (kept): this one writes into {out}")
-        with ab_arms.sigterm_as_interrupt(), ab_arms.checked_out(arms, here):
+        with sigterm_as_interrupt(), ab_arms.checked_out(arms, here):
             judgements, runs = ab.run(arms[0], arms[1], pytest_args, settings, out, say=note)
     title = (f"A/B: {args.candidate} (candidate) vs {args.baseline} (baseline), interleaved windows of "
              f"{settings.window_s:g} s in blocks of fresh processes")

@@ -46,11 +46,14 @@ def comparable(current: RunSample, history: list[RunSample]) -> tuple[list[RunSa
     served = [r for r in calm if not r.saturated]
     if len(served) < len(calm):
         notes.append(f"{len(calm) - len(served)} saturated run(s) left out (their latency was a growing queue's)")
+    ordinary = [r for r in served if not r.slowed]
+    if len(ordinary) < len(served):
+        notes.append(f"{len(served) - len(ordinary)} run(s) slowed on purpose (--colloc-extra-step-every) left out")
     # a regression is no baseline until a person accepts it: a retry of a regressed commit would pass on it
-    kept = [r for r in served if not r.regressed or r.accepted]
-    if len(kept) < len(served):
-        ids = ", ".join(r.run_id.split("_")[0] for r in served if r not in kept)
-        notes.append(f"{len(served) - len(kept)} run(s) judged regressed left out until accepted ({ids}; "
+    kept = [r for r in ordinary if not r.regressed or r.accepted]
+    if len(kept) < len(ordinary):
+        ids = ", ".join(r.run_id.split("_")[0] for r in ordinary if r not in kept)
+        notes.append(f"{len(ordinary) - len(kept)} run(s) judged regressed left out until accepted ({ids}; "
                      "`pytest-gpucolloc accept RUN` makes one the new level)")
     return kept, notes
 

@@ -134,7 +134,7 @@ def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | 
                      datetime=datetime, commit=commit, contaminated=bool(scenario.foreign_pids), config=config,
                      repeats=scenario.repeats, eager=scenario.eager_on_gpu, autotuned=scenario.autotuned_on_gpu,
                      jobs=_jobs(scenario), power_capped_share=power_cap_share(scenario.telemetry),
-                     regressed=scenario.verdict == "regressed")
+                     regressed=scenario.verdict == "regressed", slowed=bool(run_machine.get("slowed")))
 
 
 def _jobs(scenario: record.ScenarioRecord) -> tuple[str, ...]:

@@ -64,6 +64,7 @@ def walk(root: Path) -> tuple[list[Found], list[str]]:
                     if len(found) >= MAX_FILES:
                         skipped.append(f"{root}: more than {MAX_FILES:,} saved files; the rest skipped")
                         stack.clear()
+                        links.clear()
                         break
                     stat = entry.stat()  # a link to a file: the file's
                     found.append(Found(Path(entry.path), entry.path.removeprefix(prefix), stat.st_size,

@@ -194,7 +194,8 @@ class CollocSession:
                 and Path(dump).resolve().is_relative_to(Path(root).resolve()):
             raise pytest.UsageError(f"--benchmark-json={dump} is a saved run of --benchmark-storage: writing there "
                                     "would overwrite it; name a file outside the storage")
-        if self.options.colloc_gate_report and not self.options.colloc_gate:  # else no report, an old one kept
+        # asked for on the command line without the gate: no report, an old one kept (an ini key is for gated runs)
+        if config.getoption("colloc_gate_report") is not None and not self.options.colloc_gate:
             raise pytest.UsageError(f"--colloc-gate-report={self.options.colloc_gate_report} writes the gate's "
                                     "verdicts: add --colloc-gate")
         if self.options.colloc_gate_report and Path(self.options.colloc_gate_report).is_dir():
@@ -348,8 +349,8 @@ class CollocSession:
         arm = os.environ.get(interleave.ARM_ENV)
         if arm:  # what kind of run this is: an A/B arm's is never a run of the history (``history.experiment``)
             machine_info["gpucolloc"]["experiment"] = f"the {arm} arm of a paired A/B"
-        elif every := self.options.colloc_extra_step_every:  # judged now; a later run's baseline it must not be
-            machine_info["gpucolloc"]["experiment"] = f"slowed on purpose: --colloc-extra-step-every={every}"
+        if every := self.options.colloc_extra_step_every:  # in the history, judged, but no later run's baseline
+            machine_info["gpucolloc"]["slowed"] = every
 
     @pytest.hookimpl(optionalhook=True, wrapper=True)
     def pytest_benchmark_compare_machine_info(self, config, benchmarksession, machine_info, compared_benchmark):

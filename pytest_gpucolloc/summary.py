@@ -46,7 +46,9 @@ class Summary:
         for problem in s.save_problems:
             say(f"gpucolloc: {problem}", red=True)
         if not (s.results or s.forwarded or s.alone_measured or s.skipped):
-            if s.history is not None:  # gated, yet no scenario ran: the gate did not pass, and says why
+            # gated, yet no scenario ran and no test failed: the gate did not pass, and says why (a failure says it)
+            if s.history is not None and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED,
+                                                        pytest.ExitCode.INTERRUPTED):
                 self._gate_summary(terminalreporter, width, say, exitstatus == pytest.ExitCode.INTERRUPTED)
             return
         terminalreporter.write_sep("-", "gpucolloc: collocation scenarios")
@@ -59,7 +61,7 @@ class Summary:
             else preamble.machine_warmup_line(s).removeprefix("gpucolloc: "))
         if every := s.options.colloc_extra_step_every:
             say(f"--colloc-extra-step-every={every}: every job slowed on purpose to check the gate; a run saved is "
-                "marked so, and left out of later runs' history", yellow=True)
+                "marked so: judged, and in `history`, but no later run's baseline", yellow=True)
         if device.gpu is None:
             say("telemetry sampler: off (no GPU)")
         elif not s.options.colloc_telemetry:
@@ -147,7 +149,8 @@ class Summary:
             terminalreporter.write_line(gate_table.table(self._shown_verdicts(), width=width,
                                                          ask=f"pytest-gpucolloc gate {self._saved_run()} --columns"))
         if regressed:
-            say(gate_table.ACCEPT_HINT.format(run=self._saved_run()))
+            if not s.options.colloc_extra_step_every:  # slowed on purpose: never a baseline, nothing to accept
+                say(gate_table.ACCEPT_HINT.format(run=self._saved_run()))
 
     def _saved_run(self) -> str:
         """The run saved now as a command names it: its number (and storage where not the default), else RUN."""
@@ -168,7 +171,7 @@ class Summary:
             why = [f"{len(s.measured_for_ab)} left to paired A/B"] * bool(s.measured_for_ab)
             why += [f"{len(s.skipped)} skipped"] * bool(s.skipped)
             if not (why or s.results or s.forwarded):
-                why = ["no collocation scenario ran (none collected, or all deselected)"]
+                why = ["no collocation scenario was measured (none collected, all deselected, or each failed first)"]
             said = "".join(f"\n  skipped {name}: {reason}" for name, reason in s.skipped[:3])
             lines.append("no scenario was judged against history" + (f": {', '.join(why)}" if why else "") + said
                          + "\n  ..." * (len(s.skipped) > 3))

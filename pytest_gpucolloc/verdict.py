@@ -56,6 +56,7 @@ class RunSample:
     saturated: str | None = None  # why the serving job could not keep up with its rate (a latency sample)
     regressed: bool = False  # the gate judged it regressed when it was saved
     accepted: bool = False  # a person accepted it as the new level (``pytest-gpucolloc accept``): the level starts here
+    slowed: bool = False  # measured with --colloc-extra-step-every: a known slowdown, to check the gate; no baseline
 
     @property
     def process_sets(self) -> tuple[tuple[float, ...], ...]:

@@ -331,17 +331,31 @@ def test_twice(collocate):
     result.stdout.fnmatch_lines(["*collocate can run one scenario per test*"])
 
 
-def test_a_run_slowed_on_purpose_is_judged_says_so_and_is_no_later_runs_history(pytester, suite):
-    """--colloc-extra-step-every checks that the gate catches a slowdown: its run must not become a baseline."""
+def test_a_run_slowed_on_purpose_is_judged_and_in_the_history_but_no_later_runs_baseline(pytester, suite, capsys):
+    """--colloc-extra-step-every checks that the gate catches a slowdown: its run stays in `history` (a level shift
+    to find), but a later run is not judged against it, and there is nothing to accept."""
     suite(sleep=0.001)
-    slowed = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-autosave", "--colloc-gate",
-                                "--colloc-extra-step-every=1", "-k", "naive-1", *FAST)
-    slowed.assert_outcomes(passed=1)
+    args = ["--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-autosave", "--colloc-gate", "-k", "naive-1", *FAST]
+    assert pytester.runpytest(*args).ret == 0
+    slowed = pytester.runpytest(*args, "--colloc-extra-step-every=1")
     slowed.stdout.fnmatch_lines(["--colloc-extra-step-every=1: every job slowed on purpose to check the gate; a run "
-                                 "saved is marked so, and left out of later runs' history"])
-    loaded = load(pytester.path / ".benchmarks")
-    assert loaded.runs == [] and len(loaded.left_out) == 1, loaded
-    assert "slowed on purpose: --colloc-extra-step-every=1" in loaded.left_out[0][1]
+                                 "saved is marked so: judged, and in `history`, but no later run's baseline"])
+    assert "accept" not in slowed.stdout.str()
+    storage = pytester.path / ".benchmarks"
+    loaded = load(storage)
+    assert len(loaded.runs) == 2 and loaded.runs[1].machine["slowed"] == 1, loaded
+    capsys.readouterr()  # the in-process sessions' output
+    code, out, err = run_cli(capsys, "gate", "--storage", storage, "--format", "json", "--min-runs", "1")
+    assert all(row["baseline_runs"] == [loaded.runs[0].run_id] for row in json.loads(out)), out + err
+    code, out, err = run_cli(capsys, "accept", "2", "--storage", storage)
+    assert code == 2 and "slowed on purpose (--colloc-extra-step-every): it is never a baseline" in err, out + err
+    first = loaded.runs[0].path  # a run saved after it (the first again, as the third): judged without the slowed one
+    (first.parent / f"0003{first.name[4:]}").write_bytes(first.read_bytes())
+    code, out, err = run_cli(capsys, "gate", "--storage", storage, "--format", "json", "--min-runs", "1")
+    rows = json.loads(out)
+    assert all(row["baseline_runs"] == [loaded.runs[0].run_id] for row in rows), out + err
+    assert any("1 run(s) slowed on purpose (--colloc-extra-step-every) left out" in " ".join(row["notes"])
+               for row in rows), out
 
 
 def test_gate_fails_the_run_on_an_injected_slowdown(pytester, suite):
@@ -427,8 +441,8 @@ def test_a_gate_where_no_scenario_ran_says_so_and_does_not_pass(pytester):
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     result.stdout.fnmatch_lines(["*gpucolloc gate: no scenario judged, exit code 5: the gate did not pass*",
-                                 "no scenario was judged against history: no collocation scenario ran (none "
-                                 "collected, or all deselected)"])
+                                 "no scenario was judged against history: no collocation scenario was measured "
+                                 "(none collected, all deselected, or each failed first)"])
 
 
 def test_gate_marker_threshold_must_be_a_percentage(pytester, suite):
@@ -485,7 +499,8 @@ def test_broken(collocate):
     assert "left to paired A/B (gpucolloc_gate(by=\"ab\")), measured and saved but not judged against history: " \
            "test_noisy[cpu-naive]" in out
     # an ungated run saves it as left to A/B too: no gate judges it, whichever run made it
-    ungated = pytester.runpytest(*[a for a in gated if a != "--colloc-gate"], "-k", "noisy", "--benchmark-json=u.json")
+    ungated = pytester.runpytest(*[a for a in gated if not a.startswith("--colloc-gate")], "-k", "noisy",
+                                 "--benchmark-json=u.json")
     assert ungated.ret == 0
     capsys.readouterr()
     code, out, err = run_cli(capsys, "gate", pytester.path / "u.json", "--storage", pytester.path / ".benchmarks")

@@ -297,10 +297,10 @@ def test_the_gate_judges_the_run_saved_last_against_those_saved_before_it_whatev
     assert run_cli(capsys, "gate", "--storage", tmp_path)[1].startswith(f"gate: {ids[4]}")
     newer.unlink()
     # renamed by hand: no number, its datetime places it (after the four runs at 1000/s, before the slower one)
-    renamed = folder / "candidate.json"
-    shutil.copy(folder / f"{ids[3]}.json", renamed)
+    renamed = with_datetime(Path(shutil.copy(folder / f"{ids[4]}.json", folder / "candidate.json")), "2026-11-20T03:30")
     code, out, err = run_cli(capsys, "gate", renamed, "--storage", tmp_path, "--format", "json")
-    assert code == cli.OK and {tuple(row["baseline_runs"]) for row in json.loads(out)} == {tuple(ids[:3])}, out + err
+    assert code == cli.NEGATIVE and {tuple(row["baseline_runs"]) for row in json.loads(out)} == {tuple(ids[:4])}, \
+        out + err
     renamed.unlink()
     # a run set aside is never the latest
     assert run_cli(capsys, "forget", ids[4], "--storage", tmp_path)[0] == cli.OK
@@ -384,3 +384,23 @@ def test_a_run_of_another_machine_folder_with_the_same_id_stays_in_the_baseline(
     code, out, err = run_cli(capsys, "gate", other / f"{ids[2]}.json", "--storage", tmp_path, "--format", "json",
                              "--min-runs", "3")
     assert {tuple(row["baseline_runs"]) for row in json.loads(out)} == {(*ids, *ids[:2])}, out + err
+
+
+def test_another_projects_benchmarks_or_an_unreadable_file_of_another_folder_do_not_stop_the_gate(tmp_path, capsys):
+    """A storage shared with plain pytest-benchmark runs (no machine info of this plugin), and a copied storage whose
+    files all carry one time: what was saved last of this plugin's runs is still the latest."""
+    ids = save_runs(tmp_path, [1000.0] * 4)
+    folder = tmp_path / "Linux-CPython-3.12-64bit"
+    data = json.loads((folder / f"{ids[3]}.json").read_text())
+    plain = {**data, "machine_info": {"node": "ci"}, "benchmarks": [{"name": "test_micro", "stats": {"mean": 1e-3}}]}
+    (folder / "0005_micro.json").write_text(json.dumps(plain))
+    older = tmp_path / "Linux-CPython-3.10-64bit"
+    older.mkdir()
+    with_datetime(Path(shutil.copy(folder / f"{ids[0]}.json", older / "0001_old.json")), "2026-11-01T00:00")
+    (older / "0002_cut.json").write_text('{"benchmarks": [')
+    for path in [*folder.iterdir(), *older.iterdir()]:
+        os.utime(path, ns=(10**18, 10**18))
+    code, out, err = run_cli(capsys, "gate", "--storage", tmp_path)
+    assert code == cli.OK and out.startswith(f"gate: {ids[3]}"), out + err
+    code, out, err = run_cli(capsys, "advise", "--p99-within", "2x", "--storage", tmp_path)  # runs saved: not "none"
+    assert code == cli.NOTHING_TO_READ and f"none of the runs read ({ids[3]}) has a serving job" in err, out + err

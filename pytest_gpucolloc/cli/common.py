@@ -114,15 +114,15 @@ def newest(loaded, storage: Path):
     datetime (a copied storage's files all carry the copy's time), the file written last on a tie. One holding no
     scenario, or that cannot be read, fails: an older run judged instead would pass a gate that measured nothing."""
     last: dict[Path, history.SavedRun] = {}
-    for run in [*loaded.runs, *(run for run in loaded.empty if _number(run) >= 0)]:  # saved by pytest-benchmark
+    # a file without scenarios counts where pytest-benchmark saved it numbered in a session that invited the plugin
+    # (its machine info says so): another project's benchmarks sharing the storage are not this plugin's runs
+    for run in [*loaded.runs, *(run for run in loaded.empty if _number(run) >= 0 and run.machine)]:
         if run.path.parent not in last or saved_before(last[run.path.parent], run):
             last[run.path.parent] = run
     run = max(last.values(), key=lambda run: (run.datetime, _written(run.path)))
-    for path in loaded.unreadable:  # one saved after it that could not be read is the latest: never passed over
+    for path in loaded.unreadable:  # one saved after it in its folder that could not be read: never passed over
         number = history.run_number(path.stem)
-        before = last.get(path.parent)
-        if number.isdigit() and (before is None or int(number) > _number(before)) \
-                and (path.parent == run.path.parent or _written(path) >= _written(run.path)):
+        if path.parent == run.path.parent and number.isdigit() and int(number) > _number(run):
             raise CommandError(f"{path}, the latest run saved under {storage}, could not be read (above): an older run "
                                "judged in its place would pass a gate that never judged this one: move it aside, or "
                                "name an earlier run by its number", NOTHING_TO_READ)

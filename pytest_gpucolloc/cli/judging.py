@@ -125,7 +125,11 @@ def cmd_gate(args) -> int:
                            "above): the gate has nothing to judge against", NOTHING_TO_READ)
     policy = policy_of(args)
     # Judge the run as the gate would have when it was made: against the runs saved before it.
-    excluded = {r.path for r in loaded.runs if not saved_before(r, run)}  # by file: folders share run ids
+    # by file (folders share run ids); a run of the history: those after it in the history's order, so that the
+    # gate and `history` agree on it; a file named from elsewhere: by ``saved_before``
+    at = next((i for i, r in enumerate(loaded.runs) if r.path.resolve() == run.path.resolve()), None)
+    after = loaded.runs[at:] if at is not None else [r for r in loaded.runs if not saved_before(r, run)]
+    excluded = {r.path for r in after}
     # a scenario whose marker leaves it to paired A/B is not judged here either, as the pytest gate does not
     left = [name for name, scenario in run.scenarios.items() if scenario.gate_by == "ab"]
     left_line = gate_table.left_to_ab_line(left, dict.fromkeys(run.scenarios[name].mode for name in left))
@@ -163,7 +167,7 @@ def cmd_gate(args) -> int:
     # what accepting it does, as its saved verdicts have it; none where they passed it: accept refuses such a run
     hint = {"regressed": gate_table.ACCEPT_HINT, None: gate_table.UNGATED_HINT}.get(saved_verdict(run))
     stored = [saved for saved in loaded.runs if saved.path.resolve() == run.path.resolve()]
-    if failed and hint and stored:  # accept takes the storage's runs only: a file elsewhere gets no hint
+    if failed and hint and stored and not run.machine.get("slowed"):  # accept takes the storage's runs only
         # the run by its number where that names it alone (one machine's folder), else its id, else its file
         named = next((name for name in (run_number(run.run_id), run.run_id) if loaded.named(name) == stored),
                      run.path)
@@ -309,6 +313,9 @@ def cmd_forget(args) -> int:
                                + (f" ({', '.join(str(r.path) for r in named)}): name it by its file" if named else
                                   ""), USAGE)
         runs += named
+    if args.command == "accept" and (slowed := [r.run_id for r in runs if r.machine.get("slowed")]):
+        raise CommandError(f"{', '.join(slowed)} was slowed on purpose (--colloc-extra-step-every): it is never a "
+                           "baseline, so there is no level to accept", USAGE)
     if args.command == "accept" and (judged := [r.run_id for r in runs if saved_verdict(r) == "not regressed"]):
         raise CommandError(f"accept takes a run the gate judged regressed, and {', '.join(judged)} was not (its "
                            "runs before would leave the baseline for nothing): `pytest-gpucolloc gate RUN` says "

@@ -133,15 +133,12 @@ def cmd_advise(args) -> int:
 
 def _advice(args, parse, text: str, answer, unsaved: str | None = None) -> dict:
     """The advisor's answer to the question asked: a question it cannot read exits 2, runs that cannot answer it 3;
-    ``unsaved``: what is missing where no run is named and the storage has none to read."""
+    ``unsaved``: what is missing where no run is named and the storage holds no run of its history."""
     with failing(advisor.AdviceError, USAGE):
         asked = parse(text)
-    try:
-        runs = named_runs(args.runs, args.storage)
-    except CommandError as error:
-        if unsaved is None or args.runs or error.code != NOTHING_TO_READ:
-            raise
-        raise CommandError(unsaved, NOTHING_TO_READ) from None
+    if unsaved is not None and not args.runs and not (args.storage.is_dir() and history.load(args.storage).runs):
+        raise CommandError(unsaved, NOTHING_TO_READ)  # nothing saved: said as what the question needs
+    runs = named_runs(args.runs, args.storage)
     with failing(advisor.AdviceError, NOTHING_TO_READ):
         return answer(runs, asked)
 

@@ -3,6 +3,7 @@ does, and a run being saved is not cut short."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 
 
@@ -32,6 +33,8 @@ def signals_deferred():
     def defer(signum, frame):
         arrived.append(signal.Signals(signum).name)
         signal.signal(signum, previous[signum])
+        # said at once: a save of a long run can take a while, and a silent Ctrl-C reads as one that did nothing
+        os.write(2, f"\n{arrived[-1]}: stopping once the run is saved; again to stop at once\n".encode())
 
     try:
         previous = {sig: signal.signal(sig, defer) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -152,7 +152,8 @@ utils.safe_dumps = blocks_until_signalled
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_while_the_run_is_saved_lets_the_save_finish_and_says_so_in_one_line(tmp_path, sig):
-    """A CI job cancelled as pytest-benchmark saves the run: the run is saved whole, then stopped, in one line."""
+    """A CI job cancelled as pytest-benchmark saves the run: said as it arrives; the run is saved whole, then
+    stopped, in one line."""
     (tmp_path / "conftest.py").write_text(SAVE_BLOCKS)
     (tmp_path / "test_b.py").write_text("def test_b(benchmark):\n    benchmark(lambda: None)\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
@@ -171,3 +172,4 @@ def test_a_signal_while_the_run_is_saved_lets_the_save_finish_and_says_so_in_one
     assert child.returncode == 2 and "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
     assert f"Exit: {sig.name} arrived as the session ended: stopped once its end was done (the run saved whole: " \
            f"{saved[0]})" in output, output[-3000:]
+    assert f"{sig.name}: stopping once the run is saved; again to stop at once" in output, output[-3000:]

@@ -1,7 +1,6 @@
 """What every command shares: exit codes, reading saved runs and storage, writing outputs."""
 from __future__ import annotations
 
-import functools
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,16 +82,6 @@ def named_runs(names: list, storage: Path, loaded=None) -> list:
     return runs
 
 
-def saved_before(run, other) -> bool:
-    """Whether ``run`` was saved before ``other``: in one machine folder by its NNNN number, pytest-benchmark's counter
-    (the datetime a run records is its machine's clock, which may be wrong); folders count apart, and between them
-    the recorded datetime orders runs (their files' times may be those of a copy or a checkout), as it does a file
-    not named ``NNNN_...`` (renamed by hand)."""
-    if _real(run.path.parent) != _real(other.path.parent) or min(_number(run), _number(other)) < 0:
-        return run.datetime < other.datetime
-    return (_number(run), run.datetime) < (_number(other), other.datetime)
-
-
 def _number(run) -> int:
     """A saved run's NNNN number; -1 for a file pytest-benchmark did not name (it saves ``NNNN_name.json``)."""
     number = history.run_number(run.run_id)
@@ -103,22 +92,16 @@ def _written(path: Path) -> int:
     return path.stat().st_mtime_ns if path.exists() else 0
 
 
-@functools.cache
-def _real(folder: Path) -> Path:
-    return folder.resolve()
-
-
 def newest(loaded, storage: Path):
     """The storage's latest run: the file saved last, the history's or one holding no scenario, never a run left out
-    of the history. In each machine folder the last by its number; among folders the one recording the latest
-    datetime (a copied storage's files all carry the copy's time), the file written last on a tie. One holding no
-    scenario, or that cannot be read, fails: an older run judged instead would pass a gate that measured nothing."""
-    last: dict[Path, history.SavedRun] = {}
+    of the history. In each machine folder the last in the history's order (``history.in_saved_order``: by number);
+    among folders the one recording the latest datetime (a copied storage's files all carry the copy's time), the
+    file written last on a tie. One holding no scenario, or that cannot be read, fails: an older run judged instead
+    would pass a gate that measured nothing."""
     # a file without scenarios counts where pytest-benchmark saved it numbered in a session that invited the plugin
     # (its machine info says so): another project's benchmarks sharing the storage are not this plugin's runs
-    for run in [*loaded.runs, *(run for run in loaded.empty if _number(run) >= 0 and run.machine)]:
-        if run.path.parent not in last or saved_before(last[run.path.parent], run):
-            last[run.path.parent] = run
+    empty = [run for run in loaded.empty if _number(run) >= 0 and run.machine]
+    last = {run.path.parent: run for run in history.in_saved_order([*loaded.runs, *empty])}  # each folder's last
     run = max(last.values(), key=lambda run: (run.datetime, _written(run.path)))
     for path in loaded.unreadable:  # one saved after it in its folder that could not be read: never passed over
         number = history.run_number(path.stem)

@@ -29,7 +29,6 @@ from .common import (
     named_runs,
     note,
     read_runs,
-    saved_before,
     write_out,
 )
 
@@ -124,12 +123,13 @@ def cmd_gate(args) -> int:
         raise CommandError(f"every saved run under {args.storage} is left out of the history ({len(loaded.left_out)}, "
                            "above): the gate has nothing to judge against", NOTHING_TO_READ)
     policy = policy_of(args)
-    # Judge the run as the gate would have when it was made: against the runs saved before it.
-    # by file (folders share run ids); a run of the history: those after it in the history's order, so that the
-    # gate and `history` agree on it; a file named from elsewhere: by ``saved_before``
-    at = next((i for i, r in enumerate(loaded.runs) if r.path.resolve() == run.path.resolve()), None)
-    after = loaded.runs[at:] if at is not None else [r for r in loaded.runs if not saved_before(r, run)]
-    excluded = {r.path for r in after}
+    # Judge the run as the gate would have when it was made: against the runs saved before it, in the history's
+    # order (a file named from elsewhere placed in it as the history places runs), by file: folders share run ids
+    itself = run.path.resolve()
+    stored = [r for r in loaded.runs if r.path.resolve() == itself]  # the run as the history holds it, if it does
+    ordered = loaded.runs if stored else history.in_saved_order([*loaded.runs, run])
+    at = next(i for i, r in enumerate(ordered) if r.path.resolve() == itself)
+    excluded = {r.path for r in ordered[at:]}
     # a scenario whose marker leaves it to paired A/B is not judged here either, as the pytest gate does not
     left = [name for name, scenario in run.scenarios.items() if scenario.gate_by == "ab"]
     left_line = gate_table.left_to_ab_line(left, dict.fromkeys(run.scenarios[name].mode for name in left))
@@ -158,15 +158,13 @@ def cmd_gate(args) -> int:
     if left:
         print(("\n" if prose is sys.stdout else "") + wrapped(left_line, width), file=prose)
     failed = any(verdict.failed for _, verdict in verdicts)
-    # this very file, not another of the same name
-    accepted = next((when for path, when in loaded.accepted.items() if path.resolve() == run.path.resolve()), None)
+    accepted = loaded.accepted.get(stored[0].path) if stored else None  # this very file, not another of its name
     if failed and accepted:  # the user's word: the change was intended
         print(wrapped(f"{run.run_id} was accepted as the new level on {accepted[:19]} "
                       "(`pytest-gpucolloc accept`): its regression is intended, not a failure", width), file=prose)
         return OK
     # what accepting it does, as its saved verdicts have it; none where they passed it: accept refuses such a run
     hint = {"regressed": gate_table.ACCEPT_HINT, None: gate_table.UNGATED_HINT}.get(saved_verdict(run))
-    stored = [saved for saved in loaded.runs if saved.path.resolve() == run.path.resolve()]
     if failed and hint and stored and not run.machine.get("slowed"):  # accept takes the storage's runs only
         # the run by its number where that names it alone (one machine's folder), else its id, else its file
         named = next((name for name in (run_number(run.run_id), run.run_id) if loaded.named(name) == stored),

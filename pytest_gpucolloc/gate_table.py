@@ -83,11 +83,12 @@ def table(verdicts: Iterable[tuple[str, dict]], fmt: str = "simple", columns: li
 
 
 def render(verdicts: list[tuple[str, dict]], fmt: str, title: str, columns: list[str] | None = None,
-           width: int | None = None) -> str:
+           width: int | None = None, about: dict | None = None) -> str:
     """The verdicts (saved ``Verdict.to_dict()``s) in a command's format under ``title``: JSON each verdict as saved,
-    the latency ones inside it; a terminal's table names a scenario by its test's name."""
+    the latency ones inside it, each row with ``about`` (the judged run); a terminal's table names a scenario by its
+    test's name."""
     if fmt == "json":
-        return json.dumps([{"scenario": name, **verdict} for name, verdict in verdicts], indent=2)
+        return json.dumps([{**(about or {}), "scenario": name, **verdict} for name, verdict in verdicts], indent=2)
     if fmt == "csv":
         return tabular(rows(verdicts), GATE_HEADERS, fmt)
     if fmt == "markdown":

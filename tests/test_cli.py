@@ -159,6 +159,10 @@ def test_storage_is_taken_as_pytest_takes_it_and_empty_storage_fails_loudly(tmp_
     assert code == 0
     code, by_url, _ = run_cli(capsys, "gate", run, "--storage", f"file://{tmp_path / 'history'}", "--format", "json")
     assert code == 0 and by_url == by_path and json.loads(by_url)[0]["baseline_runs"] == ids[:3]
+    # each row names the run it judged, by id and file (machine folders share ids); the title its machine folder
+    assert {(row["run"], row["file"]) for row in json.loads(by_path)} == {(ids[-1], str(run))}
+    code, out, _ = run_cli(capsys, "gate", run, "--storage", tmp_path / "history")
+    assert out.startswith(f"gate: {ids[-1]} (Linux-CPython-3.12-64bit)"), out
     (tmp_path / "empty").mkdir()
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "0001_x.json").write_text(json.dumps({"benchmarks": [], "machine_info": {}}))

@@ -147,10 +147,12 @@ def cmd_gate(args) -> int:
     shown = [(name, verdict.to_dict()) for name, verdict in verdicts]
     # as the pytest summary says it: CPU runs check the suite
     smoke = f"; {CPU_SMOKE}" if run.machine.get("device") == "cpu" else ""
+    judged = f"{run.run_id} ({run.path.parent.name})"  # its machine folder: folders share run ids
     if args.markdown:  # written first: an output that cannot be written is said before the verdicts
-        markdown = gate_table.render(shown, "markdown", f"Collocation regression gate: {run.run_id}{smoke}")
+        markdown = gate_table.render(shown, "markdown", f"Collocation regression gate: {judged}{smoke}")
         write_out(args.markdown, markdown + "\n")
-    print(gate_table.render(shown, args.format, f"gate: {run.run_id}{smoke}", args.columns, terminal_width()))
+    print(gate_table.render(shown, args.format, f"gate: {judged}{smoke}", args.columns, terminal_width(),
+                            about={"run": run.run_id, "file": str(run.path)}))
     if smoke and args.format in ("json", "csv"):  # data on stdout: said beside it
         print(CPU_SMOKE, file=sys.stderr)
     prose = sys.stdout if args.format in ("table", "markdown") else sys.stderr  # below the table, or where not data

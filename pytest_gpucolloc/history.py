@@ -183,7 +183,7 @@ def short_name(fullname: str) -> str:
 class History:
     runs: list[SavedRun] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # "path: why it was skipped"
-    left_out: list[tuple[SavedRun, str]] = field(default_factory=list)  # experiments and forgotten runs, and why
+    left_out: list[tuple[SavedRun, str]] = field(default_factory=list)  # experiments, forgotten runs, copies; why
     empty: list[SavedRun] = field(default_factory=list)  # saved files holding no scenario of this plugin
     unreadable: list[Path] = field(default_factory=list)  # saved files skipped as unreadable (in ``problems``)
     accepted: dict[Path, str] = field(default_factory=dict)  # run's file (not id: folders share ids) -> when accepted
@@ -264,6 +264,7 @@ def load(root: Path, use_index: bool | None = None) -> History:
         return history
     found, history.problems = index.walk(root)
     forgotten, accepted = forget.read(root), forget.read(root, forget.ACCEPTED)
+    readable: list[tuple[index.Found, SavedRun]] = []  # runs with scenarios, as found
     with index.opened(root, len(found) >= INDEX_FROM if use_index is None else use_index) as kept:
         fresh, keep = {}, set()
         shared: dict = {}  # what runs of one machine and suite share: read once
@@ -283,17 +284,41 @@ def load(root: Path, use_index: bool | None = None) -> History:
             history.problems += run.problems
             if not run.scenarios:
                 history.empty.append(run)
-            elif why := why_left_out(root, run, forgotten):
-                history.left_out.append((run, why))
             else:
-                history.runs.append(run)
-                if (entry := forget.entry(accepted, root, run.path)) is not None:
-                    history.accepted[run.path] = entry[0]
+                readable.append((file, run))
         kept.update(fresh, keep)
         if kept.problem:
             history.problems.append(kept.problem)
+    copies = _copies(readable)
+    history.left_out += [(copy, f"a copy of {original.path} (one run saved twice): counted once")
+                         for copy, original in copies]
+    copied = {id(copy) for copy, _ in copies}
+    for _, run in readable:
+        if id(run) in copied:
+            continue
+        if why := why_left_out(root, run, forgotten):
+            history.left_out.append((run, why))
+        else:
+            history.runs.append(run)
+            if (entry := forget.entry(accepted, root, run.path)) is not None:
+                history.accepted[run.path] = entry[0]
     history.runs = in_saved_order(history.runs)
     return history
+
+
+def _copies(readable: list[tuple[index.Found, SavedRun]]) -> list[tuple[SavedRun, SavedRun]]:
+    """Each run that another file holds too (an ``archive/`` folder, a link to a run), with the one kept: the oldest
+    file (a copy is written later), else the first found; a run counted twice would weigh twice in a baseline."""
+    kept: dict[tuple, tuple[index.Found, SavedRun]] = {}
+    copies: list[tuple[SavedRun, tuple]] = []
+    for file, run in readable:
+        key = (run.datetime, run.commit, tuple((name, run.level(name)) for name in run.scenarios))
+        seen = kept.setdefault(key, (file, run))
+        if seen[1] is not run:
+            if file.mtime_ns < seen[0].mtime_ns:  # this file is the older: the one seen is the copy
+                kept[key], (file, run) = (file, run), seen
+            copies.append((run, key))
+    return [(copy, kept[key][1]) for copy, key in copies]
 
 
 def in_saved_order(runs: list[SavedRun]) -> list[SavedRun]:

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -187,11 +188,14 @@ GPU_BOUND = Path(__file__).resolve().parent / "data" / "gpu-bound-history" / MAC
 
 
 def nightly_folders(storage: Path, folders: list[str]) -> None:
-    """The real history saved with --benchmark-save=nightly in each of ``folders``: runs of the same ids."""
-    for folder in folders:
+    """The real history saved with --benchmark-save=nightly in each of ``folders``: runs of the same ids, each
+    folder's a millisecond after the one before (another machine's runs, not copies of them)."""
+    for k, folder in enumerate(folders):
         (storage / folder).mkdir(parents=True)
         for number, path in enumerate(sorted(GPU_BOUND.glob("*.json")), 1):
-            (storage / folder / f"{number:04d}_nightly.json").write_bytes(path.read_bytes())
+            data = json.loads(path.read_text())
+            data["datetime"] = (datetime.fromisoformat(data["datetime"]) + timedelta(milliseconds=k)).isoformat()
+            (storage / folder / f"{number:04d}_nightly.json").write_text(json.dumps(data))
 
 
 def test_accepting_a_run_accepts_its_file_not_another_folders_run_of_the_same_id(tmp_path, capsys):

@@ -404,3 +404,25 @@ def test_another_projects_benchmarks_or_an_unreadable_file_of_another_folder_do_
     assert code == cli.OK and out.startswith(f"gate: {ids[3]}"), out + err
     code, out, err = run_cli(capsys, "advise", "--p99-within", "2x", "--storage", tmp_path)  # runs saved: not "none"
     assert code == cli.NOTHING_TO_READ and f"none of the runs read ({ids[3]}) has a serving job" in err, out + err
+
+
+def test_a_run_copied_within_the_storage_is_counted_once_and_the_copy_named(tmp_path, capsys):
+    """An ``archive/`` folder of copies, a link to a run file: one run saved twice weighed twice in a baseline."""
+    ids = save_runs(tmp_path, [1000.0] * 4)
+    folder = tmp_path / "Linux-CPython-3.12-64bit"
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    shutil.copy(folder / f"{ids[0]}.json", archive)  # written later: the copy
+    shutil.copy2(folder / f"{ids[1]}.json", archive)
+    os.utime(archive / f"{ids[1]}.json", ns=(10**18, 10**18))  # the older file: kept, the machine folder's a copy
+    (tmp_path / "linked.json").symlink_to(folder / f"{ids[2]}.json")
+    code, out, err = run_cli(capsys, "gate", folder / f"{ids[3]}.json", "--storage", tmp_path, "--format", "json",
+                             "--min-runs", "3")
+    assert code == cli.OK and [row["baseline_runs"] for row in json.loads(out)] == [ids[:3]], out + err
+    assert "3 run(s) left out of the history" in err and f"a copy of {folder / ids[0]}.json" in err, err
+    assert f"a copy of {archive / ids[1]}.json" in err, err
+    # forgetting the run kept forgets it: its copy is not counted in its place
+    assert run_cli(capsys, "forget", ids[0], "--storage", tmp_path)[0] == cli.OK
+    code, out, err = run_cli(capsys, "gate", folder / f"{ids[3]}.json", "--storage", tmp_path, "--format", "json",
+                             "--min-runs", "2")
+    assert [row["baseline_runs"] for row in json.loads(out)] == [ids[1:3]], out + err

@@ -228,8 +228,9 @@ def robust_baseline(current: RunSample, chosen: list[RunSample], policy: Policy
     notes: list[str] = []
     terms = terms_of(current)
     usual = Usual.of(chosen)
-    left_out = {r.run_id: why for r in chosen if (why := signature(r, usual))}
-    steady = [r for r in chosen if r.run_id not in left_out]
+    whys = [signature(r, usual) for r in chosen]
+    left_out = {r.run_id: why for r, why in zip(chosen, whys) if why}
+    steady = [r for r, why in zip(chosen, whys) if not why]  # by run, not id: machine folders share ids
     start = changepoints.level_start([r.log_mean for r in steady], min_runs=max(policy.min_runs, 2))
     accepted = max((i for i, r in enumerate(steady) if r.accepted), default=0)
     if accepted and accepted >= start:  # a person's word on where the level starts outranks a shift before it

@@ -541,6 +541,9 @@ def test_one_disturbed_run_does_not_blind_the_gate_and_is_named():
     assert "b-bad" not in verdict.baseline_runs and any("b-bad" in note for note in verdict.notes)
 
     assert "1 disturbed run(s) left out: b-bad" in gate_table.table([("s", verdict.to_dict())])
+    # another machine folder's steady run of the disturbed run's id (one --benchmark-save name) stays in
+    same_id = gate.decide(slowed, history + [dataclass_replace(steady[0], run_id="b-bad")])
+    assert same_id.baseline_runs.count("b-bad") == 1 and set(same_id.left_out) == {"b-bad"}, same_id
     # without the rules the same history could not tell: its spread is the disturbed run's
     gate_without = gate.decide(slowed, [dataclass_replace(r, power_capped_share=None) for r in history],
                                gate.Policy(min_runs=5))

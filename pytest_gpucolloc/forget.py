@@ -53,6 +53,19 @@ def read(root: Path, file: str = FILE) -> dict[str, tuple[str, str]]:
     return {key: (when, why) for key, when, why in rows}
 
 
+def read_beside(root: Path, file: str = FILE) -> dict[str, tuple[str, str]]:
+    """``read``, with the runs under ``root`` that the list of the folder above names, or a machine folder's list
+    below names: the list is kept where the storage was named (``--storage .benchmarks``), and a machine folder
+    named as the storage (``gate .benchmarks/Linux-...``) is still read with it, and the other way round."""
+    root = Path(root).resolve()
+    above = f"{root.name}/"
+    entries = {key.removeprefix(above): value for key, value in read(root.parent, file).items()
+               if key.startswith(above)}
+    for folder in (p for p in root.iterdir() if p.is_dir() and (p / file).is_file()) if root.is_dir() else ():
+        entries.update((f"{folder.name}/{key}", value) for key, value in read(folder, file).items())
+    return entries | read(root, file)
+
+
 def entry(entries: dict[str, tuple[str, str]], root: Path, path: Path) -> tuple[str, str] | None:
     """(when, why) of the run at ``path`` on the list, or None when it is not on it."""
     return entries.get(_key(root, path)) if entries else None

@@ -118,8 +118,8 @@ def experiment(run: SavedRun) -> str | None:
 
 def why_left_out(root: Path, run: SavedRun, forgotten: dict | None = None) -> str | None:
     """Why the saved ``run`` under the storage ``root`` is not a run of its history (None: it is): an experiment,
-    or a run the user set aside. ``forgotten``: ``forget.read(root)``, when already read."""
-    return experiment(run) or forget.why(forget.read(root) if forgotten is None else forgotten, root, run.path)
+    or a run the user set aside. ``forgotten``: ``forget.read_beside(root)``, when already read."""
+    return experiment(run) or forget.why(forget.read_beside(root) if forgotten is None else forgotten, root, run.path)
 
 
 def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | None = None, datetime: str = "",
@@ -263,7 +263,7 @@ def load(root: Path, use_index: bool | None = None) -> History:
     if not root.exists():
         return history
     found, history.problems = index.walk(root)
-    forgotten, accepted = forget.read(root), forget.read(root, forget.ACCEPTED)
+    forgotten, accepted = forget.read_beside(root), forget.read_beside(root, forget.ACCEPTED)
     readable: list[tuple[index.Found, SavedRun]] = []  # runs with scenarios, as found
     with index.opened(root, len(found) >= INDEX_FROM if use_index is None else use_index) as kept:
         fresh, keep = {}, set()

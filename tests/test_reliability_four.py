@@ -426,3 +426,21 @@ def test_a_run_copied_within_the_storage_is_counted_once_and_the_copy_named(tmp_
     code, out, err = run_cli(capsys, "gate", folder / f"{ids[3]}.json", "--storage", tmp_path, "--format", "json",
                              "--min-runs", "2")
     assert [row["baseline_runs"] for row in json.loads(out)] == [ids[1:3]], out + err
+
+
+def test_a_run_forgotten_is_left_out_whether_the_storage_or_its_machine_folder_is_named(tmp_path, capsys):
+    """`gate .benchmarks/Linux-...` (a storage folder named as the run) read no list kept in `.benchmarks`: a run set
+    aside was a baseline again; and a list kept in the machine folder was not read through `--storage .benchmarks`."""
+    ids = save_runs(tmp_path, [1000.0] * 5)
+    folder = tmp_path / "Linux-CPython-3.12-64bit"
+    assert run_cli(capsys, "forget", ids[0], "--storage", tmp_path)[0] == cli.OK
+    assert run_cli(capsys, "forget", ids[1], "--storage", folder)[0] == cli.OK
+    for storage in (tmp_path, folder):
+        code, out, err = run_cli(capsys, "gate", folder / f"{ids[4]}.json", "--storage", storage, "--format", "json",
+                                 "--min-runs", "2")
+        assert code == cli.OK and [row["baseline_runs"] for row in json.loads(out)] == [ids[2:4]], (storage, out, err)
+    code, out, err = run_cli(capsys, "gate", folder, "--format", "json", "--min-runs", "2")
+    assert code == cli.OK and [row["baseline_runs"] for row in json.loads(out)] == [ids[2:4]], out + err
+    for storage, prefix in ((tmp_path, f"{folder.name}/"), (folder, "")):  # --list: what the history leaves out
+        code, out, err = run_cli(capsys, "forget", "--list", "--storage", storage, "--format", "json")
+        assert [row["run"] for row in json.loads(out)] == [f"{prefix}{ids[0]}.json", f"{prefix}{ids[1]}.json"], out

@@ -281,7 +281,7 @@ def cmd_forget(args) -> int:
                            f"{args.command} {'--undo ' if args.undo else ''}RUN ...`", USAGE)
     root = existing_storage(args.storage)  # a mis-set --storage: its lists are not empty, they are not there
     if args.list or not args.runs:
-        listed = forget.read(root, file)
+        listed = forget.read_beside(root, file)  # as the history reads it
         keys = sorted(listed)  # in a terminal a run by its number; data keeps its path; data's missing reason: null
         terminal = args.format in ("table", "markdown")
         names = numbered([Path(key).stem for key in keys], keys) if terminal else keys

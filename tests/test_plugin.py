@@ -1,6 +1,7 @@
 """Plugin behaviour through real pytest runs (pytester), with real worker processes on the CPU."""
 import dataclasses
 import json
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -349,8 +350,10 @@ def test_a_run_slowed_on_purpose_is_judged_and_in_the_history_but_no_later_runs_
     assert all(row["baseline_runs"] == [loaded.runs[0].run_id] for row in json.loads(out)), out + err
     code, out, err = run_cli(capsys, "accept", "2", "--storage", storage)
     assert code == 2 and "slowed on purpose (--colloc-extra-step-every): it is never a baseline" in err, out + err
-    first = loaded.runs[0].path  # a run saved after it (the first again, as the third): judged without the slowed one
-    (first.parent / f"0003{first.name[4:]}").write_bytes(first.read_bytes())
+    first = loaded.runs[0].path  # a run saved after it (the first, an hour later, as the third): judged without it
+    third = json.loads(first.read_text())
+    third["datetime"] = (datetime.fromisoformat(third["datetime"]) + timedelta(hours=1)).isoformat()
+    (first.parent / f"0003{first.name[4:]}").write_text(json.dumps(third))
     code, out, err = run_cli(capsys, "gate", "--storage", storage, "--format", "json", "--min-runs", "1")
     rows = json.loads(out)
     assert all(row["baseline_runs"] == [loaded.runs[0].run_id] for row in rows), out + err

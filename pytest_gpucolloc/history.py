@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import itertools
 import json
 import math
@@ -21,6 +22,7 @@ from pathlib import Path
 from . import forget, index, machine, record, record_checks
 from .baseline import power_cap_share
 from .verdict import RunSample
+from .workloads import NAMED_WORKLOADS
 
 # What a scenario is judged and followed by: its throughput and, with a serving job, that job's latency at p50 and p99
 # beside its neighbours and alone at the same rate (its own yardstick); p90 is followed, not gated.
@@ -138,12 +140,24 @@ def sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | 
 
 
 def _jobs(scenario: record.ScenarioRecord) -> tuple[str, ...]:
-    """The workers' labels, sorted, a serving job's with its rate as asked (``record.service_as_asked``)."""
+    """The workers' labels, sorted, a serving job's with its rate as asked (``record.service_as_asked``), a user
+    factory's with the options it was called with: they are part of what the job computes, as its batch size is."""
     serving = scenario.serving or {}
     labels, label = list(scenario.workloads), serving.get("workload")
     if label in labels:
         labels[labels.index(label)] = record.service_as_asked(serving)
-    return tuple(sorted(labels))
+    return tuple(sorted(label + _options(worker.params) for label, worker in zip(labels, scenario.workers)))
+
+
+def _options(params: dict) -> str:
+    """A user factory's options as they name its job; none for a built-in workload (its label shows them) and never
+    the gate's own slowdown (``--colloc-extra-step-every``: judged against the same job's runs)."""
+    options = params.get("options") if params.get("model") not in NAMED_WORKLOADS else None
+    shown = {k: v for k, v in options.items() if k != "extra_step_every"} if isinstance(options, dict) else {}
+    text = json.dumps(shown, sort_keys=True, separators=(",", ":"))
+    if len(text) > 80:  # a note names it in a line: long options by their digest
+        text = f"{{options sha1 {hashlib.sha1(text.encode()).hexdigest()[:12]}}}"
+    return f" {text}" if shown else ""
 
 
 def latency_sample_of(scenario: record.ScenarioRecord, run_id: str, run_machine: dict | None = None,

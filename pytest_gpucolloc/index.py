@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 NAME = ".gpucolloc-index.sqlite3"
-SCHEMA = 8  # raise when what is stored changes: an index of another schema is built again
+SCHEMA = 9  # raise when what is stored changes: an index of another schema is built again
 MAX_DEPTH = 64  # folders below the storage; pytest-benchmark's own layout is one deep
 MAX_FILES = 1_000_000
 BUSY_S = 30.0  # another job writing the index: wait this long for it

@@ -374,9 +374,9 @@ def test_gate_fails_the_run_on_an_injected_slowdown(pytester, suite):
                                 "*test_tiny?cpu-naive-1?*no baseline*"])
     for _ in range(3):  # three runs make a baseline: a fourth, so that one left out as disturbed leaves three
         assert pytester.runpytest(*gated).ret == 0
-    # the same scenario, genuinely (about ten times) slower: with three or four baseline runs the t bound is wide, and
-    # one run disturbed by a busy CI machine must not hide the slowdown
-    suite(sleep=0.04)
+    # the same scenario, its code genuinely (about ten times) slower: with three or four baseline runs the t bound is
+    # wide, and one run disturbed by a busy CI machine must not hide the slowdown
+    pytester.makepyfile(tiny_workload=TINY.replace("time.sleep(self.sleep)", "time.sleep(self.sleep * 10)"))
     slow = pytester.runpytest(*gated, "--colloc-gate-report=gate.md")
     assert slow.ret == pytest.ExitCode.TESTS_FAILED
     slow.stdout.fnmatch_lines(["*gpucolloc gate: 1 regressed of 1*",
@@ -552,3 +552,21 @@ def test_b_interrupted():
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*gpucolloc gate: interrupted before any scenario was judged*"])
     assert "the gate did not pass" not in result.stdout.str()
+
+
+def test_a_users_factory_called_with_other_options_starts_its_own_history(pytester, suite, capsys):
+    """Options are part of what a user's job computes, as its batch size is: a run of other options is not judged
+    against the old ones' runs (it was: a deeper model read as a regression of the shallower one)."""
+    gated = ["--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-autosave", "--colloc-gate", "-k", "naive-1", *FAST]
+    suite(sleep=0.002)
+    for _ in range(3):  # a baseline
+        assert pytester.runpytest(*gated).ret == 0
+    suite(sleep=0.02)  # ten times the sleep per step: judged against the runs above, a regression
+    other = pytester.runpytest(*gated)
+    assert other.ret == 0, other.stdout.str()
+    other.stdout.fnmatch_lines(["*test_tiny?cpu-naive-1?*no baseline*"])
+    capsys.readouterr()
+    code, out, err = run_cli(capsys, "gate", "--storage", pytester.path / ".benchmarks", "--format", "json")
+    notes = " ".join(note for row in json.loads(out) for note in row["notes"])
+    assert code == 0 and '3 run(s) of other jobs under this test id left out (tiny_workload:factory/bs4 {"sleep":0.002}; ' \
+        'now tiny_workload:factory/bs4 {"sleep":0.02})' in notes, out + err

@@ -57,7 +57,7 @@ def read_beside(root: Path, file: str = FILE) -> dict[str, tuple[str, str]]:
     """``read``, with the runs under ``root`` that the list of the folder above names, or a machine folder's list
     below names: the list is kept where the storage was named (``--storage .benchmarks``), and a machine folder
     named as the storage (``gate .benchmarks/Linux-...``) is still read with it, and the other way round."""
-    root = Path(root).resolve()
+    root = Path(os.path.abspath(root))  # not resolved: a machine folder linked in lies under the storage named
     above = f"{root.name}/"
     entries = {key.removeprefix(above): value for key, value in read(root.parent, file).items()
                if key.startswith(above)}

@@ -428,11 +428,17 @@ def test_a_run_copied_within_the_storage_is_counted_once_and_the_copy_named(tmp_
     assert [row["baseline_runs"] for row in json.loads(out)] == [ids[1:3]], out + err
 
 
-def test_a_run_forgotten_is_left_out_whether_the_storage_or_its_machine_folder_is_named(tmp_path, capsys):
+@pytest.mark.parametrize("linked", [False, True])
+def test_a_run_forgotten_is_left_out_whether_the_storage_or_its_machine_folder_is_named(tmp_path, capsys, linked,
+                                                                                        tmp_path_factory):
     """`gate .benchmarks/Linux-...` (a storage folder named as the run) read no list kept in `.benchmarks`: a run set
-    aside was a baseline again; and a list kept in the machine folder was not read through `--storage .benchmarks`."""
+    aside was a baseline again; and a list kept in the machine folder was not read through `--storage .benchmarks`.
+    ``linked``: the machine folder kept elsewhere and linked in (its list was looked for in the folder above its
+    target)."""
     ids = save_runs(tmp_path, [1000.0] * 5)
     folder = tmp_path / "Linux-CPython-3.12-64bit"
+    if linked:
+        folder.symlink_to(shutil.move(folder, tmp_path_factory.mktemp("elsewhere")))
     assert run_cli(capsys, "forget", ids[0], "--storage", tmp_path)[0] == cli.OK
     assert run_cli(capsys, "forget", ids[1], "--storage", folder)[0] == cli.OK
     for storage in (tmp_path, folder):

@@ -293,14 +293,18 @@ def load(root: Path, use_index: bool | None = None) -> History:
     history.left_out += [(copy, f"a copy of {original.path} (one run saved twice): counted once")
                          for copy, original in copies]
     copied = {id(copy) for copy, _ in copies}
+    files: dict[int, list[Path]] = {}  # the run counted -> its files: a list names the run by any of them
+    for copy, original in copies:
+        files.setdefault(id(original), [original.path]).append(copy.path)
     for _, run in readable:
         if id(run) in copied:
             continue
-        if why := why_left_out(root, run, forgotten):
+        paths = files.get(id(run), [run.path])
+        if why := experiment(run) or next(filter(None, (forget.why(forgotten, root, p) for p in paths)), None):
             history.left_out.append((run, why))
         else:
             history.runs.append(run)
-            if (entry := forget.entry(accepted, root, run.path)) is not None:
+            if (entry := next(filter(None, (forget.entry(accepted, root, p) for p in paths)), None)) is not None:
                 history.accepted[run.path] = entry[0]
     history.runs = in_saved_order(history.runs)
     return history

@@ -450,3 +450,20 @@ def test_a_run_forgotten_is_left_out_whether_the_storage_or_its_machine_folder_i
     for storage, prefix in ((tmp_path, f"{folder.name}/"), (folder, "")):  # --list: what the history leaves out
         code, out, err = run_cli(capsys, "forget", "--list", "--storage", storage, "--format", "json")
         assert [row["run"] for row in json.loads(out)] == [f"{prefix}{ids[0]}.json", f"{prefix}{ids[1]}.json"], out
+
+
+def test_a_run_set_aside_by_any_of_its_files_is_left_out(tmp_path, capsys):
+    """A run forgotten by its copy's file stayed in the history through the file counted in its place; and a run
+    forgotten before it was copied came back where the copy was the file counted (the run's own file touched since)."""
+    ids = save_runs(tmp_path, [1000.0] * 5)
+    folder = tmp_path / "Linux-CPython-3.12-64bit"
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    assert run_cli(capsys, "forget", ids[1], "--storage", tmp_path)[0] == cli.OK
+    for run_id in ids[:2]:
+        shutil.copy2(folder / f"{run_id}.json", archive)
+    os.utime(folder / f"{ids[1]}.json")  # touched: its copy in archive/ is now the older file, counted
+    assert run_cli(capsys, "forget", archive / f"{ids[0]}.json", "--storage", tmp_path)[0] == cli.OK
+    code, out, err = run_cli(capsys, "gate", folder / f"{ids[4]}.json", "--storage", tmp_path, "--format", "json",
+                             "--min-runs", "2")
+    assert code == cli.OK and [row["baseline_runs"] for row in json.loads(out)] == [ids[2:4]], out + err

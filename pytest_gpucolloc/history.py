@@ -312,14 +312,15 @@ def load(root: Path, use_index: bool | None = None) -> History:
 
 def _copies(readable: list[tuple[index.Found, SavedRun]]) -> list[tuple[SavedRun, SavedRun]]:
     """Each run that another file holds too (an ``archive/`` folder, a link to a run), with the one kept: the oldest
-    file (a copy is written later), else the first found; a run counted twice would weigh twice in a baseline."""
+    file (a copy is written later), a file before a link of its time, else the first found; counted twice, a run
+    would weigh twice in a baseline."""
     kept: dict[tuple, tuple[index.Found, SavedRun]] = {}
     copies: list[tuple[SavedRun, tuple]] = []
     for file, run in readable:
         key = (run.datetime, run.commit, tuple((name, run.level(name)) for name in run.scenarios))
         seen = kept.setdefault(key, (file, run))
         if seen[1] is not run:
-            if file.mtime_ns < seen[0].mtime_ns:  # this file is the older: the one seen is the copy
+            if (file.mtime_ns, file.path.is_symlink()) < (seen[0].mtime_ns, seen[0].path.is_symlink()):
                 kept[key], (file, run) = (file, run), seen
             copies.append((run, key))
     return [(copy, kept[key][1]) for copy, key in copies]

@@ -467,3 +467,19 @@ def test_a_run_set_aside_by_any_of_its_files_is_left_out(tmp_path, capsys):
     code, out, err = run_cli(capsys, "gate", folder / f"{ids[4]}.json", "--storage", tmp_path, "--format", "json",
                              "--min-runs", "2")
     assert code == cli.OK and [row["baseline_runs"] for row in json.loads(out)] == [ids[2:4]], out + err
+
+
+def test_a_link_to_a_run_is_its_copy_and_the_run_keeps_its_name(tmp_path, capsys):
+    """A link sharing its file's time, sorted before it, was the file counted: the run was named by the link, and
+    `forget` of the run by its id set aside the file taken as the copy, leaving the run in the history."""
+    ids = save_runs(tmp_path, [1000.0] * 5)
+    folder = tmp_path / "Linux-CPython-3.12-64bit"
+    (tmp_path / "Baseline.json").symlink_to(folder / f"{ids[1]}.json")
+    code, out, err = run_cli(capsys, "gate", folder / f"{ids[4]}.json", "--storage", tmp_path, "--format", "json",
+                             "--min-runs", "2")
+    assert [row["baseline_runs"] for row in json.loads(out)] == [ids[:4]], out + err
+    assert f"Baseline (a copy of {folder / ids[1]}.json" in err, err
+    assert run_cli(capsys, "forget", ids[1], "--storage", tmp_path)[0] == cli.OK
+    code, out, err = run_cli(capsys, "gate", folder / f"{ids[4]}.json", "--storage", tmp_path, "--format", "json",
+                             "--min-runs", "2")
+    assert [row["baseline_runs"] for row in json.loads(out)] == [[ids[0], *ids[2:4]]], out + err

@@ -187,6 +187,7 @@ class History:
     empty: list[SavedRun] = field(default_factory=list)  # saved files holding no scenario of this plugin
     unreadable: list[Path] = field(default_factory=list)  # saved files skipped as unreadable (in ``problems``)
     accepted: dict[Path, str] = field(default_factory=dict)  # run's file (not id: folders share ids) -> when accepted
+    copies: dict[Path, SavedRun] = field(default_factory=dict)  # a copy's file -> the run counted in its place
 
     def samples(self, fullname: str, exclude: Collection[Path] = frozenset(), metric: str = "throughput",
                 last: int | None = None) -> list[RunSample]:
@@ -292,12 +293,12 @@ def load(root: Path, use_index: bool | None = None) -> History:
     copies = _copies(readable)
     history.left_out += [(copy, f"a copy of {original.path} (one run saved twice): counted once")
                          for copy, original in copies]
-    copied = {id(copy) for copy, _ in copies}
+    history.copies = {copy.path: original for copy, original in copies}
     files: dict[int, list[Path]] = {}  # the run counted -> its files: a list names the run by any of them
     for copy, original in copies:
         files.setdefault(id(original), [original.path]).append(copy.path)
     for _, run in readable:
-        if id(run) in copied:
+        if run.path in history.copies:
             continue
         paths = files.get(id(run), [run.path])
         if why := experiment(run) or next(filter(None, (forget.why(forgotten, root, p) for p in paths)), None):

@@ -483,3 +483,11 @@ def test_a_link_to_a_run_is_its_copy_and_the_run_keeps_its_name(tmp_path, capsys
     code, out, err = run_cli(capsys, "gate", folder / f"{ids[4]}.json", "--storage", tmp_path, "--format", "json",
                              "--min-runs", "2")
     assert [row["baseline_runs"] for row in json.loads(out)] == [[ids[0], *ids[2:4]]], out + err
+
+
+def test_a_copy_named_to_the_gate_is_not_judged_against_its_own_run(tmp_path, capsys):
+    ids = save_runs(tmp_path, [1000.0] * 5)
+    (tmp_path / "archive").mkdir()
+    copy = shutil.copy(tmp_path / "Linux-CPython-3.12-64bit" / f"{ids[4]}.json", tmp_path / "archive")
+    code, out, err = run_cli(capsys, "gate", copy, "--storage", tmp_path, "--format", "json", "--min-runs", "2")
+    assert code == cli.OK and [row["baseline_runs"] for row in json.loads(out)] == [ids[:4]], out + err

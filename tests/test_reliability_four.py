@@ -491,3 +491,25 @@ def test_a_copy_named_to_the_gate_is_not_judged_against_its_own_run(tmp_path, ca
     copy = shutil.copy(tmp_path / "Linux-CPython-3.12-64bit" / f"{ids[4]}.json", tmp_path / "archive")
     code, out, err = run_cli(capsys, "gate", copy, "--storage", tmp_path, "--format", "json", "--min-runs", "2")
     assert code == cli.OK and [row["baseline_runs"] for row in json.loads(out)] == [ids[:4]], out + err
+
+
+def test_a_folder_of_the_storage_its_user_may_not_enter_is_named_and_the_runs_judged(tmp_path):
+    """lost+found at the top of a disk: reading the lists beside the runs failed on it, and every command said it
+    could not write its output (exit 4)."""
+    ids = save_runs(tmp_path, [1000.0] * 4)
+    closed = tmp_path / "lost+found"
+    closed.mkdir(mode=0o700)
+    prefix = []
+    if os.geteuid() == 0:  # root passes every permission check: the folder another user's, root's override dropped
+        if not shutil.which("setpriv"):
+            pytest.skip("as root, setpriv runs the command without root's right to read any folder")
+        os.chown(closed, 65534, 65534)
+        prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    else:
+        closed.chmod(0)
+    done = subprocess.run([*prefix, sys.executable, "-m", "pytest_gpucolloc.cli", "gate", "--storage", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    closed.chmod(0o700)
+    assert done.returncode == cli.OK and done.stdout.startswith(f"gate: {ids[3]}"), done.stdout + done.stderr
+    assert f"{closed}: skipped (PermissionError" in done.stderr, done.stderr

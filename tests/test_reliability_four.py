@@ -513,3 +513,16 @@ def test_a_folder_of_the_storage_its_user_may_not_enter_is_named_and_the_runs_ju
     closed.chmod(0o700)
     assert done.returncode == cli.OK and done.stdout.startswith(f"gate: {ids[3]}"), done.stdout + done.stderr
     assert f"{closed}: skipped (PermissionError" in done.stderr, done.stderr
+
+
+def test_a_damaged_list_in_a_machine_folder_is_a_usage_error_before_anything_runs(pytester):
+    """It was read at the session's start, after the usage checks: an internal error with a traceback."""
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
+    folder = pytester.path / ".benchmarks" / "Linux-CPython-3.12-64bit"
+    folder.mkdir(parents=True)
+    (folder / "gpucolloc-forgotten.tsv").write_bytes(bytes(range(256)) * 4)
+    done = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", "-k", "naive-1", *FAST)
+    assert done.ret == pytest.ExitCode.USAGE_ERROR
+    done.stderr.fnmatch_lines([f"*{folder}/gpucolloc-forgotten.tsv is not a list of runs that pytest-gpucolloc can "
+                               "read*"])

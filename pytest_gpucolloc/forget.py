@@ -57,11 +57,12 @@ def read_beside(root: Path, file: str = FILE) -> dict[str, tuple[str, str]]:
     """``read``, with the runs under ``root`` that the list of the folder above names, or a machine folder's list
     below names: the list is kept where the storage was named (``--storage .benchmarks``), and a machine folder
     named as the storage (``gate .benchmarks/Linux-...``) is still read with it, and the other way round."""
-    root = Path(root).resolve()
+    root = Path(os.path.abspath(root))  # not resolved: a machine folder linked in lies under the storage named
     above = f"{root.name}/"
     entries = {key.removeprefix(above): value for key, value in read(root.parent, file).items()
                if key.startswith(above)}
-    for folder in (p for p in root.iterdir() if p.is_dir() and (p / file).is_file()) if root.is_dir() else ():
+    # os.path's tests: a folder this user may not enter (lost+found) holds no list; the history's walk names it
+    for folder in (p for p in root.iterdir() if os.path.isfile(p / file)) if root.is_dir() else ():
         entries.update((f"{folder.name}/{key}", value) for key, value in read(folder, file).items())
     return entries | read(root, file)
 

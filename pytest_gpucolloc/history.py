@@ -201,6 +201,7 @@ class History:
     empty: list[SavedRun] = field(default_factory=list)  # saved files holding no scenario of this plugin
     unreadable: list[Path] = field(default_factory=list)  # saved files skipped as unreadable (in ``problems``)
     accepted: dict[Path, str] = field(default_factory=dict)  # run's file (not id: folders share ids) -> when accepted
+    copies: dict[Path, SavedRun] = field(default_factory=dict)  # a copy's file -> the run counted in its place
 
     def samples(self, fullname: str, exclude: Collection[Path] = frozenset(), metric: str = "throughput",
                 last: int | None = None) -> list[RunSample]:
@@ -306,15 +307,19 @@ def load(root: Path, use_index: bool | None = None) -> History:
     copies = _copies(readable)
     history.left_out += [(copy, f"a copy of {original.path} (one run saved twice): counted once")
                          for copy, original in copies]
-    copied = {id(copy) for copy, _ in copies}
+    history.copies = {copy.path: original for copy, original in copies}
+    files: dict[int, list[Path]] = {}  # the run counted -> its files: a list names the run by any of them
+    for copy, original in copies:
+        files.setdefault(id(original), [original.path]).append(copy.path)
     for _, run in readable:
-        if id(run) in copied:
+        if run.path in history.copies:
             continue
-        if why := why_left_out(root, run, forgotten):
+        paths = files.get(id(run), [run.path])
+        if why := experiment(run) or next(filter(None, (forget.why(forgotten, root, p) for p in paths)), None):
             history.left_out.append((run, why))
         else:
             history.runs.append(run)
-            if (entry := forget.entry(accepted, root, run.path)) is not None:
+            if (entry := next(filter(None, (forget.entry(accepted, root, p) for p in paths)), None)) is not None:
                 history.accepted[run.path] = entry[0]
     history.runs = in_saved_order(history.runs)
     return history
@@ -322,14 +327,15 @@ def load(root: Path, use_index: bool | None = None) -> History:
 
 def _copies(readable: list[tuple[index.Found, SavedRun]]) -> list[tuple[SavedRun, SavedRun]]:
     """Each run that another file holds too (an ``archive/`` folder, a link to a run), with the one kept: the oldest
-    file (a copy is written later), else the first found; a run counted twice would weigh twice in a baseline."""
+    file (a copy is written later), a file before a link of its time, else the first found; counted twice, a run
+    would weigh twice in a baseline."""
     kept: dict[tuple, tuple[index.Found, SavedRun]] = {}
     copies: list[tuple[SavedRun, tuple]] = []
     for file, run in readable:
         key = (run.datetime, run.commit, tuple((name, run.level(name)) for name in run.scenarios))
         seen = kept.setdefault(key, (file, run))
         if seen[1] is not run:
-            if file.mtime_ns < seen[0].mtime_ns:  # this file is the older: the one seen is the copy
+            if (file.mtime_ns, file.path.is_symlink()) < (seen[0].mtime_ns, seen[0].path.is_symlink()):
                 kept[key], (file, run) = (file, run), seen
             copies.append((run, key))
     return [(copy, kept[key][1]) for copy, key in copies]

@@ -172,7 +172,7 @@ class CollocSession:
                                      "gate could never judge")
                 if (root := benchmark_api.storage_path(config.getoption("benchmark_storage", None))) is not None:
                     for listed in (forget.FILE, forget.ACCEPTED):  # a damaged list said now, not after measuring
-                        forget.read(root, listed)
+                        forget.read_beside(root, listed)  # as the history reads them
         except (ValueError, DeviceUnavailable) as exc:
             raise pytest.UsageError(str(exc)) from None
 

@@ -428,11 +428,17 @@ def test_a_run_copied_within_the_storage_is_counted_once_and_the_copy_named(tmp_
     assert [row["baseline_runs"] for row in json.loads(out)] == [ids[1:3]], out + err
 
 
-def test_a_run_forgotten_is_left_out_whether_the_storage_or_its_machine_folder_is_named(tmp_path, capsys):
+@pytest.mark.parametrize("linked", [False, True])
+def test_a_run_forgotten_is_left_out_whether_the_storage_or_its_machine_folder_is_named(tmp_path, capsys, linked,
+                                                                                        tmp_path_factory):
     """`gate .benchmarks/Linux-...` (a storage folder named as the run) read no list kept in `.benchmarks`: a run set
-    aside was a baseline again; and a list kept in the machine folder was not read through `--storage .benchmarks`."""
+    aside was a baseline again; and a list kept in the machine folder was not read through `--storage .benchmarks`.
+    ``linked``: the machine folder kept elsewhere and linked in (its list was looked for in the folder above its
+    target)."""
     ids = save_runs(tmp_path, [1000.0] * 5)
     folder = tmp_path / "Linux-CPython-3.12-64bit"
+    if linked:
+        folder.symlink_to(shutil.move(folder, tmp_path_factory.mktemp("elsewhere")))
     assert run_cli(capsys, "forget", ids[0], "--storage", tmp_path)[0] == cli.OK
     assert run_cli(capsys, "forget", ids[1], "--storage", folder)[0] == cli.OK
     for storage in (tmp_path, folder):
@@ -444,3 +450,79 @@ def test_a_run_forgotten_is_left_out_whether_the_storage_or_its_machine_folder_i
     for storage, prefix in ((tmp_path, f"{folder.name}/"), (folder, "")):  # --list: what the history leaves out
         code, out, err = run_cli(capsys, "forget", "--list", "--storage", storage, "--format", "json")
         assert [row["run"] for row in json.loads(out)] == [f"{prefix}{ids[0]}.json", f"{prefix}{ids[1]}.json"], out
+
+
+def test_a_run_set_aside_by_any_of_its_files_is_left_out(tmp_path, capsys):
+    """A run forgotten by its copy's file stayed in the history through the file counted in its place; and a run
+    forgotten before it was copied came back where the copy was the file counted (the run's own file touched since)."""
+    ids = save_runs(tmp_path, [1000.0] * 5)
+    folder = tmp_path / "Linux-CPython-3.12-64bit"
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    assert run_cli(capsys, "forget", ids[1], "--storage", tmp_path)[0] == cli.OK
+    for run_id in ids[:2]:
+        shutil.copy2(folder / f"{run_id}.json", archive)
+    os.utime(folder / f"{ids[1]}.json")  # touched: its copy in archive/ is now the older file, counted
+    assert run_cli(capsys, "forget", archive / f"{ids[0]}.json", "--storage", tmp_path)[0] == cli.OK
+    code, out, err = run_cli(capsys, "gate", folder / f"{ids[4]}.json", "--storage", tmp_path, "--format", "json",
+                             "--min-runs", "2")
+    assert code == cli.OK and [row["baseline_runs"] for row in json.loads(out)] == [ids[2:4]], out + err
+
+
+def test_a_link_to_a_run_is_its_copy_and_the_run_keeps_its_name(tmp_path, capsys):
+    """A link sharing its file's time, sorted before it, was the file counted: the run was named by the link, and
+    `forget` of the run by its id set aside the file taken as the copy, leaving the run in the history."""
+    ids = save_runs(tmp_path, [1000.0] * 5)
+    folder = tmp_path / "Linux-CPython-3.12-64bit"
+    (tmp_path / "Baseline.json").symlink_to(folder / f"{ids[1]}.json")
+    code, out, err = run_cli(capsys, "gate", folder / f"{ids[4]}.json", "--storage", tmp_path, "--format", "json",
+                             "--min-runs", "2")
+    assert [row["baseline_runs"] for row in json.loads(out)] == [ids[:4]], out + err
+    assert f"Baseline (a copy of {folder / ids[1]}.json" in err, err
+    assert run_cli(capsys, "forget", ids[1], "--storage", tmp_path)[0] == cli.OK
+    code, out, err = run_cli(capsys, "gate", folder / f"{ids[4]}.json", "--storage", tmp_path, "--format", "json",
+                             "--min-runs", "2")
+    assert [row["baseline_runs"] for row in json.loads(out)] == [[ids[0], *ids[2:4]]], out + err
+
+
+def test_a_copy_named_to_the_gate_is_not_judged_against_its_own_run(tmp_path, capsys):
+    ids = save_runs(tmp_path, [1000.0] * 5)
+    (tmp_path / "archive").mkdir()
+    copy = shutil.copy(tmp_path / "Linux-CPython-3.12-64bit" / f"{ids[4]}.json", tmp_path / "archive")
+    code, out, err = run_cli(capsys, "gate", copy, "--storage", tmp_path, "--format", "json", "--min-runs", "2")
+    assert code == cli.OK and [row["baseline_runs"] for row in json.loads(out)] == [ids[:4]], out + err
+
+
+def test_a_folder_of_the_storage_its_user_may_not_enter_is_named_and_the_runs_judged(tmp_path):
+    """lost+found at the top of a disk: reading the lists beside the runs failed on it, and every command said it
+    could not write its output (exit 4)."""
+    ids = save_runs(tmp_path, [1000.0] * 4)
+    closed = tmp_path / "lost+found"
+    closed.mkdir(mode=0o700)
+    prefix = []
+    if os.geteuid() == 0:  # root passes every permission check: the folder another user's, root's override dropped
+        if not shutil.which("setpriv"):
+            pytest.skip("as root, setpriv runs the command without root's right to read any folder")
+        os.chown(closed, 65534, 65534)
+        prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    else:
+        closed.chmod(0)
+    done = subprocess.run([*prefix, sys.executable, "-m", "pytest_gpucolloc.cli", "gate", "--storage", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    closed.chmod(0o700)
+    assert done.returncode == cli.OK and done.stdout.startswith(f"gate: {ids[3]}"), done.stdout + done.stderr
+    assert f"{closed}: skipped (PermissionError" in done.stderr, done.stderr
+
+
+def test_a_damaged_list_in_a_machine_folder_is_a_usage_error_before_anything_runs(pytester):
+    """It was read at the session's start, after the usage checks: an internal error with a traceback."""
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
+    folder = pytester.path / ".benchmarks" / "Linux-CPython-3.12-64bit"
+    folder.mkdir(parents=True)
+    (folder / "gpucolloc-forgotten.tsv").write_bytes(bytes(range(256)) * 4)
+    done = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", "-k", "naive-1", *FAST)
+    assert done.ret == pytest.ExitCode.USAGE_ERROR
+    done.stderr.fnmatch_lines([f"*{folder}/gpucolloc-forgotten.tsv is not a list of runs that pytest-gpucolloc can "
+                               "read*"])

@@ -126,9 +126,11 @@ def cmd_gate(args) -> int:
     # Judge the run as the gate would have when it was made: against the runs saved before it, in the history's
     # order (a file named from elsewhere placed in it as the history places runs), by file: folders share run ids
     itself = run.path.resolve()
-    stored = [r for r in loaded.runs if r.path.resolve() == itself]  # the run as the history holds it, if it does
+    # a copy named: the run counted in its place is the run itself, never its own baseline
+    kept = next((r for path, r in loaded.copies.items() if path.resolve() == itself), None)
+    stored = [r for r in loaded.runs if r.path.resolve() == itself or r is kept]  # the run as the history holds it
     ordered = loaded.runs if stored else history.in_saved_order([*loaded.runs, run])
-    at = next(i for i, r in enumerate(ordered) if r.path.resolve() == itself)
+    at = next(i for i, r in enumerate(ordered) if r.path.resolve() == itself or r is kept)
     excluded = {r.path for r in ordered[at:]}
     # a scenario whose marker leaves it to paired A/B is not judged here either, as the pytest gate does not
     left = [name for name, scenario in run.scenarios.items() if scenario.gate_by == "ab"]

@@ -16,6 +16,7 @@ from .forkserver import close_shared
 from .modes import MODES, ModeFailed, ModeUnavailable
 from .modes.sequential import SequentialMode
 from .pool import WorkerFailed
+from .samples import latency_sample_of, sample_of
 from .scenario import (
     Pairing,
     ScenarioFailed,
@@ -298,10 +299,10 @@ class CollocateFixture:
         remeasured: list[str] = []
         while True:
             judged = record.read(record.write(result))  # judged as it will be saved
-            current = history.sample_of(judged, "current")
+            current = sample_of(judged, "current")
             verdict = gate.decide(current, saved, context.policy, references)
             for metric in history.LATENCY:
-                latency = history.latency_sample_of(judged, "current", metric=metric)
+                latency = latency_sample_of(judged, "current", metric=metric)
                 if latency is not None:
                     saved_latency = loaded.samples(self.node.nodeid, metric=metric, last=last)
                     with_latency(verdict, gate.decide(latency, saved_latency, context.policy))

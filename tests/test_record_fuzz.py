@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_gpucolloc import advisor, gate, history, record, report
+from pytest_gpucolloc import advisor, gate, history, record, report, samples
 from test_record import EARLY_V1, LATE_V1, measured
 
 FIELDS = record._SCENARIO_FIELDS + ("gpucolloc", "mode_facts", "cpu_placement")
@@ -72,7 +72,7 @@ def use(scenario: record.ScenarioRecord) -> None:
     """What the summary, the gate, the report and the advisor do with a record they are given."""
     report.table([("t", scenario)])
     report.time_spent([scenario], 1.0)
-    sample = history.sample_of(scenario, "r")
+    sample = samples.sample_of(scenario, "r")
     assert math.isfinite(sample.log_mean) and math.isfinite(sample.log_sd)
     gate.decide(sample, [sample] * 3, gate.Policy())
     assert isinstance(scenario.eager_on_gpu, bool) and isinstance(scenario.autotuned_on_gpu, bool)

@@ -116,12 +116,6 @@ def experiment(run: SavedRun) -> str | None:
     return None
 
 
-def why_left_out(root: Path, run: SavedRun, forgotten: dict | None = None) -> str | None:
-    """Why the saved ``run`` under the storage ``root`` is not a run of its history (None: it is): an experiment,
-    or a run the user set aside. ``forgotten``: ``forget.read_beside(root)``, when already read."""
-    return experiment(run) or forget.why(forget.read_beside(root) if forgotten is None else forgotten, root, run.path)
-
-
 def short_name(fullname: str) -> str:
     """The test's name as pytest-benchmark shows it: ``test_x[naive-2]`` of ``benchmarks/f.py::test_x[naive-2]``."""
     return fullname.split("::")[-1]

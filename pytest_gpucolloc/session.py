@@ -137,18 +137,15 @@ class CollocSession:
                                     f"'pytest-benchmark[elasticsearch]'; {supported}")
 
     def compare_with_history(self) -> None:
-        """``--benchmark-compare`` without a run compares with the latest run of the history, not an A/B arm's or one
-        set aside (``history.why_left_out``). Called before pytest-benchmark reads the option."""
+        """``--benchmark-compare`` without a run compares with the latest run of the history, not an A/B arm's, one
+        set aside (by any of its files) or a copy of another. Called before pytest-benchmark reads the option."""
         config = self.config
         root = benchmark_api.storage_path(config.getoption("benchmark_storage", None))
         if config.getoption("benchmark_compare", None) is not True or root is None:
             return
+        left_out = {run.path.resolve() for run, _ in history.load(root).left_out}  # indexed: thousands in a second
         for path in reversed(benchmark_api.latest_saved(root)):
-            try:
-                left_out = history.why_left_out(root, history.read_run(path))
-            except (OSError, ValueError):
-                left_out = None  # not this plugin's to judge: pytest-benchmark reads it as it would
-            if not left_out:
+            if path.resolve() not in left_out:  # a file not of this plugin too: pytest-benchmark reads it as it would
                 config.option.benchmark_compare = str(path)
                 return
 

@@ -122,6 +122,17 @@ def test_benchmark_compare_compares_with_the_latest_run_of_the_history(pytester)
     output = result.stdout.str() + result.stderr.str()
     assert "Comparing against benchmarks from: .benchmarks/" in output and "0002_ab-" not in output, output
     assert f"Comparing against benchmarks from: .benchmarks/{saved.parent.name}/{saved.name}" in output
+    # the latest run set aside through its copy's file (an archive kept with its times): still not compared with
+    later = {**json.loads(saved.read_text()), "datetime": "2099-01-01T00:00:00"}
+    (saved.parent / "0003_later.json").write_text(json.dumps(later))
+    (pytester.path / ".benchmarks" / "archive").mkdir()
+    copy = pytester.path / ".benchmarks" / "archive" / "0003_later.json"
+    copy.write_text(json.dumps(later))
+    os.utime(copy, ns=(10**18, 10**18))  # the older file: the one the history counts
+    assert forget.add(pytester.path / ".benchmarks", [copy])
+    result = pytester.runpytest(*ARGS, "--benchmark-compare")
+    output = result.stdout.str() + result.stderr.str()
+    assert f"Comparing against benchmarks from: .benchmarks/{saved.parent.name}/{saved.name}" in output, output
 
 
 def mark_regressed(root, run_ids: list[str], verdict: str = "regressed") -> None:

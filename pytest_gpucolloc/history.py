@@ -14,6 +14,7 @@ import functools
 import itertools
 import json
 import math
+import re
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from .verdict import RunSample
 # beside its neighbours and alone at the same rate (its own yardstick); p90 is followed, not gated.
 LATENCY = ("p50", "p99", "alone p50", "alone p99")
 METRICS = ("throughput", "p50", "p90", "p99", "alone p50", "alone p99")
+MACHINE_FOLDER = re.compile(r"[^-/]+-[^-/]+-\d+\.\d+-\d+bit")  # pytest-benchmark's machine id: system, Python, bits
 # The gate judges a scenario against its newest saved runs, this many times its baseline's runs at most
 # (gate.Policy.runs: 300 by default): its current level and the level shift that started it are found among them,
 # and the gate's cost stays the same however long the history grows.
@@ -255,15 +257,19 @@ def load(root: Path, use_index: bool | None = None) -> History:
 
 def _copies(readable: list[tuple[index.Found, SavedRun]]) -> list[tuple[SavedRun, SavedRun]]:
     """Each run that another file holds too (an ``archive/`` folder, a link to a run), with the one kept: the oldest
-    file (a copy is written later), a file before a link of its time, else the first found; counted twice, a run
-    would weigh twice in a baseline."""
+    file (a copy is written later), of one time (``cp -a``) a file before a link and one in a folder pytest-benchmark
+    names (``Linux-CPython-3.12-64bit``) before another, else the first found; counted twice, a run would weigh twice
+    in a baseline."""
+    def rank(file: index.Found) -> tuple:
+        return file.mtime_ns, file.path.is_symlink(), not MACHINE_FOLDER.fullmatch(file.path.parent.name)
+
     kept: dict[tuple, tuple[index.Found, SavedRun]] = {}
     copies: list[tuple[SavedRun, tuple]] = []
     for file, run in readable:
         key = (run.datetime, run.commit, tuple((name, run.level(name)) for name in run.scenarios))
         seen = kept.setdefault(key, (file, run))
         if seen[1] is not run:
-            if (file.mtime_ns, file.path.is_symlink()) < (seen[0].mtime_ns, seen[0].path.is_symlink()):
+            if rank(file) < rank(seen[0]):
                 kept[key], (file, run) = (file, run), seen
             copies.append((run, key))
     return [(copy, kept[key][1]) for copy, key in copies]

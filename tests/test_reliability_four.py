@@ -426,6 +426,10 @@ def test_a_run_copied_within_the_storage_is_counted_once_and_the_copy_named(tmp_
     code, out, err = run_cli(capsys, "gate", folder / f"{ids[3]}.json", "--storage", tmp_path, "--format", "json",
                              "--min-runs", "2")
     assert [row["baseline_runs"] for row in json.loads(out)] == [ids[1:3]], out + err
+    # copied with its times (`cp -a`) into a folder that sorts first: the machine folder's file is kept
+    shutil.copytree(folder, tmp_path / "Archive", copy_function=shutil.copy2)
+    code, out, err = run_cli(capsys, "gate", "--storage", tmp_path, "--format", "json", "--min-runs", "2")
+    assert [row["file"] for row in json.loads(out)] == [str(folder / f"{ids[3]}.json")], out + err
 
 
 @pytest.mark.parametrize("linked", [False, True])

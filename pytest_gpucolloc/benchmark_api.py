@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
+from . import index
+
 MODE = "pytest-gpucolloc"
 
 
@@ -117,20 +119,21 @@ def guard_saving(storage, problems: list[str], saved: list[Path]) -> None:
 
         data = safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
         try:
-            for _ in range(1000):
-                folder = storage.get(save_name).parent  # the machine's folder, made where missing
-                path = folder / f"{next_number(folder)}_{save_name}.json"
-                aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-                try:
-                    aside.write_bytes(data)
-                    os.link(aside, path)
-                except FileExistsError:
-                    continue  # another run took this number between our look and our write
-                finally:
-                    aside.unlink(missing_ok=True)
-                storage.logger.info(f"Saved benchmark data in: {path}")
-                saved.append(path)
-                return
+            folder = storage.get(save_name).parent  # the machine's folder, made where missing
+            with index.locked(folder):  # jobs saving at once: else two runs of other names took one number
+                for _ in range(1000):
+                    path = folder / f"{next_number(folder)}_{save_name}.json"
+                    aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                    try:
+                        aside.write_bytes(data)
+                        os.link(aside, path)
+                    except FileExistsError:
+                        continue  # a run saved without the lock (pytest-benchmark's own) took this number
+                    finally:
+                        aside.unlink(missing_ok=True)
+                    storage.logger.info(f"Saved benchmark data in: {path}")
+                    saved.append(path)
+                    return
             raise OSError("no free run number after 1000 attempts")
         except OSError as error:
             fallback = Path(tempfile.mkstemp(prefix="pytest-gpucolloc-unsaved-", suffix=".json")[1])

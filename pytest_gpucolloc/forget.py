@@ -12,6 +12,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from . import index
+
 FILE = "gpucolloc-forgotten.tsv"  # not *.json: pytest-benchmark and the history read those as runs
 ACCEPTED = "gpucolloc-accepted.tsv"
 HEADERS = {FILE: "runs left out of the history by `pytest-gpucolloc forget` (--undo brings one back)",
@@ -91,16 +93,18 @@ def _write(root: Path, entries: dict[str, tuple[str, str]], file: str) -> None:
 
 def add(root: Path, paths: list[Path], reason: str = "", file: str = FILE) -> list[str]:
     """Put the runs at ``paths`` on the list ``file``; returns their names in it."""
-    entries = read(root, file)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")  # as a run's own datetime: compared with it
     keys = [_key(root, path) for path in paths]
     if odd := [key for key in keys if set(key) & set("\t\r\n")]:  # the list's separators: it would misread them
         raise ListError(f"{odd[0]!r}: a tab or line break in its name cannot be kept in {file}: rename the file")
-    # listed again without a reason: the one given before stays
-    entries.update({key: (when, " ".join(reason.split()) or entries.get(key, ("", ""))[1]) for key in keys})
-    _write(root, entries, file)
+    with index.locked(root):  # another job's run, listed between our read and write, would be lost
+        entries = read(root, file)
+        # listed again without a reason: the one given before stays
+        entries.update({key: (when, " ".join(reason.split()) or entries.get(key, ("", ""))[1]) for key in keys})
+        _write(root, entries, file)
     return keys
 
 
 def undo(root: Path, keys: list[str], file: str = FILE) -> None:
-    _write(root, {key: listed for key, listed in read(root, file).items() if key not in keys}, file)
+    with index.locked(root):
+        _write(root, {key: listed for key, listed in read(root, file).items() if key not in keys}, file)

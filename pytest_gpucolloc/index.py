@@ -9,6 +9,7 @@ a storage) wait for each other on SQLite's lock; an index SQLite cannot read is 
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 NAME = ".gpucolloc-index.sqlite3"
+LOCK = ".gpucolloc-lock"  # not *.json: never read as a run
 SCHEMA = 9  # raise when what is stored changes: an index of another schema is built again
 MAX_DEPTH = 64  # folders below the storage; pytest-benchmark's own layout is one deep
 MAX_FILES = 1_000_000
@@ -150,3 +152,12 @@ def opened(root: Path, use: bool = True) -> Iterator[Index]:
     finally:
         if index.connection is not None:
             index.connection.close()
+
+
+@contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """``folder`` changed by this process alone (jobs sharing a storage): a lock on a file in it, held until the block
+    ends or the process dies."""
+    with open(Path(folder) / LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

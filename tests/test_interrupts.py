@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucolloc.index import LOCK
 from pytest_gpucolloc.scratch import OWNER_FILE, clean_stale_scratch, scratch_base
 from tests.ctrl_c import pytest_command
 from tests.processes import environment_has, fork_servers, plugin_processes, worker_processes
@@ -166,7 +167,7 @@ def test_a_signal_while_the_run_is_saved_lets_the_save_finish_and_says_so_in_one
     child.send_signal(sig)
     (tmp_path / "signalled").touch()
     output = child.communicate(timeout=120)[0].decode()
-    saved = [path for path in (tmp_path / "runs").rglob("*") if path.is_file()]
+    saved = [path for path in (tmp_path / "runs").rglob("*") if path.is_file() and path.name != LOCK]
     assert [path.suffix for path in saved] == [".json"], output[-3000:]  # saved whole, nothing left aside
     assert json.loads(saved[0].read_text())["benchmarks"][0]["name"] == "test_b"
     assert child.returncode == 2 and "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]

@@ -530,3 +530,68 @@ def test_a_damaged_list_in_a_machine_folder_is_a_usage_error_before_anything_run
     assert done.ret == pytest.ExitCode.USAGE_ERROR
     done.stderr.fnmatch_lines([f"*{folder}/gpucolloc-forgotten.tsv is not a list of runs that pytest-gpucolloc can "
                                "read*"])
+
+
+# --- a storage that jobs save into and list runs of at once -------------------------------------------------
+
+AT_ONCE = """
+import logging, sys, time
+from pytest_benchmark.storage.file import FileStorage
+from pytest_gpucolloc import benchmark_api, cli
+root, job, first, start = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+storage = FileStorage(root, logging.getLogger(), "Linux-CPython-3.12-64bit")
+benchmark_api.guard_saving(storage, [], [])
+time.sleep(max(0.0, start - time.time()))
+for number in range(first, first + 20):
+    if job == "save":
+        storage.save({"benchmarks": []}, f"job{first}-{number}")  # as a gated run saves at its session's end
+    else:
+        cli.main([job, f"{number:04d}", "--storage", root])
+"""
+
+
+def at_once(root: Path, jobs: list[tuple[str, int]]) -> None:
+    """The jobs started together, each saving 20 runs or listing 20 runs of ``root`` from its first number on."""
+    start = time.time() + 1.5  # every job started and imported
+    running = [subprocess.Popen([sys.executable, "-c", AT_ONCE, str(root), job, str(first), str(start)], cwd=ROOT,
+                                env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL)
+               for job, first in jobs]
+    assert [job.wait(timeout=60) for job in running] == [0] * len(jobs)
+
+
+def test_jobs_saving_into_one_storage_at_once_each_take_a_number_of_their_own(tmp_path):
+    """Runs of other names were saved under one number: `gate 0012`, `accept 0012` then named two runs."""
+    at_once(tmp_path, [("save", 1), ("save", 21), ("save", 41)])
+    numbers = [path.name.split("_")[0] for path in (tmp_path / "Linux-CPython-3.12-64bit").glob("*.json")]
+    assert sorted(numbers) == [f"{n:04d}" for n in range(1, 61)]
+
+
+def test_runs_forgotten_and_accepted_by_jobs_at_once_are_all_on_the_lists(tmp_path, capsys):
+    """Each job read the list, added its run and wrote the list back: a run another job added meanwhile was lost."""
+    save_runs(tmp_path, [1000.0] * 80)
+    at_once(tmp_path, [("forget", 1), ("forget", 21), ("accept", 41), ("accept", 61)])
+    for command, first in ("forget", 1), ("accept", 41):
+        code, out, _ = run_cli(capsys, command, "--list", "--storage", tmp_path, "--format", "json")
+        assert [row["run"] for row in json.loads(out)] == [f"Linux-CPython-3.12-64bit/{n:04d}_run.json"
+                                                           for n in range(first, first + 40)]
+
+
+@pytest.mark.parametrize("argv", [["forget", "0002"], ["accept", "0002"], ["forget", "--undo", "0001"]])
+def test_a_list_of_a_storage_this_user_may_not_write_is_named_with_what_to_do(tmp_path, argv):
+    """A read-only mount: it said "cannot write the output", as if stdout had failed."""
+    save_runs(tmp_path, [1000.0] * 3)
+    assert cli.main(["forget", "0001", "--storage", str(tmp_path)]) == cli.OK
+    prefix = []
+    if os.geteuid() == 0:  # root writes anywhere: its override dropped
+        if not shutil.which("setpriv"):
+            pytest.skip("as root, setpriv runs the command without root's right to write any folder")
+        prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    tmp_path.chmod(0o555)
+    done = subprocess.run([*prefix, sys.executable, "-m", "pytest_gpucolloc.cli", *argv, "--storage", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    tmp_path.chmod(0o755)
+    listed = "gpucolloc-accepted.tsv" if argv[0] == "accept" else "gpucolloc-forgotten.tsv"
+    assert done.returncode == cli.UNWRITABLE and done.stderr.startswith(
+        f"error: cannot change {tmp_path / listed} (run `pytest-gpucolloc {argv[0]}` as a user who may write the "
+        "storage, not on a read-only mount): [Errno 13] Permission denied"), done.stderr

@@ -33,6 +33,13 @@ def failing(errors, code: int, prefix: str = ""):
         raise CommandError(f"{prefix}{error}", code) from None
 
 
+def changing(path: Path, command: str):
+    """A list of the storage that cannot be written: named, with what to do, not taken for stdout (exit 4 all the
+    same)."""
+    return failing(OSError, UNWRITABLE, f"cannot change {path} (run `pytest-gpucolloc {command}` as a user who may "
+                   "write the storage, not on a read-only mount): ")
+
+
 def read_runs(paths) -> list:
     runs = []
     for path in paths:

@@ -22,6 +22,7 @@ from .common import (
     OK,
     USAGE,
     CommandError,
+    changing,
     existing_storage,
     failing,
     is_path,
@@ -301,7 +302,8 @@ def cmd_forget(args) -> int:
                                    + (f" ({', '.join(found)}): name it by its path" if found else
                                       f": `pytest-gpucolloc {args.command} --list` shows them"), USAGE)
             keys += found
-        forget.undo(root, keys, file)
+        with changing(root / file, args.command):
+            forget.undo(root, keys, file)
         print(wrapped(f"{undone}: " + ", ".join(keys), terminal_width()))
         return OK
     loaded = history.load(root)
@@ -322,7 +324,8 @@ def cmd_forget(args) -> int:
         raise CommandError(f"accept takes a run the gate judged regressed, and {', '.join(judged)} was not (its "
                            "runs before would leave the baseline for nothing): `pytest-gpucolloc gate RUN` says "
                            "its verdicts", USAGE)
-    keys = forget.add(root, [run.path for run in runs], args.why or "", file)
+    with changing(root / file, args.command):
+        keys = forget.add(root, [run.path for run in runs], args.why or "", file)
     print(wrapped(f"{done}: " + ", ".join(keys), terminal_width()))
     for run in runs if args.command == "accept" else ():
         if saved_verdict(run) is None:  # the pytest gate did not judge it: `pytest-gpucolloc gate` did

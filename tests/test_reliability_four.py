@@ -530,3 +530,15 @@ def test_a_damaged_list_in_a_machine_folder_is_a_usage_error_before_anything_run
     assert done.ret == pytest.ExitCode.USAGE_ERROR
     done.stderr.fnmatch_lines([f"*{folder}/gpucolloc-forgotten.tsv is not a list of runs that pytest-gpucolloc can "
                                "read*"])
+
+
+def test_a_gated_run_that_records_nothing_does_not_say_it_starts_a_history(pytester):
+    """--benchmark-disable saves nothing: the gate's summary said its first scenario "is saved to start its
+    history"."""
+    pytester.makepyfile(tiny_workload=TINY)
+    pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
+    done = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", "--benchmark-disable",
+                              "-k", "naive-1", *FAST)
+    assert done.ret == 0 and not list(pytester.path.rglob("*.json"))
+    assert "is saved to start its history" not in done.stdout.str()
+    done.stdout.fnmatch_lines(["a scenario with no baseline yet passes; this run was not saved, so it starts no history"])

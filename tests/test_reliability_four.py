@@ -542,3 +542,13 @@ def test_a_gated_run_that_records_nothing_does_not_say_it_starts_a_history(pytes
     assert done.ret == 0 and not list(pytester.path.rglob("*.json"))
     assert "is saved to start its history" not in done.stdout.str()
     done.stdout.fnmatch_lines(["a scenario with no baseline yet passes; this run was not saved, so it starts no history"])
+
+
+@pytest.mark.parametrize("command", ["gate", "table", "report", "advise"])
+def test_an_id_that_names_runs_of_two_machine_folders_says_how_to_name_one(tmp_path, capsys, command):
+    """`forget` and `accept` said "name it by its file"; the commands reading runs named both files and no way out."""
+    for machine, history in (("a", "aa-history"), ("b", "cudnn-history")):  # two runs 0001, not copies of one
+        shutil.copytree(DATA / history / "Linux-CPython-3.12-64bit", tmp_path / machine)
+    more = ["--jobs", "resnet26*1"] if command == "advise" else []
+    code, out, err = run_cli(capsys, command, "0001", "--storage", tmp_path, *more)
+    assert code == cli.USAGE and "names 2 saved runs under" in err and "name it by its file" in err, out + err

@@ -16,6 +16,7 @@ from .options import add_options, any_given, read_options
 from .session import CollocSession
 from .signals import signals_deferred
 from .summary import Summary
+from .table_fit import terminal_width, wrapped
 
 session_key = pytest.StashKey[CollocSession]()
 
@@ -126,9 +127,10 @@ def pytest_terminal_summary(terminalreporter, config):
     session = config.stash.get(session_key, None)
     ran = len(session.results) + len(session.forwarded) if session is not None and session.invited else 0
     if ran and benchmark_api.disabled_by_user(config):
-        terminalreporter.write_line(
+        terminalreporter.write_line(wrapped(
             f"gpucolloc: --benchmark-disable: {ran} scenario(s) ran as tests and were measured, but nothing was "
-            "recorded into pytest-benchmark (nothing saved or compared); --benchmark-skip skips them instead")
+            "recorded into pytest-benchmark (nothing saved or compared); --benchmark-skip skips them instead",
+            terminal_width()))
 
 
 @pytest.fixture

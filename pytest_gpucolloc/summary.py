@@ -134,8 +134,9 @@ class Summary:
                 "-", f"gpucolloc gate: {'interrupted; ' if interrupted else ''}{len(regressed)} regressed of "
                 f"{len(s.verdicts)}"
                 + (f"; {first} with no baseline yet" if first else ""), yellow=bool(first) and not regressed)
-            if first:
-                say("a scenario with no baseline yet is saved to start its history, and passes")
+            if first:  # --benchmark-disable saves nothing, so starts nothing
+                say("a scenario with no baseline yet is saved to start its history, and passes" if s.saved else
+                    "a scenario with no baseline yet passes; this run was not saved, so it starts no history")
         if s.device().gpu is None and s.verdicts:
             say(CPU_SMOKE)
         for line in self._unjudged_lines():

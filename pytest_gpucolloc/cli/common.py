@@ -83,7 +83,7 @@ def named_runs(names: list, storage: Path, loaded=None) -> list:
         found = read_runs([name]) if is_path(name) else loaded.named(str(name))
         if len(found) != 1:
             raise CommandError(f"{str(name)!r} names {len(found)} saved runs under {storage}"
-                               + (f": {', '.join(str(run.path) for run in found)}" if found else
+                               + (f" ({', '.join(str(run.path) for run in found)}): name it by its file" if found else
                                   " (a file name, its NNNN number, a path to the file, or a storage folder)"), USAGE)
         runs += found
     return runs

@@ -557,16 +557,18 @@ def test_b_interrupted():
 def test_a_users_factory_called_with_other_options_starts_its_own_history(pytester, suite, capsys):
     """Options are part of what a user's job computes, as its batch size is: a run of other options is not judged
     against the old ones' runs (it was: a deeper model read as a regression of the shallower one)."""
-    gated = ["--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-autosave", "--colloc-gate", "-k", "naive-1", *FAST]
+    gated = ["--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-autosave", "--colloc-gate", "-k", "naive-1",
+             "--colloc-gate-min-runs=2", *FAST]
     suite(sleep=0.002)
-    for _ in range(3):  # a baseline
+    for _ in range(2):  # a baseline
         assert pytester.runpytest(*gated).ret == 0
     suite(sleep=0.02)  # ten times the sleep per step: judged against the runs above, a regression
     other = pytester.runpytest(*gated)
     assert other.ret == 0, other.stdout.str()
     other.stdout.fnmatch_lines(["*test_tiny?cpu-naive-1?*no baseline*"])
     capsys.readouterr()
-    code, out, err = run_cli(capsys, "gate", "--storage", pytester.path / ".benchmarks", "--format", "json")
+    code, out, err = run_cli(capsys, "gate", "--storage", pytester.path / ".benchmarks", "--format", "json",
+                             "--min-runs", "2")
     notes = " ".join(note for row in json.loads(out) for note in row["notes"])
-    assert code == 0 and '3 run(s) of other jobs under this test id left out (tiny_workload:factory/bs4 {"sleep":0.002}; ' \
+    assert code == 0 and '2 run(s) of other jobs under this test id left out (tiny_workload:factory/bs4 {"sleep":0.002}; ' \
         'now tiny_workload:factory/bs4 {"sleep":0.02})' in notes, out + err

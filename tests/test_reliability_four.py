@@ -597,16 +597,21 @@ def test_a_list_of_a_storage_this_user_may_not_write_is_named_with_what_to_do(tm
         "storage, not on a read-only mount): [Errno 13] Permission denied"), done.stderr
 
 
-def test_a_gated_run_that_records_nothing_does_not_say_it_starts_a_history(pytester):
+def test_a_gated_run_that_records_nothing_says_so_in_lines_of_the_tables_width(pytester, monkeypatch):
     """--benchmark-disable saves nothing: the gate's summary said its first scenario "is saved to start its
-    history"."""
+    history"; and the note that nothing was recorded was one line of 170 (the summary's prose wraps, docs/cli.md)."""
+    monkeypatch.setenv("COLUMNS", "100")
     pytester.makepyfile(tiny_workload=TINY)
     pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
     done = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--colloc-gate", "--benchmark-disable",
                               "-k", "naive-1", *FAST)
     assert done.ret == 0 and not list(pytester.path.rglob("*.json"))
     assert "is saved to start its history" not in done.stdout.str()
-    done.stdout.fnmatch_lines(["a scenario with no baseline yet passes; this run was not saved, so it starts no history"])
+    done.stdout.fnmatch_lines(["a scenario with no baseline yet passes; this run was not saved, so it starts no*"])
+    lines = done.stdout.lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("gpucolloc: --benchmark-disable:"))
+    note = [lines[start]] + [line for line in lines[start + 1:start + 3] if line.startswith("  ")]
+    assert len(note) > 1 and all(len(line) <= 100 for line in note), "\n".join(lines)
 
 
 @pytest.mark.parametrize("command", ["gate", "table", "report", "advise"])
@@ -617,15 +622,3 @@ def test_an_id_that_names_runs_of_two_machine_folders_says_how_to_name_one(tmp_p
     more = ["--jobs", "resnet26*1"] if command == "advise" else []
     code, out, err = run_cli(capsys, command, "0001", "--storage", tmp_path, *more)
     assert code == cli.USAGE and "names 2 saved runs under" in err and "name it by its file" in err, out + err
-
-
-def test_the_note_that_benchmark_disable_recorded_nothing_wraps_to_the_width(pytester, monkeypatch):
-    """The summary's prose wraps to the width its tables fit (docs/cli.md); this note was one line of 170."""
-    monkeypatch.setenv("COLUMNS", "100")
-    pytester.makepyfile(tiny_workload=TINY)
-    pytester.makepyfile(test_scenarios=SCENARIOS.format(sleep=0.001))
-    done = pytester.runpytest("--gpu-mode=naive", "--colloc-device=cpu", "--benchmark-disable", "-k", "naive-1", *FAST)
-    lines = done.stdout.lines
-    start = next(i for i, line in enumerate(lines) if line.startswith("gpucolloc: --benchmark-disable:"))
-    note = [lines[start]] + [line for line in lines[start + 1:start + 3] if line.startswith("  ")]
-    assert done.ret == 0 and len(note) > 1 and all(len(line) <= 100 for line in note), "\n".join(lines)

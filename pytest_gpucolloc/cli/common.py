@@ -78,15 +78,18 @@ def named_runs(names: list, storage: Path, loaded=None) -> list:
     loaded = loaded if loaded is not None else load_history(storage, named=bool(names))
     if not names:
         return [newest(loaded, storage)]
-    runs: list = []
-    for name in names:
-        found = read_runs([name]) if is_path(name) else loaded.named(str(name))
-        if len(found) != 1:
-            raise CommandError(f"{str(name)!r} names {len(found)} saved runs under {storage}"
-                               + (f" ({', '.join(str(run.path) for run in found)}): name it by its file" if found else
-                                  " (a file name, its NNNN number, a path to the file, or a storage folder)"), USAGE)
-        runs += found
-    return runs
+    return [one_run(name, read_runs([name]) if is_path(name) else loaded.named(str(name)), storage,
+                    " (a file name, its NNNN number, a path to the file, or a storage folder)") for name in names]
+
+
+def one_run(name, found: list, storage: Path, none: str = ""):
+    """The one run ``name`` names among ``found``; none or several: a usage error saying so (``none``: how to name
+    one), the several by their files (machine folders share run ids)."""
+    if len(found) != 1:
+        raise CommandError(f"{str(name)!r} names {len(found)} saved runs under {storage}"
+                           + (f" ({', '.join(str(run.path) for run in found)}): name it by its file" if found else
+                              none), USAGE)
+    return found[0]
 
 
 def _number(run) -> int:

@@ -29,6 +29,7 @@ from .common import (
     load_history,
     named_runs,
     note,
+    one_run,
     read_runs,
     write_out,
 )
@@ -129,9 +130,13 @@ def cmd_gate(args) -> int:
     itself = run.path.resolve()
     # a copy named: the run counted in its place is the run itself, never its own baseline
     kept = next((r for path, r in loaded.copies.items() if path.resolve() == itself), None)
-    stored = [r for r in loaded.runs if r.path.resolve() == itself or r is kept]  # the run as the history holds it
+
+    def is_it(saved) -> bool:
+        return saved is kept or saved.path.resolve() == itself
+
+    stored = [r for r in loaded.runs if is_it(r)]  # the run as the history holds it
     ordered = loaded.runs if stored else history.in_saved_order([*loaded.runs, run])
-    at = next(i for i, r in enumerate(ordered) if r.path.resolve() == itself or r is kept)
+    at = next(i for i, r in enumerate(ordered) if is_it(r))
     excluded = {r.path for r in ordered[at:]}
     # a scenario whose marker leaves it to paired A/B is not judged here either, as the pytest gate does not
     left = [name for name, scenario in run.scenarios.items() if scenario.gate_by == "ab"]
@@ -310,13 +315,9 @@ def cmd_forget(args) -> int:
     runs: list[history.SavedRun] = []
     for wanted in dict.fromkeys(args.runs):  # each once
         # by id, or by its file: a saved run under this storage only (a list names runs of its storage)
-        named = loaded.named(wanted) or [run for run in [*loaded.runs, *(r for r, _ in loaded.left_out)]
-                                         if is_path(wanted) and run.path.resolve() == Path(wanted).resolve()]
-        if len(named) != 1:
-            raise CommandError(f"{wanted!r} names {len(named)} saved runs under {root}"
-                               + (f" ({', '.join(str(r.path) for r in named)}): name it by its file" if named else
-                                  ""), USAGE)
-        runs += named
+        runs.append(one_run(wanted, loaded.named(wanted) or [
+            run for run in [*loaded.runs, *(r for r, _ in loaded.left_out)]
+            if is_path(wanted) and run.path.resolve() == Path(wanted).resolve()], root))
     if args.command == "accept" and (slowed := [r.run_id for r in runs if r.machine.get("slowed")]):
         raise CommandError(f"{', '.join(slowed)} was slowed on purpose (--colloc-extra-step-every): it is never a "
                            "baseline, so there is no level to accept", USAGE)
